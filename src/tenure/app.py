@@ -1,0 +1,99 @@
+"""`Tenure`: one object that holds the settings, the task registry and the clients."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg import AsyncConnection, Connection
+
+from tenure.client import Client, SyncClient
+from tenure.db.connect import connect, resolve_dsn
+from tenure.db.migrate import MigrationReport, migrate
+from tenure.jobs import EnqueuedJob
+from tenure.runtime.options import WorkerOptions
+from tenure.runtime.worker import Worker
+from tenure.tasks import Handler, Task, TaskRegistry
+from tenure.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_schema_name
+
+
+class Tenure:
+    """The application: register tasks, enqueue jobs, run workers.
+
+    With no `dsn`, $TENURE_DSN is used, and with neither the embedded PostgreSQL.
+    """
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        schema: str = "tenure",
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> None:
+        self.dsn = dsn
+        self.schema = check_schema_name(schema)
+        self.max_payload_bytes = max_payload_bytes
+        self.registry = TaskRegistry()
+        self._client: Client | None = None
+        self._sync_client: SyncClient | None = None
+
+    def task(self, handler: Handler | None = None, /, *, name: str | None = None, **policy: Any) -> Any:
+        """Registers a handler `(ctx, **payload)`. Policy: queue, priority, max_attempts, backoff,
+        lease_seconds, max_runtime_seconds, failure."""
+
+        def register(fn: Handler) -> Task:
+            return self.registry.register(fn, name=name, **policy)
+
+        return register(handler) if handler is not None else register
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = Client(
+                self.dsn, schema=self.schema, registry=self.registry, max_payload_bytes=self.max_payload_bytes
+            )
+        return self._client
+
+    @property
+    def sync_client(self) -> SyncClient:
+        if self._sync_client is None:
+            self._sync_client = SyncClient(
+                self.dsn, schema=self.schema, registry=self.registry, max_payload_bytes=self.max_payload_bytes
+            )
+        return self._sync_client
+
+    async def enqueue(
+        self,
+        task: str | Task,
+        payload: dict[str, Any] | None = None,
+        *,
+        conn: AsyncConnection[Any] | None = None,
+        **options: Any,
+    ) -> EnqueuedJob:
+        """Enqueues a job; with `conn`, inside that connection's transaction."""
+        return await self.client.enqueue(task, payload, conn=conn, **options)
+
+    def enqueue_sync(
+        self,
+        task: str | Task,
+        payload: dict[str, Any] | None = None,
+        *,
+        conn: Connection[Any] | None = None,
+        **options: Any,
+    ) -> EnqueuedJob:
+        """Blocking enqueue, for Django, Flask and scripts."""
+        return self.sync_client.enqueue(task, payload, conn=conn, **options)
+
+    async def migrate(self) -> MigrationReport:
+        conn = await connect(resolve_dsn(self.dsn).dsn)
+        async with conn:
+            return await migrate(conn, self.schema)
+
+    def worker(self, options: WorkerOptions | None = None, **option_fields: Any) -> Worker:
+        opts = options or WorkerOptions(**option_fields)
+        return Worker(self.registry, dsn=self.dsn, schema=self.schema, options=opts)
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+        if self._sync_client is not None:
+            self._sync_client.close()

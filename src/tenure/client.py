@@ -1,0 +1,280 @@
+"""Enqueueing and inspecting jobs, async (`Client`) and blocking (`SyncClient`).
+
+Both validate every job before writing anything. Pass `conn=` to enqueue inside your own
+transaction: the job then exists only if your transaction commits, and listeners are woken
+only after it does (NOTIFY is delivered at commit).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection, Connection
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from tenure.db._sqlfiles import named_queries
+from tenure.db.connect import open_pool, resolve_dsn, unavailable
+from tenure.db.queries import Queries
+from tenure.errors import SchemaNotMigrated
+from tenure.jobs import EnqueuedJob, Job, JobEvent, JobSpec
+from tenure.tasks import Task, TaskRegistry
+from tenure.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_schema_name, check_spec
+
+_COPY_TYPES = ["text", "text", "jsonb", "int2", "timestamptz", "int4"]
+_MISSING_SCHEMA = (
+    psycopg.errors.UndefinedTable,
+    psycopg.errors.InvalidSchemaName,
+    psycopg.errors.UndefinedObject,
+)
+
+
+class JobBuilder:
+    """Turns an enqueue call into a validated JobSpec, applying the task's policy defaults."""
+
+    def __init__(self, registry: TaskRegistry | None, max_payload_bytes: int) -> None:
+        self.registry = registry
+        self.max_payload_bytes = max_payload_bytes
+
+    def spec(
+        self,
+        task: str | Task,
+        payload: dict[str, Any] | None = None,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int | None = None,
+    ) -> JobSpec:
+        known = task if isinstance(task, Task) else (self.registry.get(task) if self.registry else None)
+        name = task.name if isinstance(task, Task) else task
+        payload = {} if payload is None else payload
+        if known is not None and isinstance(payload, dict):
+            mismatch = known.accepts(payload)
+            if mismatch:
+                from tenure.errors import ValidationError
+
+                raise ValidationError(
+                    f"payload does not fit task {name!r}: {mismatch}; pass the handler's keyword arguments"
+                )
+        policy = known.policy if known else None
+        spec = JobSpec(
+            task=name,
+            payload=payload,
+            queue=queue if queue is not None else (policy.queue if policy else "default"),
+            priority=priority if priority is not None else (policy.priority if policy else 0),
+            run_at=run_at,
+            delay=delay.total_seconds() if isinstance(delay, timedelta) else delay,
+            max_attempts=max_attempts
+            if max_attempts is not None
+            else (policy.max_attempts if policy else 20),
+        )
+        return check_spec(spec, max_payload_bytes=self.max_payload_bytes)
+
+
+def _copy_rows(specs: Sequence[JobSpec], db_now: datetime) -> Iterator[tuple[Any, ...]]:
+    from psycopg.types.json import Jsonb
+
+    for s in specs:
+        available = s.run_at or (db_now + timedelta(seconds=s.delay or 0))
+        yield (s.queue, s.task, Jsonb(s.payload), s.priority, available, s.max_attempts)
+
+
+def _not_migrated(schema: str) -> SchemaNotMigrated:
+    return SchemaNotMigrated(
+        f"the Tenure schema {schema!r} is missing from this database: run `tenure migrate --schema {schema}`"
+    )
+
+
+class Client:
+    """Async producer and inspection API over a pool (owned, or given)."""
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        schema: str = "tenure",
+        pool: AsyncConnectionPool[Any] | None = None,
+        registry: TaskRegistry | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> None:
+        self.schema = check_schema_name(schema)
+        self.queries = Queries(schema)
+        self.builder = JobBuilder(registry, max_payload_bytes)
+        self._dsn = dsn
+        self._pool = pool
+        self._owns_pool = pool is None
+
+    async def pool(self) -> AsyncConnectionPool[Any]:
+        if self._pool is None:
+            self._pool = await open_pool(
+                resolve_dsn(self._dsn).dsn, min_size=1, max_size=4, name="tenure-client"
+            )
+        return self._pool
+
+    async def close(self) -> None:
+        if self._pool is not None and self._owns_pool:
+            await self._pool.close()
+            self._pool = None
+
+    async def __aenter__(self) -> Client:
+        await self.pool()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @contextlib.asynccontextmanager
+    async def _conn(self, conn: AsyncConnection[Any] | None) -> AsyncIterator[AsyncConnection[Any]]:
+        try:
+            if conn is not None:
+                yield conn
+            else:
+                async with (await self.pool()).connection() as pooled:
+                    yield pooled
+        except _MISSING_SCHEMA:
+            raise _not_migrated(self.schema) from None
+        except psycopg.OperationalError as exc:
+            raise unavailable(self._dsn or "", exc) from exc
+
+    async def enqueue(
+        self,
+        task: str | Task,
+        payload: dict[str, Any] | None = None,
+        *,
+        conn: AsyncConnection[Any] | None = None,
+        **options: Any,
+    ) -> EnqueuedJob:
+        """Enqueues one job; with `conn`, inside that connection's current transaction."""
+        return (await self.enqueue_many([self.builder.spec(task, payload, **options)], conn=conn))[0]
+
+    async def enqueue_many(
+        self, specs: Iterable[JobSpec], *, conn: AsyncConnection[Any] | None = None
+    ) -> list[EnqueuedJob]:
+        """Enqueues many jobs in one statement, all or none."""
+        checked = [check_spec(s, max_payload_bytes=self.builder.max_payload_bytes) for s in specs]
+        if not checked:
+            return []
+        async with self._conn(conn) as c:
+            return await self.queries.job_insert_many(c, checked)
+
+    async def enqueue_copy(self, specs: Iterable[JobSpec]) -> int:
+        """Bulk enqueue through COPY, in one transaction: all or none (P4)."""
+        checked = [check_spec(s, max_payload_bytes=self.builder.max_payload_bytes) for s in specs]
+        if not checked:
+            return 0
+        sql = named_queries(self.schema)
+        async with self._conn(None) as c, c.transaction():
+            row = await (await c.execute(sql["clock_now"].encode())).fetchone()
+            assert row is not None
+            async with c.cursor() as cur, cur.copy(sql["job_copy_in"].encode()) as copy:
+                copy.set_types(_COPY_TYPES)
+                for values in _copy_rows(checked, row[0]):
+                    await copy.write_row(values)
+            await self.queries.queue_notify(c, sorted({s.queue for s in checked}))
+        return len(checked)
+
+    async def get_job(self, job_id: int) -> Job | None:
+        async with self._conn(None) as c:
+            return await self.queries.job_get(c, job_id)
+
+    async def job_history(self, job_id: int) -> list[JobEvent]:
+        async with self._conn(None) as c:
+            return await self.queries.job_events_list(c, job_id)
+
+
+class SyncClient:
+    """Blocking producer API, for enqueueing from Django, Flask or scripts."""
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        schema: str = "tenure",
+        registry: TaskRegistry | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> None:
+        self.schema = check_schema_name(schema)
+        self.queries = Queries(schema)
+        self.builder = JobBuilder(registry, max_payload_bytes)
+        self._dsn = dsn
+        self._pool: ConnectionPool[Any] | None = None
+
+    def _get_pool(self) -> ConnectionPool[Any]:
+        if self._pool is None:
+            dsn = resolve_dsn(self._dsn).dsn
+            self._pool = ConnectionPool(
+                dsn,
+                min_size=1,
+                max_size=4,
+                open=False,
+                name="tenure-sync",
+                kwargs={"autocommit": True},
+            )
+            try:
+                self._pool.open(wait=True, timeout=10)
+            except Exception as exc:
+                self._pool.close()
+                self._pool = None
+                raise unavailable(dsn, exc) from None
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def __enter__(self) -> SyncClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def _conn(self, conn: Connection[Any] | None) -> Iterator[Connection[Any]]:
+        try:
+            if conn is not None:
+                yield conn
+            else:
+                with self._get_pool().connection() as pooled:
+                    yield pooled
+        except _MISSING_SCHEMA:
+            raise _not_migrated(self.schema) from None
+
+    def enqueue(
+        self,
+        task: str | Task,
+        payload: dict[str, Any] | None = None,
+        *,
+        conn: Connection[Any] | None = None,
+        **options: Any,
+    ) -> EnqueuedJob:
+        return self.enqueue_many([self.builder.spec(task, payload, **options)], conn=conn)[0]
+
+    def enqueue_many(
+        self, specs: Iterable[JobSpec], *, conn: Connection[Any] | None = None
+    ) -> list[EnqueuedJob]:
+        checked = [check_spec(s, max_payload_bytes=self.builder.max_payload_bytes) for s in specs]
+        if not checked:
+            return []
+        with self._conn(conn) as c:
+            return self.queries.job_insert_many_sync(c, checked)
+
+    def enqueue_copy(self, specs: Iterable[JobSpec]) -> int:
+        checked = [check_spec(s, max_payload_bytes=self.builder.max_payload_bytes) for s in specs]
+        if not checked:
+            return 0
+        sql = named_queries(self.schema)
+        with self._conn(None) as c, c.transaction():
+            row = c.execute(sql["clock_now"].encode()).fetchone()
+            assert row is not None
+            with c.cursor() as cur, cur.copy(sql["job_copy_in"].encode()) as copy:
+                copy.set_types(_COPY_TYPES)
+                for values in _copy_rows(checked, row[0]):
+                    copy.write_row(values)
+            self.queries.queue_notify_sync(c, sorted({s.queue for s in checked}))
+        return len(checked)

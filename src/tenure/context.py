@@ -1,0 +1,161 @@
+"""What a handler receives: its job, its lease, and the means to prove progress and to
+complete in its own transaction."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from tenure.errors import LeaseLost
+from tenure.jobs import ClaimedJob
+from tenure.txn import (
+    AsyncTransaction,
+    SyncTransaction,
+    TransactionPolicy,
+    run_transaction,
+    run_transaction_sync,
+)
+
+if TYPE_CHECKING:
+    from tenure.runtime.services import WorkerServices
+
+T = TypeVar("T")
+
+
+class JobContext:
+    """The handler's view of one attempt of one job."""
+
+    def __init__(self, job: ClaimedJob, services: WorkerServices) -> None:
+        self.job = job
+        self._services = services
+        self._lock = threading.Lock()
+        self._progress: Any = job.progress
+        self._progress_version = 0
+        self.lost_reason: str | None = None
+        self.completed = False
+
+    # -- identity ---------------------------------------------------------------------------
+
+    @property
+    def job_id(self) -> int:
+        return self.job.id
+
+    @property
+    def attempt(self) -> int:
+        """1 on the first run, 2 on the first retry, ..."""
+        return self.job.attempt
+
+    @property
+    def token(self) -> int:
+        """The fencing token of this attempt (L5): pass it to stores that reject older tokens."""
+        return self.job.lease.token
+
+    @property
+    def idempotency_key(self) -> uuid.UUID:
+        """Stable across every retry of this job (E1): pass it to payment, e-mail, webhook APIs."""
+        return self.job.idempotency_key
+
+    def step_key(self, step: str) -> str:
+        """A stable idempotency key for one external step of this job."""
+        return str(uuid.uuid5(self.job.idempotency_key, step))
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        return self.job.payload
+
+    @property
+    def checkpoint(self) -> Any:
+        """The last progress marker recorded for this job, from this attempt or an earlier one."""
+        return self._progress
+
+    # -- progress and the lease -------------------------------------------------------------
+
+    def progress(self, marker: Any) -> None:
+        """Reports progress: the heartbeat renews the lease only when this marker changes (L3).
+
+        `marker` must be JSON (a cursor, a count of chunks done). Raises LeaseLost once the
+        lease is gone, which makes this call the handler's cancellation point.
+        """
+        self.check()
+        with self._lock:
+            if marker != self._progress:
+                self._progress = marker
+                self._progress_version += 1
+
+    def progress_snapshot(self) -> tuple[int, Any]:
+        with self._lock:
+            return self._progress_version, self._progress
+
+    def check(self) -> None:
+        """Raises LeaseLost if this worker no longer holds the job."""
+        if self.lost_reason is not None:
+            raise LeaseLost(self.job.id, self.token, self.lost_reason)
+
+    @property
+    def lease_lost(self) -> bool:
+        return self.lost_reason is not None
+
+    def mark_lost(self, reason: str) -> None:
+        if self.lost_reason is None:
+            self.lost_reason = reason
+
+    # -- transactional completion (E3) ------------------------------------------------------
+
+    async def atomic(
+        self,
+        work: Callable[[AsyncTransaction], Awaitable[T]],
+        *,
+        policy: TransactionPolicy | None = None,
+    ) -> T:
+        """Runs `work` and this job's fenced completion in ONE transaction.
+
+        If the fence fails (the lease was lost), the transaction, with all of `work`'s writes,
+        rolls back and LeaseLost is raised. 40001/40P01 rerun the whole unit.
+        """
+        self.check()
+        services = self._services
+        lease = (self.job.id, self.token)
+
+        async def unit(tx: AsyncTransaction) -> T:
+            result = await work(tx)
+            held = await services.queries.job_complete_many(tx.conn, owner=services.owner, leases=[lease])
+            if not held.get(self.job.id):
+                raise LeaseLost(self.job.id, self.token, "fence failed at transactional completion")
+            return result
+
+        try:
+            result = await run_transaction(services.pool, unit, policy=policy, request_id=str(self.job.id))
+        except LeaseLost as exc:
+            self.mark_lost(exc.reason)
+            await services.record_fencing_loss(self.job, "FENCED_ATOMIC")
+            raise
+        self.completed = True
+        return result
+
+    def atomic_sync(
+        self, work: Callable[[SyncTransaction], T], *, policy: TransactionPolicy | None = None
+    ) -> T:
+        """`atomic` for plain-function handlers, which run in worker threads."""
+        self.check()
+        services = self._services
+        lease = (self.job.id, self.token)
+
+        def unit(tx: SyncTransaction) -> T:
+            result = work(tx)
+            held = services.queries.job_complete_many_sync(tx.conn, owner=services.owner, leases=[lease])
+            if not held.get(self.job.id):
+                raise LeaseLost(self.job.id, self.token, "fence failed at transactional completion")
+            return result
+
+        try:
+            result = run_transaction_sync(
+                services.sync_pool(), unit, policy=policy, request_id=str(self.job.id)
+            )
+        except LeaseLost as exc:
+            self.mark_lost(exc.reason)
+            services.record_fencing_loss_threadsafe(self.job, "FENCED_ATOMIC")
+            raise
+        self.completed = True
+        return result

@@ -1,0 +1,1 @@
+"""Everything that touches PostgreSQL: queries, migrations, connections, the embedded server."""

@@ -1,0 +1,104 @@
+"""Finding the database (flag, environment, embedded default) and opening pools on it."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import conninfo
+from psycopg_pool import AsyncConnectionPool
+
+from tenure.db.embedded import default_data_dir, start_embedded
+from tenure.errors import DatabaseUnavailable
+
+DSN_ENV = "TENURE_DSN"
+
+
+@dataclass(frozen=True)
+class ResolvedDsn:
+    dsn: str
+    embedded: bool
+    data_dir: str | None = None
+
+
+def resolve_dsn(dsn: str | None = None) -> ResolvedDsn:
+    """An explicit DSN, else $TENURE_DSN, else the embedded server (started if needed)."""
+    chosen = dsn or os.environ.get(DSN_ENV)
+    if chosen:
+        try:
+            conninfo.conninfo_to_dict(chosen)
+        except psycopg.ProgrammingError as exc:
+            raise DatabaseUnavailable(
+                f"the DSN is not valid ({exc}); give one like postgresql://user@host:5432/dbname"
+            ) from None
+        return ResolvedDsn(chosen, embedded=False)
+    data_dir = default_data_dir()
+    return ResolvedDsn(start_embedded(data_dir), embedded=True, data_dir=str(data_dir))
+
+
+def describe_dsn(dsn: str) -> str:
+    """The DSN without its password, safe for logs and error messages."""
+    try:
+        parts = conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "<unparseable DSN>"
+    parts.pop("password", None)
+    host = str(parts.get("host") or "localhost")
+    port = str(parts.get("port") or "5432")
+    user = str(parts.get("user") or "")
+    db = str(parts.get("dbname") or "")
+    return f"{user + '@' if user else ''}{host}:{port}/{db}"
+
+
+def unavailable(dsn: str, exc: BaseException) -> DatabaseUnavailable:
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return DatabaseUnavailable(
+        f"cannot connect to PostgreSQL at {describe_dsn(dsn)}: {reason}. "
+        f"Check that the server runs and the DSN (--dsn or {DSN_ENV}) is right, "
+        "or leave both unset to use the embedded server"
+    )
+
+
+async def connect(
+    dsn: str, *, autocommit: bool = True, timeout: float = 10.0
+) -> psycopg.AsyncConnection[Any]:
+    try:
+        return await psycopg.AsyncConnection.connect(dsn, autocommit=autocommit, connect_timeout=int(timeout))
+    except psycopg.OperationalError as exc:
+        raise unavailable(dsn, exc) from None
+
+
+async def open_pool(
+    dsn: str,
+    *,
+    min_size: int = 1,
+    max_size: int = 10,
+    name: str = "tenure",
+    timeout: float = 10.0,
+    prepare_threshold: int | None = 5,
+) -> AsyncConnectionPool[Any]:
+    """A pool of autocommit connections. Nothing on them depends on session state, so they work
+    through PgBouncer in transaction mode (set prepare_threshold=None for PgBouncer < 1.21)."""
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        name=name,
+        open=False,
+        timeout=timeout,
+        kwargs={"autocommit": True, "prepare_threshold": prepare_threshold},
+    )
+    try:
+        await pool.open(wait=True, timeout=timeout)
+    except Exception as exc:
+        await pool.close()
+        cause = exc
+        try:
+            probe = await psycopg.AsyncConnection.connect(dsn, connect_timeout=int(timeout))
+            await probe.close()
+        except psycopg.OperationalError as probe_exc:
+            cause = probe_exc
+        raise unavailable(dsn, cause) from None
+    return pool

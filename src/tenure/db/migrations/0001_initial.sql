@@ -1,0 +1,73 @@
+-- 0001: jobs table, lease columns and constraints, claim/expiry/dead indexes, audit log.
+
+CREATE SCHEMA IF NOT EXISTS __schema__;
+
+CREATE TYPE __schema__.job_state AS ENUM ('pending', 'running', 'succeeded', 'dead', 'cancelled');
+
+CREATE TABLE __schema__.jobs (
+    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    queue            text NOT NULL,
+    task             text NOT NULL,
+    payload          jsonb NOT NULL DEFAULT '{}'::jsonb,
+    state            __schema__.job_state NOT NULL DEFAULT 'pending',
+    priority         smallint NOT NULL DEFAULT 0,
+    available_at     timestamptz NOT NULL DEFAULT now(),
+    attempt_count    integer NOT NULL DEFAULT 0,
+    max_attempts     integer NOT NULL DEFAULT 20,
+    lease_owner      text,
+    lease_token      bigint NOT NULL DEFAULT 0,
+    lease_expires_at timestamptz,
+    lease_deadline   timestamptz,
+    progress         jsonb,
+    last_error_code  text,
+    last_error       text,
+    idempotency_key  uuid NOT NULL DEFAULT gen_random_uuid(),
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    attempted_at     timestamptz,
+    finished_at      timestamptz,
+    CONSTRAINT jobs_queue_format CHECK (queue ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$'),
+    CONSTRAINT jobs_task_length CHECK (char_length(task) BETWEEN 1 AND 200),
+    CONSTRAINT jobs_payload_object CHECK (jsonb_typeof(payload) = 'object'),
+    CONSTRAINT jobs_attempts_in_budget CHECK (max_attempts >= 1 AND attempt_count BETWEEN 0 AND max_attempts),
+    CONSTRAINT jobs_pending_has_budget CHECK (state <> 'pending' OR attempt_count < max_attempts),
+    CONSTRAINT jobs_token_counts_claims CHECK (lease_token >= attempt_count),
+    CONSTRAINT jobs_running_has_lease CHECK (
+        (state = 'running') = (lease_owner IS NOT NULL)
+        AND (state = 'running') = (lease_expires_at IS NOT NULL)
+        AND (state = 'running') = (lease_deadline IS NOT NULL)
+    ),
+    CONSTRAINT jobs_running_was_claimed CHECK (
+        state <> 'running' OR (lease_token >= 1 AND attempt_count >= 1 AND attempted_at IS NOT NULL)
+    ),
+    CONSTRAINT jobs_finished_iff_terminal CHECK (
+        (state IN ('succeeded', 'dead', 'cancelled')) = (finished_at IS NOT NULL)
+    ),
+    CONSTRAINT jobs_error_bounded CHECK (char_length(last_error) <= 2000 AND char_length(last_error_code) <= 100)
+);
+
+-- Matches the claim's ORDER BY exactly, so the claim is an ordered index scan at any backlog.
+CREATE INDEX jobs_claimable_idx ON __schema__.jobs (queue, priority DESC, available_at, id)
+    WHERE state = 'pending';
+CREATE INDEX jobs_running_expiry_idx ON __schema__.jobs (lease_expires_at)
+    WHERE state = 'running';
+CREATE INDEX jobs_dead_idx ON __schema__.jobs (queue, finished_at)
+    WHERE state = 'dead';
+
+-- Append-only history of every transition off the happy path.
+CREATE TABLE __schema__.job_events (
+    id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id     bigint NOT NULL,
+    event      text NOT NULL,
+    from_state __schema__.job_state,
+    to_state   __schema__.job_state,
+    token      bigint NOT NULL,
+    worker     text,
+    error_code text,
+    error      text,
+    at         timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT job_events_event_known CHECK (event IN (
+        'retry', 'lease_expired', 'fencing_lost', 'dead', 'released', 'reprocess', 'cancel'
+    )),
+    CONSTRAINT job_events_error_bounded CHECK (char_length(error) <= 2000 AND char_length(error_code) <= 100)
+);
+CREATE INDEX job_events_job_idx ON __schema__.job_events (job_id, id);

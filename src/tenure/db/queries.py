@@ -1,0 +1,377 @@
+"""The only place SQL meets Python: one typed function per named query.
+
+Queries are loaded once per schema from the .sql files beside this module. Every function
+takes ``now``: None means the database clock, a datetime lets tests move time without sleeping.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg import AsyncConnection, Connection
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from tenure.db._sqlfiles import named_queries
+from tenure.jobs import ClaimedJob, EnqueuedJob, Job, JobEvent, JobSpec, JobState, Lease
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskLeasePolicy:
+    """Lease length and max runtime the claim applies to one task name."""
+
+    task: str
+    lease_seconds: float
+    max_runtime_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveredLease:
+    job_id: int
+    state: JobState
+    previous_owner: str
+    token: int
+    queue: str
+
+
+@dataclass(frozen=True, slots=True)
+class FailOutcome:
+    job_id: int
+    state: JobState
+    available_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseExtension:
+    job_id: int
+    expires_at: datetime
+    db_now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStateCount:
+    queue: str
+    state: JobState
+    jobs: int
+    oldest_claimable_at: datetime | None
+    leases_near_expiry: int
+    db_now: datetime
+
+
+def notify_channel(schema: str) -> str:
+    """The LISTEN/NOTIFY channel of a schema; the payload is the queue name."""
+    return f"tenure:{schema}"[:63]
+
+
+async def _fetch(conn: AsyncConnection[Any], query: str, params: dict[str, Any]) -> list[Row]:
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(query, params)
+        return await cur.fetchall() if cur.description else []
+
+
+def _fetch_sync(conn: Connection[Any], query: str, params: dict[str, Any]) -> list[Row]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(query, params)
+        return cur.fetchall() if cur.description else []
+
+
+def _job(row: Row) -> Job:
+    return Job(**{**row, "state": JobState(row["state"])})
+
+
+class Queries:
+    """Typed access to the named queries of one Tenure schema."""
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        self.channel = notify_channel(schema)
+        self._sql = named_queries(schema)
+
+    # -- producers --------------------------------------------------------------------------
+
+    def _insert_params(self, specs: Sequence[JobSpec], now: datetime | None) -> dict[str, Any]:
+        return {
+            "queues": [s.queue for s in specs],
+            "tasks": [s.task for s in specs],
+            "payloads": [Jsonb(s.payload) for s in specs],
+            "priorities": [s.priority for s in specs],
+            "run_ats": [s.run_at for s in specs],
+            "delays": [s.delay for s in specs],
+            "max_attempts": [s.max_attempts for s in specs],
+            "channel": self.channel,
+            "now": now,
+        }
+
+    async def job_insert_many(
+        self, conn: AsyncConnection[Any], specs: Sequence[JobSpec], now: datetime | None = None
+    ) -> list[EnqueuedJob]:
+        rows = await _fetch(conn, self._sql["job_insert_many"], self._insert_params(specs, now))
+        return [EnqueuedJob(**r) for r in rows]
+
+    def job_insert_many_sync(
+        self, conn: Connection[Any], specs: Sequence[JobSpec], now: datetime | None = None
+    ) -> list[EnqueuedJob]:
+        rows = _fetch_sync(conn, self._sql["job_insert_many"], self._insert_params(specs, now))
+        return [EnqueuedJob(**r) for r in rows]
+
+    async def queue_notify(self, conn: AsyncConnection[Any], queues: Sequence[str]) -> None:
+        await _fetch(conn, self._sql["queue_notify"], {"channel": self.channel, "queues": list(queues)})
+
+    def queue_notify_sync(self, conn: Connection[Any], queues: Sequence[str]) -> None:
+        _fetch_sync(conn, self._sql["queue_notify"], {"channel": self.channel, "queues": list(queues)})
+
+    # -- inspection and operators -----------------------------------------------------------
+
+    async def job_get(self, conn: AsyncConnection[Any], job_id: int) -> Job | None:
+        rows = await _fetch(conn, self._sql["job_get"], {"id": job_id})
+        return _job(rows[0]) if rows else None
+
+    async def job_events_list(self, conn: AsyncConnection[Any], job_id: int) -> list[JobEvent]:
+        rows = await _fetch(conn, self._sql["job_events_list"], {"job_id": job_id})
+        return [
+            JobEvent(
+                **{
+                    **r,
+                    "from_state": JobState(r["from_state"]) if r["from_state"] else None,
+                    "to_state": JobState(r["to_state"]) if r["to_state"] else None,
+                }
+            )
+            for r in rows
+        ]
+
+    async def dead_list(
+        self, conn: AsyncConnection[Any], *, queue: str | None = None, limit: int = 100
+    ) -> list[Row]:
+        return await _fetch(conn, self._sql["dead_list"], {"queue": queue, "limit": limit})
+
+    async def job_reprocess(
+        self,
+        conn: AsyncConnection[Any],
+        job_id: int,
+        *,
+        attempts: int,
+        actor: str,
+        reason: str,
+        now: datetime | None = None,
+    ) -> bool:
+        params = {
+            "id": job_id,
+            "attempts": attempts,
+            "actor": actor,
+            "reason": reason,
+            "channel": self.channel,
+            "now": now,
+        }
+        return bool(await _fetch(conn, self._sql["job_reprocess"], params))
+
+    async def job_cancel(
+        self,
+        conn: AsyncConnection[Any],
+        job_id: int,
+        *,
+        actor: str,
+        reason: str,
+        now: datetime | None = None,
+    ) -> bool:
+        params = {"id": job_id, "actor": actor, "reason": reason, "now": now}
+        return bool(await _fetch(conn, self._sql["job_cancel"], params))
+
+    async def queue_stats(
+        self,
+        conn: AsyncConnection[Any],
+        *,
+        near_expiry_seconds: float = 10.0,
+        now: datetime | None = None,
+    ) -> list[QueueStateCount]:
+        params = {"near_expiry_seconds": near_expiry_seconds, "now": now}
+        rows = await _fetch(conn, self._sql["queue_stats"], params)
+        return [QueueStateCount(**{**r, "state": JobState(r["state"])}) for r in rows]
+
+    async def event_counts(self, conn: AsyncConnection[Any]) -> dict[str, int]:
+        rows = await _fetch(conn, self._sql["event_counts"], {})
+        return {r["event"]: r["n"] for r in rows}
+
+    # -- the lease state machine ------------------------------------------------------------
+
+    async def job_claim(
+        self,
+        conn: AsyncConnection[Any],
+        *,
+        queue: str,
+        owner: str,
+        limit: int,
+        default_lease_seconds: float,
+        default_runtime_seconds: float,
+        policies: Sequence[TaskLeasePolicy] = (),
+        now: datetime | None = None,
+    ) -> list[ClaimedJob]:
+        params = {
+            "queue": queue,
+            "owner": owner,
+            "limit": limit,
+            "default_lease_seconds": default_lease_seconds,
+            "default_runtime_seconds": default_runtime_seconds,
+            "policy_tasks": [p.task for p in policies],
+            "policy_leases": [p.lease_seconds for p in policies],
+            "policy_runtimes": [p.max_runtime_seconds for p in policies],
+            "now": now,
+        }
+        rows = await _fetch(conn, self._sql["job_claim"], params)
+        return [
+            ClaimedJob(
+                id=r["id"],
+                queue=r["queue"],
+                task=r["task"],
+                payload=r["payload"],
+                priority=r["priority"],
+                attempt=r["attempt_count"],
+                max_attempts=r["max_attempts"],
+                lease=Lease(r["id"], owner, r["lease_token"], r["lease_expires_at"], r["lease_deadline"]),
+                progress=r["progress"],
+                idempotency_key=r["idempotency_key"],
+                available_at=r["available_at"],
+                created_at=r["created_at"],
+                db_now=r["db_now"],
+            )
+            for r in sorted(rows, key=lambda r: r["id"])
+        ]
+
+    def _complete_params(
+        self, owner: str, leases: Sequence[tuple[int, int]], now: datetime | None
+    ) -> dict[str, Any]:
+        ordered = sorted(leases)  # one lock order for every writer (T4)
+        return {
+            "ids": [i for i, _ in ordered],
+            "tokens": [t for _, t in ordered],
+            "owner": owner,
+            "now": now,
+        }
+
+    async def job_complete_many(
+        self,
+        conn: AsyncConnection[Any],
+        *,
+        owner: str,
+        leases: Sequence[tuple[int, int]],
+        now: datetime | None = None,
+    ) -> dict[int, bool]:
+        """Fenced success for (job id, token) pairs; maps each id to whether its fence held."""
+        rows = await _fetch(conn, self._sql["job_complete_many"], self._complete_params(owner, leases, now))
+        return {r["id"]: r["fenced_ok"] for r in rows}
+
+    def job_complete_many_sync(
+        self,
+        conn: Connection[Any],
+        *,
+        owner: str,
+        leases: Sequence[tuple[int, int]],
+        now: datetime | None = None,
+    ) -> dict[int, bool]:
+        rows = _fetch_sync(conn, self._sql["job_complete_many"], self._complete_params(owner, leases, now))
+        return {r["id"]: r["fenced_ok"] for r in rows}
+
+    async def job_fail(
+        self,
+        conn: AsyncConnection[Any],
+        *,
+        job_id: int,
+        owner: str,
+        token: int,
+        error_code: str,
+        error: str,
+        retry_delay: float | None,
+        now: datetime | None = None,
+    ) -> FailOutcome | None:
+        """Fenced failure; None when the fence did not hold."""
+        params = {
+            "id": job_id,
+            "owner": owner,
+            "token": token,
+            "error_code": error_code[:100],
+            "error": error,
+            "retry_delay": retry_delay,
+            "now": now,
+        }
+        rows = await _fetch(conn, self._sql["job_fail"], params)
+        if not rows:
+            return None
+        r = rows[0]
+        return FailOutcome(r["id"], JobState(r["state"]), r["available_at"])
+
+    async def lease_extend_many(
+        self,
+        conn: AsyncConnection[Any],
+        *,
+        owner: str,
+        renewals: Sequence[tuple[int, int, Any, float]],
+        now: datetime | None = None,
+    ) -> list[LeaseExtension]:
+        """Renews (job id, token, progress, lease seconds) where progress moved."""
+        ordered = sorted(renewals, key=lambda r: r[0])
+        params = {
+            "ids": [r[0] for r in ordered],
+            "tokens": [r[1] for r in ordered],
+            "progress": [Jsonb(r[2]) for r in ordered],
+            "lease_seconds": [r[3] for r in ordered],
+            "owner": owner,
+            "now": now,
+        }
+        rows = await _fetch(conn, self._sql["lease_extend_many"], params)
+        return [LeaseExtension(r["id"], r["lease_expires_at"], r["db_now"]) for r in rows]
+
+    async def lease_release_many(
+        self,
+        conn: AsyncConnection[Any],
+        *,
+        owner: str,
+        leases: Sequence[tuple[int, int]],
+        now: datetime | None = None,
+    ) -> list[int]:
+        params = {**self._complete_params(owner, leases, now), "channel": self.channel}
+        return [r["id"] for r in await _fetch(conn, self._sql["lease_release_many"], params)]
+
+    async def fencing_lost_record(
+        self, conn: AsyncConnection[Any], *, job_id: int, token: int, owner: str, error_code: str
+    ) -> None:
+        params = {"id": job_id, "token": token, "owner": owner, "error_code": error_code}
+        await _fetch(conn, self._sql["fencing_lost_record"], params)
+
+    async def lease_get(
+        self, conn: AsyncConnection[Any], job_id: int, now: datetime | None = None
+    ) -> Row | None:
+        rows = await _fetch(conn, self._sql["lease_get"], {"id": job_id, "now": now})
+        return rows[0] if rows else None
+
+    async def lease_recover_expired(
+        self,
+        conn: AsyncConnection[Any],
+        *,
+        limit: int,
+        backoff_base: float,
+        backoff_cap: float,
+        jitter: float,
+        now: datetime | None = None,
+    ) -> list[RecoveredLease]:
+        params = {
+            "limit": limit,
+            "backoff_base": backoff_base,
+            "backoff_cap": backoff_cap,
+            "jitter": jitter,
+            "now": now,
+        }
+        rows = await _fetch(conn, self._sql["lease_recover_expired"], params)
+        return [
+            RecoveredLease(r["id"], JobState(r["state"]), r["lease_owner"], r["lease_token"], r["queue"])
+            for r in rows
+        ]
+
+
+def payload_json(payload: dict[str, Any]) -> str:
+    """The exact JSON text Tenure stores for a payload (used by COPY)."""
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)

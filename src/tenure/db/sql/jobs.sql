@@ -1,0 +1,108 @@
+-- Producer-side and operator-side queries on jobs.
+-- Every query that depends on time takes %(now)s: NULL means the database clock.
+
+-- name: job_insert_many
+-- Inserts jobs from parallel arrays and notifies each affected queue once (N1).
+WITH input AS (
+    SELECT *
+    FROM unnest(
+        %(queues)s::text[], %(tasks)s::text[], %(payloads)s::jsonb[], %(priorities)s::smallint[],
+        %(run_ats)s::timestamptz[], %(delays)s::float8[], %(max_attempts)s::integer[]
+    ) WITH ORDINALITY AS u(queue, task, payload, priority, run_at, delay, max_attempts, ord)
+), clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), inserted AS (
+    INSERT INTO __schema__.jobs (queue, task, payload, priority, available_at, max_attempts, created_at)
+    SELECT i.queue, i.task, i.payload, i.priority,
+           coalesce(i.run_at, clock.now + make_interval(secs => coalesce(i.delay, 0))),
+           i.max_attempts, clock.now
+    FROM input i CROSS JOIN clock
+    ORDER BY i.ord
+    RETURNING id, queue, idempotency_key, available_at
+), notified AS (
+    SELECT count(pg_notify(%(channel)s, q.queue)) AS n
+    FROM (SELECT DISTINCT queue FROM inserted) q
+)
+SELECT inserted.id, inserted.idempotency_key, inserted.available_at
+FROM inserted CROSS JOIN notified
+ORDER BY inserted.id;
+
+-- name: queue_notify
+-- Wakes listeners of the given queues after a COPY load.
+SELECT count(pg_notify(%(channel)s, q)) AS n FROM unnest(%(queues)s::text[]) AS q;
+
+-- name: job_get
+SELECT id, queue, task, payload, state::text AS state, priority, available_at, attempt_count,
+       max_attempts, lease_owner, lease_token, lease_expires_at, lease_deadline, progress,
+       last_error_code, last_error, idempotency_key, created_at, attempted_at, finished_at
+FROM __schema__.jobs
+WHERE id = %(id)s;
+
+-- name: job_events_list
+SELECT id, job_id, event, from_state::text AS from_state, to_state::text AS to_state, token,
+       worker, error_code, error, at
+FROM __schema__.job_events
+WHERE job_id = %(job_id)s
+ORDER BY id;
+
+-- name: dead_list
+SELECT id, queue, task, attempt_count, max_attempts, last_error_code, last_error, finished_at
+FROM __schema__.jobs
+WHERE state = 'dead'
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+ORDER BY finished_at DESC, id DESC
+LIMIT %(limit)s;
+
+-- name: job_reprocess
+-- Dead or cancelled -> pending with a fresh budget; keeps the id, token and history (R4).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), target AS (
+    SELECT id, state FROM __schema__.jobs
+    WHERE id = %(id)s AND state IN ('dead', 'cancelled')
+    FOR UPDATE
+), moved AS (
+    UPDATE __schema__.jobs j
+    SET state = 'pending',
+        max_attempts = j.attempt_count + %(attempts)s,
+        available_at = clock.now,
+        finished_at = NULL
+    FROM target t CROSS JOIN clock
+    WHERE j.id = t.id
+    RETURNING j.id, t.state AS from_state, j.lease_token, j.queue
+), logged AS (
+    INSERT INTO __schema__.job_events (job_id, event, from_state, to_state, token, worker, error, at)
+    SELECT m.id, 'reprocess', m.from_state, 'pending', m.lease_token, %(actor)s, %(reason)s, clock.now
+    FROM moved m CROSS JOIN clock
+), notified AS (
+    SELECT count(pg_notify(%(channel)s, m.queue)) AS n FROM moved m
+)
+SELECT moved.id FROM moved CROSS JOIN notified;
+
+-- name: job_cancel
+-- Pending or dead -> cancelled. Running jobs are not cancelled here: their lease owner decides.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), target AS (
+    SELECT id, state FROM __schema__.jobs
+    WHERE id = %(id)s AND state IN ('pending', 'dead')
+    FOR UPDATE
+), moved AS (
+    UPDATE __schema__.jobs j
+    SET state = 'cancelled', finished_at = clock.now
+    FROM target t CROSS JOIN clock
+    WHERE j.id = t.id
+    RETURNING j.id, t.state AS from_state, j.lease_token
+), logged AS (
+    INSERT INTO __schema__.job_events (job_id, event, from_state, to_state, token, worker, error, at)
+    SELECT m.id, 'cancel', m.from_state, 'cancelled', m.lease_token, %(actor)s, %(reason)s, clock.now
+    FROM moved m CROSS JOIN clock
+)
+SELECT id FROM moved;
+
+-- name: clock_now
+SELECT now() AS now;
+
+-- name: job_copy_in
+-- Bulk enqueue (P4); the caller computes available_at from clock_now in the same transaction.
+COPY __schema__.jobs (queue, task, payload, priority, available_at, max_attempts) FROM STDIN (FORMAT BINARY);

@@ -1,0 +1,179 @@
+-- The worker's side of the lease state machine. Every write after the claim is fenced:
+-- it matches id, owner, token, state 'running' and an unexpired lease, all in database time (L1, L2).
+
+-- name: job_claim
+-- Claim and transition in one statement (C1); each claim bumps the token and the attempt (C2).
+-- Lease length and max runtime come from the worker's task policies, by task name.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), candidate AS (
+    SELECT id, task
+    FROM __schema__.jobs
+    WHERE state = 'pending'
+      AND queue = %(queue)s
+      AND available_at <= (SELECT now FROM clock)
+    ORDER BY priority DESC, available_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), policy AS (
+    SELECT *
+    FROM unnest(%(policy_tasks)s::text[], %(policy_leases)s::float8[], %(policy_runtimes)s::float8[])
+        AS p(task, lease_seconds, runtime_seconds)
+)
+UPDATE __schema__.jobs j
+SET state = 'running',
+    attempt_count = j.attempt_count + 1,
+    lease_token = j.lease_token + 1,
+    lease_owner = %(owner)s,
+    attempted_at = clock.now,
+    lease_deadline = clock.now + make_interval(secs => rt.seconds),
+    lease_expires_at = clock.now + make_interval(secs => least(ls.seconds, rt.seconds))
+FROM candidate
+CROSS JOIN clock
+CROSS JOIN LATERAL (
+    SELECT coalesce((SELECT p.lease_seconds FROM policy p WHERE p.task = candidate.task),
+                    %(default_lease_seconds)s::float8) AS seconds
+) ls
+CROSS JOIN LATERAL (
+    SELECT coalesce((SELECT p.runtime_seconds FROM policy p WHERE p.task = candidate.task),
+                    %(default_runtime_seconds)s::float8) AS seconds
+) rt
+WHERE j.id = candidate.id
+  AND j.state = 'pending'
+RETURNING j.id, j.queue, j.task, j.payload, j.priority, j.attempt_count, j.max_attempts,
+          j.lease_token, j.lease_expires_at, j.lease_deadline, j.progress, j.idempotency_key,
+          j.available_at, j.created_at, clock.now AS db_now;
+
+-- name: job_complete_many
+-- Fenced success for a batch. Jobs whose fence fails are returned as lost and logged.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), input AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS u(id, token)
+), done AS (
+    UPDATE __schema__.jobs j
+    SET state = 'succeeded',
+        finished_at = clock.now,
+        lease_owner = NULL,
+        lease_expires_at = NULL,
+        lease_deadline = NULL
+    FROM input i CROSS JOIN clock
+    WHERE j.id = i.id
+      AND j.state = 'running'
+      AND j.lease_owner = %(owner)s
+      AND j.lease_token = i.token
+      AND j.lease_expires_at > clock.now
+    RETURNING j.id
+), lost AS (
+    INSERT INTO __schema__.job_events (job_id, event, from_state, token, worker, error_code, at)
+    SELECT i.id, 'fencing_lost', 'running', i.token, %(owner)s, 'FENCED_COMPLETE', clock.now
+    FROM input i CROSS JOIN clock
+    WHERE i.id NOT IN (SELECT id FROM done)
+    RETURNING job_id
+)
+SELECT id, true AS fenced_ok FROM done
+UNION ALL
+SELECT job_id, false FROM lost;
+
+-- name: job_fail
+-- Fenced failure: back to pending after %(retry_delay)s seconds, or dead when the delay is NULL
+-- or the attempt budget is spent. Logged either way (S3).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), failed AS (
+    UPDATE __schema__.jobs j
+    SET state = CASE WHEN %(retry_delay)s::float8 IS NOT NULL AND j.attempt_count < j.max_attempts
+                     THEN 'pending' ELSE 'dead' END::__schema__.job_state,
+        available_at = CASE WHEN %(retry_delay)s::float8 IS NOT NULL AND j.attempt_count < j.max_attempts
+                            THEN clock.now + make_interval(secs => %(retry_delay)s::float8)
+                            ELSE j.available_at END,
+        finished_at = CASE WHEN %(retry_delay)s::float8 IS NOT NULL AND j.attempt_count < j.max_attempts
+                           THEN NULL ELSE clock.now END,
+        lease_owner = NULL,
+        lease_expires_at = NULL,
+        lease_deadline = NULL,
+        last_error_code = %(error_code)s,
+        last_error = left(%(error)s, 2000)
+    FROM clock
+    WHERE j.id = %(id)s
+      AND j.state = 'running'
+      AND j.lease_owner = %(owner)s
+      AND j.lease_token = %(token)s
+      AND j.lease_expires_at > clock.now
+    RETURNING j.id, j.state, j.available_at
+), logged AS (
+    INSERT INTO __schema__.job_events (job_id, event, from_state, to_state, token, worker, error_code, error, at)
+    SELECT f.id, CASE WHEN f.state = 'dead' THEN 'dead' ELSE 'retry' END, 'running', f.state,
+           %(token)s, %(owner)s, %(error_code)s, left(%(error)s, 2000), clock.now
+    FROM failed f CROSS JOIN clock
+), lost AS (
+    INSERT INTO __schema__.job_events (job_id, event, from_state, token, worker, error_code, at)
+    SELECT %(id)s, 'fencing_lost', 'running', %(token)s, %(owner)s, 'FENCED_FAIL', clock.now
+    FROM clock
+    WHERE NOT EXISTS (SELECT 1 FROM failed)
+)
+SELECT id, state::text AS state, available_at FROM failed;
+
+-- name: lease_extend_many
+-- Heartbeat: renews only leases whose progress marker moved (L3), never past the deadline (L4).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), input AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(progress)s::jsonb[],
+                         %(lease_seconds)s::float8[]) AS u(id, token, progress, lease_seconds)
+)
+UPDATE __schema__.jobs j
+SET lease_expires_at = least(clock.now + make_interval(secs => i.lease_seconds), j.lease_deadline),
+    progress = i.progress
+FROM input i CROSS JOIN clock
+WHERE j.id = i.id
+  AND j.state = 'running'
+  AND j.lease_owner = %(owner)s
+  AND j.lease_token = i.token
+  AND j.lease_expires_at > clock.now
+  AND j.lease_deadline > clock.now
+  AND j.progress IS DISTINCT FROM i.progress
+RETURNING j.id, j.lease_expires_at, clock.now AS db_now;
+
+-- name: lease_release_many
+-- Graceful shutdown: give unfinished jobs back at once; the interrupted attempt is not counted.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), input AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS u(id, token)
+), released AS (
+    UPDATE __schema__.jobs j
+    SET state = 'pending',
+        attempt_count = j.attempt_count - 1,
+        available_at = clock.now,
+        lease_owner = NULL,
+        lease_expires_at = NULL,
+        lease_deadline = NULL
+    FROM input i CROSS JOIN clock
+    WHERE j.id = i.id
+      AND j.state = 'running'
+      AND j.lease_owner = %(owner)s
+      AND j.lease_token = i.token
+      AND j.lease_expires_at > clock.now
+    RETURNING j.id, j.lease_token, j.queue
+), logged AS (
+    INSERT INTO __schema__.job_events (job_id, event, from_state, to_state, token, worker, error_code, at)
+    SELECT r.id, 'released', 'running', 'pending', r.lease_token, %(owner)s, 'SHUTDOWN', clock.now
+    FROM released r CROSS JOIN clock
+), notified AS (
+    SELECT count(pg_notify(%(channel)s, q.queue)) AS n FROM (SELECT DISTINCT queue FROM released) q
+)
+SELECT released.id FROM released CROSS JOIN notified;
+
+-- name: lease_get
+-- Why a fenced write failed: the job's current lease as the database sees it.
+SELECT id, state::text AS state, lease_owner, lease_token, lease_expires_at, lease_deadline,
+       coalesce(%(now)s::timestamptz, now()) AS db_now
+FROM __schema__.jobs
+WHERE id = %(id)s;
+
+-- name: fencing_lost_record
+-- A fenced write that ran inside the handler's own transaction rolled back with it; this keeps
+-- the evidence of the stale write in the audit log.
+INSERT INTO __schema__.job_events (job_id, event, from_state, token, worker, error_code)
+VALUES (%(id)s, 'fencing_lost', 'running', %(token)s, %(owner)s, %(error_code)s);

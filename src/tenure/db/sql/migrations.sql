@@ -1,0 +1,20 @@
+-- name: migrations_table_create
+CREATE SCHEMA IF NOT EXISTS __schema__;
+CREATE TABLE IF NOT EXISTS __schema__.schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: migrations_lock
+-- Serialises concurrent `tenure migrate` runs on the same schema; released at commit.
+SELECT pg_advisory_xact_lock(hashtext('tenure.migrate'), hashtext(%(schema)s));
+
+-- name: migrations_applied
+SELECT version FROM __schema__.schema_migrations ORDER BY version;
+
+-- name: migration_record
+INSERT INTO __schema__.schema_migrations (version, name) VALUES (%(version)s, %(name)s);
+
+-- name: migrations_table_exists
+SELECT to_regclass(%(table)s) IS NOT NULL AS present;

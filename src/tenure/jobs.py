@@ -1,0 +1,129 @@
+"""The job model: states, the job row, and the lease a worker holds."""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+class JobState(enum.StrEnum):
+    """A job's state. Each value documents who moves a job in and who moves it out."""
+
+    PENDING = "pending"
+    """In: enqueue, a retry, lease recovery, a graceful release, reprocess.
+    Out: a worker's claim (-> running), or an operator's cancel."""
+
+    RUNNING = "running"
+    """In: a claim, which sets owner, token and lease expiry.
+    Out: the lease holder's fenced completion or failure, or recovery once the lease expired."""
+
+    SUCCEEDED = "succeeded"
+    """In: the lease holder's fenced completion. Out: none (terminal)."""
+
+    DEAD = "dead"
+    """In: a permanent failure, a spent attempt budget, or an expired lease on the last attempt.
+    Out: an operator's reprocess (-> pending) or cancel. Dead jobs are kept, never deleted."""
+
+    CANCELLED = "cancelled"
+    """In: an operator's cancel of a pending or dead job. Out: reprocess."""
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED)
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A time-bounded claim on one job. Every write after the claim must present it."""
+
+    job_id: int
+    owner: str
+    token: int
+    expires_at: datetime
+    deadline: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """What a worker learns from a successful claim."""
+
+    id: int
+    queue: str
+    task: str
+    payload: dict[str, Any]
+    priority: int
+    attempt: int
+    max_attempts: int
+    lease: Lease
+    progress: Any
+    idempotency_key: uuid.UUID
+    available_at: datetime
+    created_at: datetime
+    db_now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job row as stored, for inspection."""
+
+    id: int
+    queue: str
+    task: str
+    payload: dict[str, Any]
+    state: JobState
+    priority: int
+    available_at: datetime
+    attempt_count: int
+    max_attempts: int
+    lease_owner: str | None
+    lease_token: int
+    lease_expires_at: datetime | None
+    lease_deadline: datetime | None
+    progress: Any
+    last_error_code: str | None
+    last_error: str | None
+    idempotency_key: uuid.UUID
+    created_at: datetime
+    attempted_at: datetime | None
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    """One entry of a job's append-only history."""
+
+    id: int
+    job_id: int
+    event: str
+    from_state: JobState | None
+    to_state: JobState | None
+    token: int
+    worker: str | None
+    error_code: str | None
+    error: str | None
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueuedJob:
+    """The identity of a job that was just enqueued."""
+
+    id: int
+    idempotency_key: uuid.UUID
+    available_at: datetime
+
+
+@dataclass(slots=True)
+class JobSpec:
+    """A job to enqueue, validated before anything is written."""
+
+    task: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    queue: str = "default"
+    priority: int = 0
+    run_at: datetime | None = None
+    delay: float | None = None
+    max_attempts: int = 20

@@ -1,0 +1,102 @@
+"""Backoff with jitter and a cap, and the classification of failures into retry classes (R2, R3)."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import psycopg
+
+from tenure.errors import RETRYABLE_SQLSTATES, JobFailure, LeaseLost
+
+
+class FailureClass(enum.StrEnum):
+    PERMANENT = "permanent"
+    """Can never succeed as enqueued: dead at once."""
+    TRANSIENT = "transient"
+    """A passing problem: retried within the job's full attempt budget."""
+    UNKNOWN = "unknown"
+    """Anything unrecognised: retried within a small budget, with full diagnostics kept."""
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Exponential backoff: base * 2^(attempt-1), capped, minus up to `jitter` of it at random."""
+
+    base: float = 1.0
+    cap: float = 300.0
+    jitter: float = 0.5
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        raw = min(self.cap, self.base * float(2 ** max(0, attempt - 1)))
+        draw: float = (rng or random).random()
+        return raw * (1 - self.jitter * draw)
+
+
+Classifier = Callable[[BaseException], FailureClass | None]
+
+
+def _builtin_class(exc: BaseException) -> FailureClass:
+    if isinstance(exc, JobFailure) and exc.retryable is not None:
+        return FailureClass.TRANSIENT if exc.retryable else FailureClass.PERMANENT
+    if isinstance(exc, psycopg.Error):
+        state = exc.sqlstate or ""
+        if state in RETRYABLE_SQLSTATES or state == "55P03" or state.startswith("08"):
+            return FailureClass.TRANSIENT
+        if isinstance(exc, psycopg.OperationalError):
+            return FailureClass.TRANSIENT  # connection lost, server restarting
+        if state.startswith(("22", "23")):
+            return FailureClass.UNKNOWN  # data or constraint errors: maybe a race, maybe a bug
+    if isinstance(exc, TimeoutError | ConnectionError | asyncio.TimeoutError):
+        return FailureClass.TRANSIENT
+    if isinstance(exc, LeaseLost):
+        return FailureClass.TRANSIENT
+    return FailureClass.UNKNOWN
+
+
+@dataclass
+class FailurePolicy:
+    """Decides how a handler's exception is treated. Extend it with `classifiers` or `permanent`."""
+
+    unknown_budget: int = 3
+    permanent: tuple[type[BaseException], ...] = ()
+    transient: tuple[type[BaseException], ...] = ()
+    classifiers: list[Classifier] = field(default_factory=list)
+
+    def classify(self, exc: BaseException) -> FailureClass:
+        for classify in self.classifiers:
+            verdict = classify(exc)
+            if verdict is not None:
+                return verdict
+        if self.permanent and isinstance(exc, self.permanent):
+            return FailureClass.PERMANENT
+        if self.transient and isinstance(exc, self.transient):
+            return FailureClass.TRANSIENT
+        return _builtin_class(exc)
+
+    def retry_delay(
+        self,
+        failure: FailureClass,
+        attempt: int,
+        max_attempts: int,
+        backoff: Backoff,
+        requested_delay: float | None = None,
+    ) -> float | None:
+        """Seconds until the next attempt, or None for dead now."""
+        if failure is FailureClass.PERMANENT or attempt >= max_attempts:
+            return None
+        if failure is FailureClass.UNKNOWN and attempt >= self.unknown_budget:
+            return None
+        return requested_delay if requested_delay is not None else backoff.delay(attempt)
+
+
+def error_code(exc: BaseException) -> str:
+    """A short, stable code for metrics and the audit log."""
+    if isinstance(exc, JobFailure):
+        return exc.code
+    if isinstance(exc, psycopg.Error) and exc.sqlstate:
+        return f"SQLSTATE_{exc.sqlstate}"
+    return type(exc).__name__

@@ -1,0 +1,81 @@
+"""Lease renewal on progress (L3, L4), and the local watchdog that stops a job whose lease
+has run out even when the database cannot be reached (X5)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from tenure.runtime.executor import Execution, Executor
+from tenure.runtime.services import WorkerServices
+
+log = logging.getLogger("tenure.worker")
+
+
+class Heartbeat:
+    def __init__(self, services: WorkerServices, executor: Executor) -> None:
+        self.services = services
+        self.executor = executor
+
+    async def run(self) -> None:
+        last_beat = time.monotonic()
+        while True:
+            await asyncio.sleep(self.services.options.watchdog_every)
+            self.watchdog()
+            if time.monotonic() - last_beat >= self.services.options.heartbeat_every:
+                last_beat = time.monotonic()
+                try:
+                    await self.beat_once()
+                except Exception as exc:
+                    self.services.stats.heartbeat_failures += 1
+                    log.warning("heartbeat failed: %s", exc)
+
+    def watchdog(self) -> None:
+        now = time.monotonic()
+        for execution in list(self.executor.running.values()):
+            if not execution.ctx.lease_lost and now >= execution.local_expiry:
+                self.executor.lose(execution, "lease expired before it was renewed")
+
+    async def beat_once(self) -> None:
+        """Renews the leases of running jobs whose progress marker moved since the last beat."""
+        services = self.services
+        due: dict[int, tuple[Execution, int]] = {}
+        renewals = []
+        for execution in list(self.executor.running.values()):
+            if execution.ctx.lease_lost:
+                continue
+            version, marker = execution.ctx.progress_snapshot()
+            if version == execution.sent_progress_version:
+                continue
+            lease_seconds = self._lease_seconds(execution)
+            due[execution.job.id] = (execution, version)
+            renewals.append((execution.job.id, execution.job.lease.token, marker, lease_seconds))
+        if not renewals:
+            return
+        async with services.pool.connection() as conn:
+            extended = await services.queries.lease_extend_many(conn, owner=services.owner, renewals=renewals)
+            services.stats.heartbeats_sent += len(renewals)
+            for ext in extended:
+                execution, version = due.pop(ext.job_id)
+                execution.sent_progress_version = version
+                execution.set_expiry(ext.expires_at, ext.db_now)
+            for job_id, (execution, _) in due.items():
+                lease = await services.queries.lease_get(conn, job_id)
+                held = (
+                    lease is not None
+                    and lease["state"] == "running"
+                    and lease["lease_owner"] == services.owner
+                    and lease["lease_token"] == execution.job.lease.token
+                    and lease["lease_expires_at"] > lease["db_now"]
+                )
+                if not held:
+                    self.executor.lose(execution, "lease lost (heartbeat refused)")
+                elif lease is not None and lease["lease_deadline"] <= lease["db_now"]:
+                    self.executor.lose(execution, "max runtime reached; lease not renewed")
+
+    def _lease_seconds(self, execution: Execution) -> float:
+        task = self.executor.registry.get(execution.job.task)
+        if task is not None and task.policy.lease_seconds is not None:
+            return task.policy.lease_seconds
+        return self.services.options.lease_seconds

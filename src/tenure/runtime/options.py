@@ -1,0 +1,71 @@
+"""Worker settings, validated once at start-up."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+
+from tenure.errors import ConfigurationError
+from tenure.retry import Backoff
+from tenure.validation import check_queue
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class WorkerOptions:
+    """How one worker process claims and runs jobs.
+
+    queues: None runs every queue the registry's tasks use (or 'default').
+    lease_seconds: the renewable lease; renewed only while the job reports progress.
+    max_runtime_seconds: the hard limit after which a lease is never renewed (L4).
+    poll_interval: how often to claim with no notification, so jobs drain without LISTEN (N2).
+    claim_batch: the most jobs one claim takes; never more than the free slots (C3).
+    """
+
+    queues: list[str] | None = None
+    concurrency: int = 10
+    lease_seconds: float = 30.0
+    max_runtime_seconds: float = 3600.0
+    poll_interval: float = 1.0
+    claim_batch: int = 20
+    heartbeat_interval: float | None = None
+    recovery_interval: float | None = None
+    recovery_batch: int = 1000
+    recovery_backoff: Backoff = field(default_factory=lambda: Backoff(base=1.0, cap=300.0))
+    shutdown_grace: float = 10.0
+    listen: bool = True
+    worker_id: str = field(default_factory=default_worker_id)
+    completion_batch: int = 500
+
+    def __post_init__(self) -> None:
+        if self.queues is not None:
+            if not self.queues:
+                raise ConfigurationError("queues is empty: name at least one queue, or leave it unset")
+            for queue in self.queues:
+                check_queue(queue)
+        if not isinstance(self.concurrency, int) or self.concurrency < 1:
+            raise ConfigurationError(f"concurrency must be an integer >= 1, got {self.concurrency!r}")
+        for name in ("lease_seconds", "max_runtime_seconds", "poll_interval", "shutdown_grace"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or value <= 0:
+                raise ConfigurationError(f"{name} must be a positive number of seconds, got {value!r}")
+        if self.claim_batch < 1:
+            raise ConfigurationError(f"claim_batch must be >= 1, got {self.claim_batch!r}")
+
+    @property
+    def heartbeat_every(self) -> float:
+        return self.heartbeat_interval or max(0.05, self.lease_seconds / 3)
+
+    @property
+    def recovery_every(self) -> float:
+        return self.recovery_interval or max(0.1, min(5.0, self.lease_seconds / 2))
+
+    @property
+    def watchdog_every(self) -> float:
+        """How often running jobs are checked against their lease's local expiry estimate."""
+        return max(0.02, min(1.0, self.lease_seconds / 10))

@@ -1,0 +1,52 @@
+"""Expired-lease recovery (R1), safe to run in every worker at once (R5)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime
+
+from tenure.db.queries import RecoveredLease
+from tenure.jobs import JobState
+from tenure.runtime.services import WorkerServices
+
+log = logging.getLogger("tenure.worker")
+
+
+class Recovery:
+    def __init__(self, services: WorkerServices) -> None:
+        self.services = services
+
+    async def run_once(self, *, now: datetime | None = None) -> list[RecoveredLease]:
+        """Recovers every lease expired at `now` (database time by default), in batches."""
+        services, options = self.services, self.services.options
+        recovered: list[RecoveredLease] = []
+        while True:
+            async with services.pool.connection() as conn:
+                batch = await services.queries.lease_recover_expired(
+                    conn,
+                    limit=options.recovery_batch,
+                    backoff_base=options.recovery_backoff.base,
+                    backoff_cap=options.recovery_backoff.cap,
+                    jitter=options.recovery_backoff.jitter,
+                    now=now,
+                )
+            recovered.extend(batch)
+            for lease in batch:
+                if lease.state is JobState.DEAD:
+                    services.stats.recovered_dead += 1
+                else:
+                    services.stats.recovered_pending += 1
+            if len(batch) < options.recovery_batch:
+                break
+        if recovered:
+            log.info("recovered %s expired leases", len(recovered))
+        return recovered
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.run_once()
+            except Exception as exc:
+                log.warning("lease recovery failed: %s", exc)
+            await asyncio.sleep(self.services.options.recovery_every)

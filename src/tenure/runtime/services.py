@@ -1,0 +1,64 @@
+"""What the worker's parts share: the pool, the queries, the worker's identity and counters."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from tenure.db.queries import Queries
+from tenure.jobs import ClaimedJob
+from tenure.runtime.options import WorkerOptions
+from tenure.runtime.stats import WorkerStats
+
+log = logging.getLogger("tenure.worker")
+
+
+class WorkerServices:
+    def __init__(
+        self, *, pool: AsyncConnectionPool[Any], queries: Queries, options: WorkerOptions, dsn: str
+    ) -> None:
+        self.pool = pool
+        self.queries = queries
+        self.options = options
+        self.owner = options.worker_id
+        self.stats = WorkerStats()
+        self.dsn = dsn
+        self.loop = asyncio.get_running_loop()
+        self._sync_pool: ConnectionPool[Any] | None = None
+        self._sync_lock = threading.Lock()
+
+    def sync_pool(self) -> ConnectionPool[Any]:
+        """A blocking pool for plain-function handlers' transactions, opened on first use."""
+        with self._sync_lock:
+            if self._sync_pool is None:
+                self._sync_pool = ConnectionPool(
+                    self.dsn,
+                    min_size=1,
+                    max_size=self.options.concurrency,
+                    name="tenure-sync",
+                    kwargs={"autocommit": True},
+                    open=True,
+                )
+            return self._sync_pool
+
+    async def record_fencing_loss(self, job: ClaimedJob, code: str) -> None:
+        self.stats.fencing_losses += 1
+        log.warning("fencing loss: job %s token %s (%s)", job.id, job.lease.token, code)
+        try:
+            async with self.pool.connection() as conn:
+                await self.queries.fencing_lost_record(
+                    conn, job_id=job.id, token=job.lease.token, owner=self.owner, error_code=code
+                )
+        except Exception:
+            log.exception("could not record the fencing loss of job %s", job.id)
+
+    def record_fencing_loss_threadsafe(self, job: ClaimedJob, code: str) -> None:
+        asyncio.run_coroutine_threadsafe(self.record_fencing_loss(job, code), self.loop).result()
+
+    async def close(self) -> None:
+        if self._sync_pool is not None:
+            await asyncio.to_thread(self._sync_pool.close)

@@ -1,0 +1,30 @@
+"""Counters a worker keeps about what happened to the jobs it handled."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class WorkerStats:
+    claimed: int = 0
+    succeeded: int = 0
+    retried: int = 0
+    dead: int = 0
+    fencing_losses: int = 0
+    leases_lost: int = 0
+    heartbeats_sent: int = 0
+    heartbeat_failures: int = 0
+    claim_errors: int = 0
+    write_errors: int = 0
+    recovered_pending: int = 0
+    recovered_dead: int = 0
+    released: int = 0
+    failures_by_code: Counter[str] = field(default_factory=Counter)
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["failures_by_code"] = dict(self.failures_by_code)
+        return data

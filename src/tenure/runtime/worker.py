@@ -1,0 +1,166 @@
+"""The supervisor: starts the worker's services, handles signals, shuts down gracefully."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+from tenure.db.connect import open_pool, resolve_dsn
+from tenure.db.migrate import require_current_schema
+from tenure.db.queries import Queries
+from tenure.runtime.claimer import Claimer
+from tenure.runtime.completer import Completer
+from tenure.runtime.executor import SHUTDOWN, Executor
+from tenure.runtime.heartbeat import Heartbeat
+from tenure.runtime.listener import Listener
+from tenure.runtime.options import WorkerOptions
+from tenure.runtime.recovery import Recovery
+from tenure.runtime.services import WorkerServices
+from tenure.runtime.stats import WorkerStats
+from tenure.tasks import TaskRegistry
+from tenure.validation import check_schema_name
+
+log = logging.getLogger("tenure.worker")
+
+
+class Worker:
+    """One worker process's runtime. Run many of them, on many hosts, against one database."""
+
+    def __init__(
+        self,
+        registry: TaskRegistry,
+        *,
+        dsn: str | None = None,
+        schema: str = "tenure",
+        options: WorkerOptions | None = None,
+    ) -> None:
+        self.registry = registry
+        self.schema = check_schema_name(schema)
+        self.options = options or WorkerOptions()
+        self._dsn = dsn
+        self.stopping = asyncio.Event()
+        self.started = asyncio.Event()
+        self.services: WorkerServices | None = None
+        self.executor: Executor | None = None
+        self.claimer: Claimer | None = None
+        self.recovery: Recovery | None = None
+        self.listener: Listener | None = None
+        self._force = False
+
+    @property
+    def stats(self) -> WorkerStats:
+        return self.services.stats if self.services else WorkerStats()
+
+    @property
+    def queues(self) -> list[str]:
+        return self.options.queues or self.registry.queues() or ["default"]
+
+    def stop(self, *, force: bool = False) -> None:
+        """Stops claiming; running jobs get the grace period (none if `force`), then are given back."""
+        self._force = self._force or force
+        self.stopping.set()
+
+    async def run(self, *, handle_signals: bool = False) -> WorkerStats:
+        dsn = resolve_dsn(self._dsn).dsn
+        pool = await open_pool(dsn, min_size=2, max_size=self.options.concurrency + 4, name="tenure-worker")
+        try:
+            async with pool.connection() as conn:
+                await require_current_schema(conn, self.schema)
+            return await self._run(pool, dsn, handle_signals)
+        finally:
+            await pool.close()
+
+    async def _run(self, pool: AsyncConnectionPool[Any], dsn: str, handle_signals: bool) -> WorkerStats:
+        services = WorkerServices(pool=pool, queries=Queries(self.schema), options=self.options, dsn=dsn)
+        self.services = services
+        threads = ThreadPoolExecutor(max_workers=self.options.concurrency, thread_name_prefix="tenure-job")
+        completer = Completer(services)
+        self.executor = executor = Executor(services, self.registry, completer, threads)
+        self.claimer = claimer = Claimer(services, executor, self.queues)
+        self.recovery = Recovery(services)
+        heartbeat = Heartbeat(services, executor)
+        background = [
+            asyncio.create_task(completer.run(), name="tenure-completer"),
+            asyncio.create_task(heartbeat.run(), name="tenure-heartbeat"),
+            asyncio.create_task(self.recovery.run(), name="tenure-recovery"),
+        ]
+        if self.options.listen:
+            self.listener = Listener(dsn, self.schema, set(self.queues), claimer.wake)
+            background.append(asyncio.create_task(self.listener.run(), name="tenure-listener"))
+        if handle_signals:
+            self._install_signal_handlers()
+        log.info(
+            "worker %s started: queues=%s concurrency=%s lease=%ss",
+            services.owner,
+            ",".join(self.queues),
+            self.options.concurrency,
+            self.options.lease_seconds,
+        )
+        self.started.set()
+        try:
+            await claimer.run(self.stopping)
+            await self._shutdown(executor, completer)
+        finally:
+            for task in background:
+                task.cancel()
+            for task in background:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            threads.shutdown(wait=False, cancel_futures=True)
+            await services.close()
+        log.info("worker %s stopped: %s", services.owner, services.stats.as_dict())
+        return services.stats
+
+    async def _shutdown(self, executor: Executor, completer: Completer) -> None:
+        if executor.running and not self._force:
+            log.info(
+                "waiting up to %ss for %s running jobs",
+                self.options.shutdown_grace,
+                len(executor.running),
+            )
+            pending = [e.task for e in executor.running.values() if e.task is not None]
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.options.shutdown_grace):
+                    while pending and not self._force:
+                        _, still = await asyncio.wait(pending, timeout=0.05)
+                        pending = list(still)
+        leftovers = [e for e in executor.running.values() if not e.ctx.lease_lost]
+        for execution in leftovers:
+            execution.ctx.mark_lost(SHUTDOWN)
+            if execution.task is not None:
+                execution.cancel_reason = SHUTDOWN
+                execution.task.cancel()
+        await completer.drain()
+        if leftovers and self.services is not None:
+            services = self.services
+            async with services.pool.connection() as conn:
+                released = await services.queries.lease_release_many(
+                    conn,
+                    owner=services.owner,
+                    leases=[(e.job.id, e.job.lease.token) for e in leftovers],
+                )
+            services.stats.released += len(released)
+            log.info("gave back %s unfinished jobs", len(released))
+        tasks = [e.task for e in leftovers if e.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=1.0)
+
+    def _install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+
+        def on_signal(signum: int) -> None:
+            if self.stopping.is_set():
+                log.warning("second %s: giving running jobs back now", signal.Signals(signum).name)
+                self.stop(force=True)
+            else:
+                log.info("%s: finishing running jobs, claiming no more", signal.Signals(signum).name)
+                self.stop()
+
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, on_signal, signum)
