@@ -207,6 +207,10 @@ class SyncClient:
     def _get_pool(self) -> ConnectionPool[Any]:
         if self._pool is None:
             dsn = resolve_dsn(self._dsn).dsn
+            try:  # fail at once on an unreachable server, not after the pool's timeout
+                psycopg.connect(dsn, connect_timeout=10).close()
+            except psycopg.OperationalError as exc:
+                raise unavailable(dsn, exc) from None
             self._pool = ConnectionPool(
                 dsn,
                 min_size=1,

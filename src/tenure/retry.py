@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psycopg
 
-from tenure.errors import RETRYABLE_SQLSTATES, JobFailure, LeaseLost
+from tenure.errors import (
+    RETRYABLE_SQLSTATES,
+    ConfigurationError,
+    Contention,
+    JobFailure,
+    LeaseLost,
+    RetriesExhausted,
+)
 
 
 class FailureClass(enum.StrEnum):
@@ -30,8 +38,21 @@ class Backoff:
     cap: float = 300.0
     jitter: float = 0.5
 
+    def __post_init__(self) -> None:
+        for name in ("base", "cap"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+                raise ConfigurationError(
+                    f"backoff {name} must be a finite number of seconds >= 0, got {value!r}"
+                )
+        if not isinstance(self.jitter, int | float) or not 0 <= self.jitter <= 1:
+            raise ConfigurationError(
+                f"backoff jitter must be between 0 (none) and 1 (full jitter), got {self.jitter!r}"
+            )
+
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
-        raw = min(self.cap, self.base * float(2 ** max(0, attempt - 1)))
+        # The exponent is bounded so that a large attempt number cannot overflow a float.
+        raw = min(self.cap, self.base * 2.0 ** min(max(0, attempt - 1), 1000))
         draw: float = (rng or random).random()
         return raw * (1 - self.jitter * draw)
 
@@ -53,6 +74,9 @@ def _builtin_class(exc: BaseException) -> FailureClass:
     if isinstance(exc, TimeoutError | ConnectionError | asyncio.TimeoutError):
         return FailureClass.TRANSIENT
     if isinstance(exc, LeaseLost):
+        return FailureClass.TRANSIENT
+    if isinstance(exc, Contention | RetriesExhausted):
+        # The transaction runner's wrappers of 55P03, 40001 and 40P01, transient like the raw errors.
         return FailureClass.TRANSIENT
     return FailureClass.UNKNOWN
 

@@ -13,12 +13,14 @@ import asyncio
 import contextlib
 import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 import psycopg
-from psycopg import AsyncConnection, Connection, IsolationLevel, sql
+from psycopg import AsyncConnection, AsyncCursor, Connection, Cursor, IsolationLevel, sql
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
@@ -29,6 +31,7 @@ from tenure.errors import (
     RETRYABLE_SQLSTATES,
     Contention,
     RetriesExhausted,
+    TransactionError,
 )
 from tenure.retry import Backoff
 
@@ -57,8 +60,90 @@ class Transaction(Generic[C]):
         self.first_error: psycopg.Error | None = None
 
     def _record(self, exc: psycopg.Error) -> None:
-        if self.first_error is None and exc.sqlstate != IN_FAILED_TRANSACTION:
+        # Any error but 25P02 is the one that aborted the transaction as it stands now: an earlier
+        # one can only be followed by another after a savepoint rolled it back.
+        if exc.sqlstate != IN_FAILED_TRANSACTION:
             self.first_error = exc
+
+
+#: The transaction attempt each connection is running, so that errors raised by statements run
+#: directly on `tx.conn` (not through `tx.execute`) are recorded too.
+_ACTIVE: weakref.WeakKeyDictionary[Any, Transaction[Any]] = weakref.WeakKeyDictionary()
+
+
+def _seen(conn: Any, exc: psycopg.Error) -> None:
+    tx = _ACTIVE.get(conn)
+    if tx is not None:
+        tx._record(exc)
+
+
+class _RecordingAsyncCursor(AsyncCursor[Any]):
+    async def execute(self, *args: Any, **kwargs: Any) -> Self:
+        try:
+            return await super().execute(*args, **kwargs)
+        except psycopg.Error as exc:
+            _seen(self.connection, exc)
+            raise
+
+    async def executemany(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            await super().executemany(*args, **kwargs)
+        except psycopg.Error as exc:
+            _seen(self.connection, exc)
+            raise
+
+
+class _RecordingCursor(Cursor[Any]):
+    def execute(self, *args: Any, **kwargs: Any) -> Self:
+        try:
+            return super().execute(*args, **kwargs)
+        except psycopg.Error as exc:
+            _seen(self.connection, exc)
+            raise
+
+    def executemany(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            super().executemany(*args, **kwargs)
+        except psycopg.Error as exc:
+            _seen(self.connection, exc)
+            raise
+
+
+@contextlib.contextmanager
+def _recording(tx: Transaction[Any]) -> Iterator[None]:
+    """Records the errors of every statement run on the connection during this attempt."""
+    conn = tx.conn
+    original = conn.cursor_factory
+    recording: type[Any] | None = None
+    if original is AsyncCursor:
+        recording = _RecordingAsyncCursor
+    elif original is Cursor:
+        recording = _RecordingCursor
+    outer = _ACTIVE.get(conn)  # a unit run inside another unit on the same connection
+    _ACTIVE[conn] = tx
+    if recording is not None:
+        conn.cursor_factory = recording
+    try:
+        yield
+    finally:
+        if outer is None:
+            _ACTIVE.pop(conn, None)
+        else:
+            _ACTIVE[conn] = outer
+        if recording is not None:
+            conn.cursor_factory = original
+
+
+def _check_not_aborted(tx: Transaction[Any]) -> None:
+    """A unit that caught a database error and returned must not look committed: PostgreSQL
+    answers COMMIT of an aborted transaction with a silent ROLLBACK."""
+    if tx.conn.info.transaction_status == TransactionStatus.INERROR:
+        if tx.first_error is not None:
+            raise tx.first_error
+        raise TransactionError(
+            "the unit of work caught a database error and returned, so nothing was committed; "
+            "let the error propagate, or wrap the statement in tx.savepoint()"
+        )
 
 
 class AsyncTransaction(Transaction[AsyncConnection[Any]]):
@@ -106,9 +191,8 @@ class SyncTransaction(Transaction[Connection[Any]]):
 
 
 def first_error(exc: BaseException, tx: Transaction[Any]) -> BaseException:
-    """The error to report: the earliest real database error behind `exc`, if any."""
-    if tx.first_error is not None:
-        return tx.first_error
+    """The error to report: the earliest real database error behind `exc`, and when `exc` is
+    only the 25P02 that follows a caught error, the error that aborted the transaction."""
     chain: list[BaseException] = []
     seen: BaseException | None = exc
     while seen is not None and seen not in chain:
@@ -117,6 +201,9 @@ def first_error(exc: BaseException, tx: Transaction[Any]) -> BaseException:
     for candidate in reversed(chain):
         if isinstance(candidate, psycopg.Error) and candidate.sqlstate != IN_FAILED_TRANSACTION:
             return candidate
+    aborted = any(isinstance(c, psycopg.Error) and c.sqlstate == IN_FAILED_TRANSACTION for c in chain)
+    if aborted and tx.first_error is not None:
+        return tx.first_error
     return exc
 
 
@@ -176,10 +263,13 @@ async def run_transaction(
         async with _connection(source) as conn:
             tx = AsyncTransaction(conn, request_id, attempt)
             try:
-                async with conn.transaction():
-                    for stmt, params in _setup_statements(policy):
-                        await conn.execute(stmt.encode(), params)
-                    return await work(tx)
+                with _recording(tx):
+                    async with conn.transaction():
+                        for stmt, params in _setup_statements(policy):
+                            await conn.execute(stmt.encode(), params)
+                        result = await work(tx)
+                        _check_not_aborted(tx)
+                return result
             except Exception as exc:
                 reported, wait = _decide(exc, tx, attempt, policy)
                 if wait is None:
@@ -203,10 +293,12 @@ def run_transaction_sync(
         with _connection_sync(source) as conn:
             tx = SyncTransaction(conn, request_id, attempt)
             try:
-                with conn.transaction():
+                with _recording(tx), conn.transaction():
                     for stmt, params in _setup_statements(policy):
                         conn.execute(stmt.encode(), params)
-                    return work(tx)
+                    result = work(tx)
+                    _check_not_aborted(tx)
+                return result
             except Exception as exc:
                 reported, wait = _decide(exc, tx, attempt, policy)
                 if wait is None:

@@ -6,6 +6,7 @@ import json
 import math
 import re
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from tenure.errors import ValidationError
@@ -18,6 +19,7 @@ MAX_PAYLOAD_DEPTH = 64
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 PRIORITY_RANGE = (-32768, 32767)
 MAX_ATTEMPTS_LIMIT = 1000
+MAX_DELAY_SECONDS = 100 * 366 * 86400  # far enough for any schedule, well inside PostgreSQL's range
 
 
 def check_queue(queue: object) -> str:
@@ -64,6 +66,19 @@ def _check_text(text: str, where: str) -> None:
         ) from None
 
 
+def _check_float(value: float, path: str) -> None:
+    """jsonb keeps numbers as decimals: a float of 1e16 or more comes back as the integer its
+    shortest repr spells, which for most such floats is a different number."""
+    if abs(value) < 1e16:
+        return
+    back = int(Decimal(repr(value)))
+    if back != value:
+        raise ValidationError(
+            f"{path} is the float {value!r}, which jsonb would give back as the different number {back}; "
+            "send it as an int or a string"
+        )
+
+
 def check_payload(payload: object, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> dict[str, Any]:
     """Accepts a JSON object that PostgreSQL's jsonb stores exactly; rejects anything else."""
     if not isinstance(payload, dict):
@@ -92,6 +107,7 @@ def check_payload(payload: object, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
         elif isinstance(value, float):
             if not math.isfinite(value):
                 raise ValidationError(f"{path} is {value}, which JSON cannot represent; use null or a string")
+            _check_float(value, path)
         elif value is None or isinstance(value, bool | int):
             pass
         else:
@@ -133,9 +149,12 @@ def check_spec(spec: JobSpec, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BY
         if (
             isinstance(spec.delay, bool)
             or not isinstance(spec.delay, int | float)
-            or not (math.isfinite(spec.delay) and spec.delay >= 0)
+            or not (math.isfinite(spec.delay) and 0 <= spec.delay <= MAX_DELAY_SECONDS)
         ):
-            raise ValidationError(f"delay {spec.delay!r} is invalid: give a number of seconds >= 0")
+            raise ValidationError(
+                f"delay {spec.delay!r} is invalid: give a number of seconds >= 0 "
+                f"and at most {MAX_DELAY_SECONDS} (about 100 years)"
+            )
         if spec.run_at is not None:
             raise ValidationError("give either run_at or delay, not both")
     if spec.run_at is not None and (not isinstance(spec.run_at, datetime) or spec.run_at.tzinfo is None):

@@ -81,6 +81,10 @@ async def open_pool(
 ) -> AsyncConnectionPool[Any]:
     """A pool of autocommit connections. Nothing on them depends on session state, so they work
     through PgBouncer in transaction mode (set prepare_threshold=None for PgBouncer < 1.21)."""
+    # One direct attempt first: an unreachable server fails here at once, instead of after the
+    # pool has retried in the background for the whole timeout.
+    probe = await connect(dsn, timeout=timeout)
+    await probe.close()
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
         dsn,
         min_size=min_size,

@@ -1,0 +1,378 @@
+"""The producer API (Client, SyncClient, Tenure.enqueue): bad input is refused before anything is
+written, enqueue joins the caller's transaction, COPY round-trips payloads, and a missing schema or
+server is reported with the fix."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import AsyncConnection
+
+import tenure
+from tenure import Client, JobSpec, SyncClient, Tenure, ValidationError
+from tenure.db.queries import notify_channel
+from tenure.validation import DEFAULT_MAX_PAYLOAD_BYTES
+
+CHANNEL = notify_channel("tenure")
+
+
+async def counts(db: AsyncConnection[Any]) -> tuple[int, int]:
+    row = await (
+        await db.execute(
+            "SELECT (SELECT count(*) FROM tenure.jobs), (SELECT count(*) FROM tenure.job_events)"
+        )
+    ).fetchone()
+    assert row is not None
+    return row[0], row[1]
+
+
+def nested(depth: int) -> dict[str, Any]:
+    payload: dict[str, Any] = {"leaf": True}
+    for _ in range(depth):
+        payload = {"n": payload}
+    return payload
+
+
+BAD_CALLS: list[tuple[dict[str, Any], list[str]]] = [
+    ({"payload": [1, 2]}, ["payload must be a JSON object", "dict of keyword arguments"]),
+    ({"payload": "text"}, ["payload must be a JSON object"]),
+    ({"payload": {"a": "nul\x00here"}}, ["NUL character", "remove it or encode"]),
+    ({"payload": {"k\x00": 1}}, ["key", "NUL character"]),
+    ({"payload": {"a": "\ud83d"}}, ["not valid UTF-8", "base64"]),
+    ({"payload": {"\udc80": 1}}, ["not valid UTF-8"]),
+    ({"payload": {"a": math.nan}}, ["JSON cannot represent", "use null or a string"]),
+    ({"payload": {"when": datetime.now(UTC)}}, ["datetime, which is not JSON", "ISO string"]),
+    ({"payload": nested(200)}, ["nested deeper than 64 levels", "flatten"]),
+    ({"payload": {"s": "x" * (DEFAULT_MAX_PAYLOAD_BYTES + 1)}}, ["over the limit of 1048576", "reference"]),
+    ({"queue": "no spaces"}, ["invalid queue name 'no spaces'", "for example"]),
+    ({"queue": ""}, ["invalid queue name"]),
+    ({"queue": "q" * 64}, ["invalid queue name"]),
+    ({"max_attempts": 0}, ["max_attempts 0 is invalid", "from 1 to"]),
+    ({"max_attempts": -5}, ["max_attempts -5 is invalid"]),
+    ({"priority": 99_999}, ["priority 99999 is out of range", "-32768 to 32767"]),
+    ({"priority": "urgent"}, ["priority 'urgent' is out of range"]),
+    ({"delay": -1.0}, ["delay -1.0 is invalid", "seconds >= 0"]),
+    ({"delay": timedelta(seconds=-5)}, ["delay -5.0 is invalid"]),
+    ({"delay": 1e15}, ["delay", "at most"]),
+    ({"delay": math.inf}, ["delay inf is invalid"]),
+    ({"run_at": datetime(2030, 1, 1)}, ["timezone-aware"]),
+    ({"run_at": "tomorrow"}, ["timezone-aware"]),
+    ({"delay": 5, "run_at": datetime.now(UTC)}, ["either run_at or delay"]),
+]
+
+
+async def test_bad_input_is_refused_and_nothing_is_written(dsn: str, db: AsyncConnection[Any]) -> None:
+    """Each kind of bad input raises ValidationError naming the problem and the fix; no row is written."""
+    async with Client(dsn) as client:
+        for options, fragments in BAD_CALLS:
+            kwargs = {"payload": {"ok": 1}, **options}
+            payload = kwargs.pop("payload")
+            with pytest.raises(ValidationError) as info:
+                await client.enqueue("emails.send", payload, **kwargs)
+            for fragment in fragments:
+                assert fragment in str(info.value), (options, str(info.value))
+        with pytest.raises(ValidationError, match="invalid task name"):
+            await client.enqueue("", {})
+        with pytest.raises(ValidationError, match="invalid task name"):
+            await client.enqueue("bad\x00task", {})
+    assert await counts(db) == (0, 0)
+
+
+async def test_one_bad_job_in_a_batch_writes_none_of_it(dsn: str, db: AsyncConnection[Any]) -> None:
+    """enqueue_many and enqueue_copy validate every job first: one bad job means no job is written."""
+    good = [JobSpec(task="t", payload={"i": i}) for i in range(5)]
+    bad = JobSpec(task="t", payload={"s": "\x00"})
+    async with Client(dsn) as client:
+        with pytest.raises(ValidationError, match="NUL"):
+            await client.enqueue_many([*good, bad])
+        with pytest.raises(ValidationError, match="NUL"):
+            await client.enqueue_copy([*good, bad])
+    with SyncClient(dsn) as sync_client:
+        with pytest.raises(ValidationError, match="NUL"):
+            sync_client.enqueue_many([*good, bad])
+        with pytest.raises(ValidationError, match="NUL"):
+            sync_client.enqueue_copy([*good, bad])
+        with pytest.raises(ValidationError, match="max_attempts"):
+            sync_client.enqueue("t", {}, max_attempts=0)
+    assert await counts(db) == (0, 0)
+
+
+async def test_payload_must_fit_a_registered_handler(dsn: str, db: AsyncConnection[Any]) -> None:
+    """With the task registered, a payload that does not bind to the handler's arguments is refused."""
+    app = Tenure(dsn)
+
+    @app.task(name="greet")
+    async def greet(ctx: tenure.JobContext, name: str) -> None: ...
+
+    try:
+        with pytest.raises(ValidationError, match="payload does not fit task 'greet'"):
+            await app.enqueue("greet", {"nom": "x"})
+        with pytest.raises(ValidationError, match="payload does not fit"):
+            app.enqueue_sync(greet, {})
+        assert await counts(db) == (0, 0)
+        await app.enqueue(greet, {"name": "ada"})
+        assert await counts(db) == (1, 0)
+    finally:
+        await app.close()
+
+
+async def test_payload_size_limit_is_one_mib_by_default_and_configurable(
+    dsn: str, db: AsyncConnection[Any]
+) -> None:
+    """A payload just under 1 MiB is stored; over it is refused; max_payload_bytes moves the limit."""
+    overhead = len('{"s":""}')
+    async with Client(dsn) as client:
+        job = await client.enqueue("t", {"s": "x" * (DEFAULT_MAX_PAYLOAD_BYTES - overhead)})
+        stored = await client.get_job(job.id)
+        assert stored is not None and len(stored.payload["s"]) == DEFAULT_MAX_PAYLOAD_BYTES - overhead
+        with pytest.raises(ValidationError, match="over the limit"):
+            await client.enqueue("t", {"s": "x" * (DEFAULT_MAX_PAYLOAD_BYTES - overhead + 1)})
+    async with Client(dsn, max_payload_bytes=100) as small:
+        with pytest.raises(ValidationError, match="over the limit of 100"):
+            await small.enqueue("t", {"s": "x" * 100})
+    app = Tenure(dsn, max_payload_bytes=2 * DEFAULT_MAX_PAYLOAD_BYTES)
+    try:
+        await app.enqueue("t", {"s": "x" * (DEFAULT_MAX_PAYLOAD_BYTES + 10)})
+        with pytest.raises(ValidationError, match="over the limit"):
+            app.enqueue_sync("t", {"s": "x" * (2 * DEFAULT_MAX_PAYLOAD_BYTES)})
+    finally:
+        await app.close()
+    assert (await counts(db))[0] == 2
+
+
+# -- enqueue inside the caller's transaction (N1) -----------------------------------------------
+
+
+async def listen(dsn: str) -> AsyncConnection[Any]:
+    conn = await AsyncConnection.connect(dsn, autocommit=True)
+    await conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(CHANNEL)))
+    return conn
+
+
+async def drain(listener: AsyncConnection[Any], timeout: float, expect: int | None = None) -> list[str]:
+    """The notifications that arrive within `timeout` (or as soon as `expect` of them did)."""
+    return [n.payload async for n in listener.notifies(timeout=timeout, stop_after=expect)]
+
+
+async def test_enqueue_in_rolled_back_transaction_leaves_no_job_and_no_notification(
+    dsn: str, db: AsyncConnection[Any]
+) -> None:
+    """Enqueued with conn= inside a transaction that rolls back: no job exists and no NOTIFY arrives."""
+    listener = await listen(dsn)
+    try:
+        async with await AsyncConnection.connect(dsn, autocommit=True) as conn, Client(dsn) as client:
+
+            class Abort(Exception):
+                pass
+
+            with pytest.raises(Abort):
+                async with conn.transaction():
+                    await conn.execute("CREATE TABLE orders (id int)")
+                    job = await client.enqueue("t", {"order": 1}, conn=conn, queue="orders")
+                    assert job.id > 0
+                    raise Abort
+            assert await drain(listener, 0.5) == []
+        assert await counts(db) == (0, 0)
+    finally:
+        await listener.close()
+
+
+async def test_enqueue_in_committed_transaction_notifies_only_after_commit(
+    dsn: str, db: AsyncConnection[Any]
+) -> None:
+    """Enqueued with conn= inside a transaction: invisible and unannounced until commit, then both."""
+    listener = await listen(dsn)
+    app = Tenure(dsn)
+    try:
+        async with await AsyncConnection.connect(dsn, autocommit=True) as conn:
+            async with conn.transaction():
+                job = await app.enqueue("t", {"order": 2}, conn=conn, queue="orders")
+                assert await drain(listener, 0.3) == []
+                assert await counts(db) == (0, 0)  # another session cannot see it yet
+            assert await drain(listener, 2.0, expect=1) == ["orders"]
+        stored = await app.client.get_job(job.id)
+        assert stored is not None and stored.payload == {"order": 2} and stored.queue == "orders"
+    finally:
+        await app.close()
+        await listener.close()
+
+
+async def test_sync_enqueue_joins_the_callers_transaction(dsn: str, db: AsyncConnection[Any]) -> None:
+    """SyncClient.enqueue(conn=...) commits and rolls back with the caller's own transaction."""
+    listener = await listen(dsn)
+    try:
+        with SyncClient(dsn) as client, psycopg.connect(dsn) as conn:
+            client.enqueue("t", {"n": 1}, conn=conn)
+            conn.rollback()
+            assert await drain(listener, 0.3) == []
+            client.enqueue("t", {"n": 2}, conn=conn)
+            conn.commit()
+        assert await drain(listener, 2.0, expect=1) == ["default"]
+        rows = await (await db.execute("SELECT payload FROM tenure.jobs")).fetchall()
+        assert rows == [({"n": 2},)]
+    finally:
+        await listener.close()
+
+
+# -- bulk enqueue through COPY (P4) --------------------------------------------------------------
+
+PAYLOADS: list[dict[str, Any]] = [
+    {},
+    {"s": "plain"},
+    {"unicode": "é ☃ 😀 中文 \u200b", "quote": "a\"b\\c'd", "ws": "l1\nl2\tt\r", "": "empty key"},
+    {"nested": {"a": [1, 2, {"b": None}], "deep": nested(40)}},
+    {"ints": [0, -1, 2**63 - 1, -(2**63), 2**80, -(2**100)]},
+    {"floats": [0.1, -2.5, 1e-7, 123456.789, 0.0, 2.0**52 + 0.5]},
+    {"bools": [True, False], "null": None, "empty": {"list": [], "obj": {}, "str": ""}},
+    {"order": {"z": 1, "a": 2, "m": 3}},
+    {"big": "x" * 200_000},
+]
+
+
+def exact(value: Any) -> str:
+    """A canonical rendering that distinguishes 1 from 1.0 and True from 1."""
+    return json.dumps(value, sort_keys=True)
+
+
+async def test_copy_round_trips_payloads_and_options_exactly(dsn: str, db: AsyncConnection[Any]) -> None:
+    """Async and sync COPY store every payload and job option exactly as given, like INSERT."""
+    run_at = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+    specs = [
+        JobSpec(task=f"t{i}", payload=p, queue=f"q{i % 3}", priority=i - 4, max_attempts=i + 1)
+        for i, p in enumerate(PAYLOADS)
+    ]
+    specs.append(JobSpec(task="later", payload={"x": 1}, run_at=run_at))
+    specs.append(JobSpec(task="delayed", payload={"x": 2}, delay=3600))
+    async with Client(dsn) as client:
+        assert await client.enqueue_copy(specs) == len(specs)
+        inserted = await client.enqueue_many(specs)
+    with SyncClient(dsn) as sync_client:
+        assert sync_client.enqueue_copy(specs) == len(specs)
+    rows = await (
+        await db.execute(
+            "SELECT task, payload, queue, priority, max_attempts, available_at, created_at, state::text "
+            "FROM tenure.jobs ORDER BY id"
+        )
+    ).fetchall()
+    assert len(rows) == 3 * len(specs)
+    for batch in range(3):
+        for spec, row in zip(specs, rows[batch * len(specs) : (batch + 1) * len(specs)], strict=True):
+            task, payload, queue, priority, max_attempts, available_at, created_at, state = row
+            assert (task, queue, priority, max_attempts, state) == (
+                spec.task,
+                spec.queue,
+                spec.priority,
+                spec.max_attempts,
+                "pending",
+            )
+            assert exact(payload) == exact(spec.payload), spec.task
+            if spec.run_at is not None:
+                assert available_at == spec.run_at
+            elif spec.delay:
+                assert abs((available_at - created_at).total_seconds() - spec.delay) < 5
+    assert len(inserted) == len(specs)
+
+
+async def test_accepted_floats_come_back_equal_and_changing_ones_are_refused(
+    dsn: str, db: AsyncConnection[Any]
+) -> None:
+    """Accepted floats come back from jsonb equal; floats jsonb would change are refused."""
+    floats = [1e16, 1.5e20, 1e300 / 1e284, 0.1, 1e-300, 5e-324, 2.0**53 + 2, -123.456e10]
+    async with Client(dsn) as client:
+        [job] = await client.enqueue_many([JobSpec(task="t", payload={"f": floats})])
+        await client.enqueue_copy([JobSpec(task="t", payload={"f": floats})])
+        with pytest.raises(ValidationError, match="different number"):
+            await client.enqueue("t", {"f": 2.0**60})
+        with pytest.raises(ValidationError, match="different number"):
+            await client.enqueue_copy([JobSpec(task="t", payload={"f": 1e300})])
+    rows = await (await db.execute("SELECT id, payload FROM tenure.jobs ORDER BY id")).fetchall()
+    assert [r[1]["f"] for r in rows] == [floats, floats]
+    assert rows[0][0] == job.id
+
+
+async def test_copy_wakes_listeners_once_per_queue(dsn: str) -> None:
+    """A COPY load notifies each affected queue after it commits."""
+    listener = await listen(dsn)
+    try:
+        async with Client(dsn) as client:
+            await client.enqueue_copy([JobSpec(task="t", queue=q) for q in ("a", "b", "a", "a")])
+        assert sorted(await drain(listener, 2.0, expect=2)) == ["a", "b"]
+        assert await drain(listener, 0.2) == []
+    finally:
+        await listener.close()
+
+
+# -- missing schema, missing server -------------------------------------------------------------
+
+
+async def test_unmigrated_schema_raises_schema_not_migrated_with_the_fix(empty_dsn: str) -> None:
+    """Every producer and the worker on a database without the schema say to run `tenure migrate`."""
+    async with Client(empty_dsn) as client:
+        for call in (
+            lambda: client.enqueue("t", {}),
+            lambda: client.enqueue_copy([JobSpec(task="t")]),
+            lambda: client.get_job(1),
+            lambda: client.job_history(1),
+        ):
+            with pytest.raises(tenure.SchemaNotMigrated) as info:
+                await call()
+            assert "tenure migrate" in str(info.value)
+    with SyncClient(empty_dsn) as sync_client:
+        for sync_call in (
+            lambda: sync_client.enqueue("t", {}),
+            lambda: sync_client.enqueue_copy([JobSpec(task="t")]),
+        ):
+            with pytest.raises(tenure.SchemaNotMigrated, match="tenure migrate"):
+                sync_call()
+    app = Tenure(empty_dsn, schema="other")
+    with pytest.raises(tenure.SchemaNotMigrated, match="tenure migrate --schema other"):
+        await app.worker(listen=False).run()
+    async with await AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
+        rows = await (
+            await conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'tenure%%'")
+        ).fetchall()
+        assert rows == []  # nothing was created by the failed calls
+
+
+UNREACHABLE = "postgresql://alice:hunter2secret@127.0.0.1:1/jobs"
+
+
+async def test_unreachable_server_raises_database_unavailable_without_the_password() -> None:
+    """A closed port fails fast with DatabaseUnavailable naming host:port, never the password."""
+    app = Tenure(UNREACHABLE)
+    calls = [
+        lambda: Client(UNREACHABLE).enqueue("t", {}),
+        lambda: app.enqueue("t", {}),
+        lambda: app.migrate(),
+        lambda: app.worker(listen=False).run(),
+    ]
+    for call in calls:
+        started = time.monotonic()
+        with pytest.raises(tenure.DatabaseUnavailable) as info:
+            await call()
+        message = str(info.value)
+        assert "127.0.0.1:1" in message and "hunter2secret" not in message
+        assert "--dsn" in message  # names the fix
+        assert time.monotonic() - started < 5
+    started = time.monotonic()
+    with pytest.raises(tenure.DatabaseUnavailable) as sync_info:
+        SyncClient(UNREACHABLE).enqueue("t", {})
+    assert "127.0.0.1:1" in str(sync_info.value) and "hunter2secret" not in str(sync_info.value)
+    assert time.monotonic() - started < 5
+
+
+def test_malformed_dsn_is_reported_without_the_password() -> None:
+    """A DSN that does not parse, or has a bad port, is refused naming the problem, never the password."""
+    with pytest.raises(tenure.DatabaseUnavailable) as info:
+        SyncClient("host=127.0.0.1 password=hunter2secret port").enqueue("t", {})
+    assert "hunter2secret" not in str(info.value)
+    assert "not valid" in str(info.value) and "postgresql://user@host:5432/dbname" in str(info.value)
+    with pytest.raises(tenure.DatabaseUnavailable) as port_info:
+        SyncClient("postgresql://alice:hunter2secret@127.0.0.1:notaport/db").enqueue("t", {})
+    assert "hunter2secret" not in str(port_info.value) and "notaport" in str(port_info.value)

@@ -1,0 +1,219 @@
+"""Migrations (S4): idempotent, safe to run concurrently, and the fresh snapshot equals the numbered
+migrations applied in order."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import AsyncConnection
+
+from tenure.db.migrate import latest_version, migrate, schema_version
+
+ALL_VERSIONS = list(range(1, latest_version() + 1))
+
+
+async def fetch(conn: AsyncConnection[Any], query: str, params: Any = None) -> list[tuple[Any, ...]]:
+    return await (await conn.execute(query, params)).fetchall()
+
+
+async def test_migrate_twice_applies_nothing_the_second_time(empty_dsn: str) -> None:
+    """The first migrate applies every version; a second one applies nothing and changes nothing."""
+    async with await AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
+        first = await migrate(conn, "tenure")
+        assert first.applied == ALL_VERSIONS and first.current == latest_version()
+        before = await catalog(conn, "tenure")
+        second = await migrate(conn, "tenure")
+        assert second.applied == [] and second.current == latest_version()
+        assert await catalog(conn, "tenure") == before
+        assert await schema_version(conn, "tenure") == latest_version()
+        rows = await fetch(conn, "SELECT version FROM tenure.schema_migrations ORDER BY version")
+        assert [r[0] for r in rows] == ALL_VERSIONS
+
+
+async def test_migrate_on_an_already_migrated_database_is_a_no_op(dsn: str) -> None:
+    """Migrating the test template's schema again, in either mode, applies nothing."""
+    async with await AsyncConnection.connect(dsn, autocommit=True) as conn:
+        assert (await migrate(conn, "tenure")).applied == []
+        assert (await migrate(conn, "tenure", fresh_snapshot=False)).applied == []
+
+
+async def test_concurrent_migrations_both_succeed_and_apply_once(empty_dsn: str) -> None:
+    """Two migrate calls racing on an empty database both succeed; the versions are applied once."""
+    async with (
+        await AsyncConnection.connect(empty_dsn, autocommit=True) as gate,
+        await AsyncConnection.connect(empty_dsn, autocommit=True) as a,
+        await AsyncConnection.connect(empty_dsn, autocommit=True) as b,
+    ):
+        # Hold the migration lock so both callers are certainly waiting at once, then let them race.
+        await gate.execute("SELECT pg_advisory_lock(hashtext('tenure.migrate'), hashtext('tenure'))")
+        racing = asyncio.gather(migrate(a, "tenure"), migrate(b, "tenure"))
+        pids = (a.info.backend_pid, b.info.backend_pid)
+        for _ in range(500):
+            waiting = await fetch(
+                gate,
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND pid = ANY(%s)",
+                (list(pids),),
+            )
+            if waiting[0][0] == 2:
+                break
+            await asyncio.sleep(0.01)
+        else:
+            raise AssertionError("the two migrations never waited on the lock together")
+        await gate.execute("SELECT pg_advisory_unlock(hashtext('tenure.migrate'), hashtext('tenure'))")
+        first, second = await racing
+        assert sorted([first.applied, second.applied]) == [[], ALL_VERSIONS]
+        rows = await fetch(gate, "SELECT version, count(*) FROM tenure.schema_migrations GROUP BY version")
+        assert sorted(rows) == [(v, 1) for v in ALL_VERSIONS]
+        assert await fetch(gate, "SELECT count(*) FROM tenure.jobs") == [(0,)]
+
+
+async def test_concurrent_migrations_without_a_gate(empty_dsn: str) -> None:
+    """Four unsynchronised migrate calls on an empty database all succeed and record each version once."""
+    conns = [await AsyncConnection.connect(empty_dsn, autocommit=True) for _ in range(4)]
+    try:
+        reports = await asyncio.gather(*(migrate(c, "tenure") for c in conns))
+        assert sorted(len(r.applied) for r in reports) == [0, 0, 0, len(ALL_VERSIONS)]
+        rows = await fetch(conns[0], "SELECT count(*) FROM tenure.schema_migrations")
+        assert rows == [(len(ALL_VERSIONS),)]
+    finally:
+        for c in conns:
+            await c.close()
+
+
+# -- the fresh snapshot equals the numbered migrations -----------------------------------------
+
+CATALOG_QUERIES = {
+    "relations": """
+        SELECT c.relname, c.relkind::text, c.relpersistence::text
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %(s)s ORDER BY 1""",
+    "columns": """
+        SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+               coalesce(pg_get_expr(d.adbin, d.adrelid), ''), a.attidentity::text, a.attgenerated::text,
+               coalesce(co.collname, '')
+        FROM pg_attribute a
+        JOIN pg_class c ON c.oid = a.attrelid
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+        LEFT JOIN pg_collation co ON co.oid = a.attcollation AND co.collname <> 'default'
+        WHERE n.nspname = %(s)s AND a.attnum > 0 AND NOT a.attisdropped AND c.relkind IN ('r', 'p', 'v', 'm')
+        ORDER BY 1, 2""",
+    "constraints": """
+        SELECT coalesce(c.relname, t.typname), con.conname, con.contype::text,
+               pg_get_constraintdef(con.oid), con.condeferrable, con.condeferred
+        FROM pg_constraint con
+        JOIN pg_namespace n ON n.oid = con.connamespace
+        LEFT JOIN pg_class c ON c.oid = con.conrelid
+        LEFT JOIN pg_type t ON t.oid = con.contypid
+        WHERE n.nspname = %(s)s ORDER BY 1, 2""",
+    "indexes": """
+        SELECT tablename, indexname, indexdef FROM pg_indexes WHERE schemaname = %(s)s ORDER BY 1, 2""",
+    "enums": """
+        SELECT t.typname, array_agg(e.enumlabel::text ORDER BY e.enumsortorder)
+        FROM pg_type t JOIN pg_enum e ON e.enumtypid = t.oid JOIN pg_namespace n ON n.oid = t.typnamespace
+        WHERE n.nspname = %(s)s GROUP BY t.typname ORDER BY 1""",
+    "types": """
+        SELECT t.typname, t.typtype::text FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+        WHERE n.nspname = %(s)s AND t.typtype <> 'c' AND t.typname NOT LIKE '\\_%%' ORDER BY 1""",
+    "functions": """
+        SELECT p.proname, pg_get_function_identity_arguments(p.oid), pg_get_functiondef(p.oid)
+        FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+        WHERE n.nspname = %(s)s ORDER BY 1, 2""",
+    "triggers": """
+        SELECT c.relname, tg.tgname, pg_get_triggerdef(tg.oid)
+        FROM pg_trigger tg JOIN pg_class c ON c.oid = tg.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %(s)s AND NOT tg.tgisinternal ORDER BY 1, 2""",
+    "views": """
+        SELECT viewname, definition FROM pg_views WHERE schemaname = %(s)s ORDER BY 1""",
+    "sequences": """
+        SELECT sequencename, data_type::text, start_value, increment_by, max_value, cycle
+        FROM pg_sequences WHERE schemaname = %(s)s ORDER BY 1""",
+}
+
+
+async def catalog(conn: AsyncConnection[Any], schema: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Everything a schema defines, with its own name replaced by SCHEMA so two schemas compare."""
+    pattern = re.compile(rf'"?\b{re.escape(schema)}\b"?\.')
+
+    def norm(value: Any) -> Any:
+        if isinstance(value, list):
+            return tuple(norm(v) for v in value)
+        return pattern.sub("SCHEMA.", value) if isinstance(value, str) else value
+
+    snapshot = {}
+    for name, query in CATALOG_QUERIES.items():
+        rows = await fetch(conn, query, {"s": schema})
+        snapshot[name] = [tuple(norm(v) for v in row) for row in rows]
+    return snapshot
+
+
+def differences(a: dict[str, list[Any]], b: dict[str, list[Any]]) -> dict[str, Any]:
+    return {
+        k: {
+            "only_fresh": sorted(set(a[k]) - set(b[k]), key=str),
+            "only_steps": sorted(set(b[k]) - set(a[k]), key=str),
+        }
+        for k in a
+        if a[k] != b[k]
+    }
+
+
+async def test_fresh_snapshot_equals_numbered_migrations(empty_dsn: str) -> None:
+    """schema.sql (the default) and the numbered migrations in order produce identical catalogs."""
+    async with await AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
+        fresh = await migrate(conn, "t_fresh")
+        steps = await migrate(conn, "t_steps", fresh_snapshot=False)
+        assert fresh.applied == steps.applied == ALL_VERSIONS
+        a, b = await catalog(conn, "t_fresh"), await catalog(conn, "t_steps")
+        assert a["columns"] and a["constraints"] and a["indexes"] and a["enums"]
+        assert differences(a, b) == {}
+        assert a == b
+
+
+DRIFTS = [
+    ("ALTER TABLE t_steps.jobs ALTER COLUMN priority SET DEFAULT 1", "columns"),
+    ("ALTER TABLE t_steps.jobs ALTER COLUMN last_error SET NOT NULL", "columns"),
+    ("ALTER TABLE t_steps.jobs ALTER COLUMN last_error TYPE varchar(2000)", "columns"),
+    ("ALTER TABLE t_steps.jobs DROP CONSTRAINT jobs_error_bounded", "constraints"),
+    (
+        "ALTER TABLE t_steps.jobs DROP CONSTRAINT jobs_queue_format, ADD CONSTRAINT jobs_queue_format "
+        "CHECK (queue ~ '^[a-z]+$')",
+        "constraints",
+    ),
+    ("DROP INDEX t_steps.jobs_dead_idx", "indexes"),
+    (
+        "DROP INDEX t_steps.jobs_running_expiry_idx; "
+        "CREATE INDEX jobs_running_expiry_idx ON t_steps.jobs (lease_expires_at)",
+        "indexes",
+    ),
+    ("ALTER TYPE t_steps.job_state ADD VALUE 'paused'", "enums"),
+]
+
+
+async def test_catalog_comparison_detects_each_kind_of_drift(empty_dsn: str) -> None:
+    """The comparison is not vacuous: each kind of drift shows up in its catalog category."""
+    async with await AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
+        await migrate(conn, "t_fresh")
+        await migrate(conn, "t_steps", fresh_snapshot=False)
+        baseline = await catalog(conn, "t_fresh")
+        for change, category in DRIFTS:
+            async with conn.transaction(force_rollback=True):
+                await conn.execute(change)
+                diff = differences(baseline, await catalog(conn, "t_steps"))
+                assert category in diff, change
+        assert differences(baseline, await catalog(conn, "t_steps")) == {}
+
+
+async def test_schemas_are_independent(empty_dsn: str) -> None:
+    """Two Tenure schemas in one database do not see each other's jobs."""
+    async with await AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
+        await migrate(conn, "q_one")
+        await migrate(conn, "q_two")
+        await conn.execute("INSERT INTO q_one.jobs (queue, task) VALUES ('default', 't')")
+        assert await fetch(conn, "SELECT count(*) FROM q_two.jobs") == [(0,)]
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            await conn.execute("SELECT 1 FROM tenure.jobs")

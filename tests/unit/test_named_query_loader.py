@@ -1,0 +1,88 @@
+"""The named query loader: every query name unique and loadable, the schema substituted (no database)."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from importlib import resources
+from pathlib import Path
+
+import tenure.db.queries as queries_module
+from tenure.db._sqlfiles import (
+    SCHEMA_PLACEHOLDER,
+    migration_files,
+    named_queries,
+    plain_queries,
+    quote_schema,
+    schema_file,
+)
+from tenure.db.migrate import latest_version
+
+NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+
+
+def sql_files() -> list[Path]:
+    folder = resources.files("tenure.db").joinpath("sql")
+    return sorted(Path(str(entry)) for entry in folder.iterdir() if entry.name.endswith(".sql"))
+
+
+def test_every_query_name_is_defined_exactly_once() -> None:
+    """No two `-- name:` sections across the shipped .sql files share a name."""
+    names = Counter(n for path in sql_files() for n in NAME.findall(path.read_text(encoding="utf-8")))
+    assert names, "no named queries found"
+    assert [n for n, count in names.items() if count > 1] == []
+    assert set(named_queries("tenure")) == set(names)
+
+
+def test_every_query_is_non_empty_and_fully_substituted() -> None:
+    """Each named query has a body, and none keeps the schema placeholder once a schema is given."""
+    loaded = named_queries("my_jobs")
+    for name, body in loaded.items():
+        assert body.strip(), name
+        assert SCHEMA_PLACEHOLDER not in body, name
+        assert "-- name:" not in body, f"{name} swallowed the next section"
+    assert '"my_jobs".jobs' in loaded["job_claim"]
+    assert "FOR UPDATE SKIP LOCKED" in loaded["job_claim"]
+
+
+def test_schema_name_is_quoted_as_an_identifier() -> None:
+    """The schema is inserted as a quoted identifier, so names are never spliced in raw."""
+    assert quote_schema("tenure") == '"tenure"'
+    assert quote_schema('we"ird') == '"we""ird"'
+    assert '"other".jobs' in named_queries("other")["job_get"]
+    assert named_queries("a") is named_queries("a")  # loaded once per schema
+
+
+def test_every_query_the_code_uses_exists() -> None:
+    """Every name Queries looks up is defined in the .sql files, and every defined query is used."""
+    source = Path(queries_module.__file__).read_text(encoding="utf-8")
+    used = set(re.findall(r'_sql\["(\w+)"\]', source))
+    defined = set(named_queries("tenure"))
+    assert used - defined == set()
+    package = Path(queries_module.__file__).parent.parent
+    callers = "".join(f.read_text(encoding="utf-8") for f in package.rglob("*.py"))
+    unused = {n for n in defined if f'"{n}"' not in callers}
+    assert unused == set()
+
+
+def test_plain_queries_are_the_schema_independent_ones() -> None:
+    """The transaction runner's queries mention no schema and are among the named queries."""
+    plain = plain_queries()
+    assert {"txn_isolation_serializable", "txn_lock_timeout"} <= set(plain)
+    assert all(SCHEMA_PLACEHOLDER not in body for body in plain.values())
+    assert "job_claim" not in plain
+
+
+def test_ddl_files_substitute_the_schema_everywhere() -> None:
+    """schema.sql and every migration load with the schema substituted and no placeholder left."""
+    for name in ["schema.sql", *(path for _, _, path in migration_files())]:
+        text = schema_file(name, "s2")
+        assert SCHEMA_PLACEHOLDER not in text, name
+        assert '"s2".jobs' in text or "jobs" not in text, name
+
+
+def test_migrations_are_numbered_from_one_without_gaps() -> None:
+    """Migration versions run 1..N with no gap or duplicate, and the latest is N."""
+    versions = [v for v, _, _ in migration_files()]
+    assert versions == list(range(1, len(versions) + 1))
+    assert latest_version() == versions[-1]
