@@ -140,12 +140,17 @@ class Executor:
         except Exception as exc:
             if ctx.completed or ctx.lease_lost:
                 log.warning("job %s raised after its outcome was settled: %r", job.id, exc)
+                if ctx.completed:
+                    self.services.stats.succeeded += 1  # committed by ctx.atomic: a success
                 return
             failure = task.policy.failure.classify(exc)
             detail = "".join(traceback.format_exception(exc, limit=8))[-1900:]
             await self._fail(execution, task, error_code(exc), detail, failure, exc)
             return
-        if ctx.completed or ctx.lease_lost:
+        if ctx.completed:
+            self.services.stats.succeeded += 1  # completed in the handler's own transaction (E3)
+            return
+        if ctx.lease_lost:
             return
         if await self.completer.complete(job):
             self.services.stats.succeeded += 1

@@ -20,16 +20,29 @@ class Heartbeat:
 
     async def run(self) -> None:
         last_beat = time.monotonic()
-        while True:
-            await asyncio.sleep(self.services.options.watchdog_every)
-            self.watchdog()
-            if time.monotonic() - last_beat >= self.services.options.heartbeat_every:
-                last_beat = time.monotonic()
-                try:
-                    await self.beat_once()
-                except Exception as exc:
-                    self.services.stats.heartbeat_failures += 1
-                    log.warning("heartbeat failed: %s", exc)
+        beat: asyncio.Task[None] | None = None
+        try:
+            while True:
+                await asyncio.sleep(self.services.options.watchdog_every)
+                self.watchdog()
+                # The beat runs beside the watchdog, never in its way: a beat stuck on an
+                # unreachable database must not stop the watchdog from ending expired jobs (X5).
+                if (beat is None or beat.done()) and (
+                    time.monotonic() - last_beat >= self.services.options.heartbeat_every
+                ):
+                    last_beat = time.monotonic()
+                    beat = asyncio.create_task(self._beat(), name="tenure-heartbeat-beat")
+        finally:
+            if beat is not None and not beat.done():
+                beat.cancel()
+                await asyncio.wait([beat], timeout=1.0)
+
+    async def _beat(self) -> None:
+        try:
+            await self.beat_once()
+        except Exception as exc:
+            self.services.stats.heartbeat_failures += 1
+            log.warning("heartbeat failed: %s", exc)
 
     def watchdog(self) -> None:
         now = time.monotonic()

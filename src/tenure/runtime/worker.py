@@ -65,6 +65,8 @@ class Worker:
         """Stops claiming; running jobs get the grace period (none if `force`), then are given back."""
         self._force = self._force or force
         self.stopping.set()
+        if self.claimer is not None:
+            self.claimer.wake()  # do not sit out the rest of a long poll interval first
 
     async def run(self, *, handle_signals: bool = False) -> WorkerStats:
         dsn = resolve_dsn(self._dsn).dsn

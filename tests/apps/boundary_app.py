@@ -1,0 +1,69 @@
+"""The app that real worker processes run in tests/boundaries (X2, X3).
+
+Every handler leaves marker files in `marker_dir` (`started-<token>`, `finished-<token>`), so
+a test knows that the claim committed and the work began, and which attempt did what. The
+first attempt (token 1) of each task hangs until the test kills, pauses or releases it (the
+file `release-<token>`); later attempts run straight through.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import tenure
+
+app = tenure.Tenure()
+
+RESULTS_TABLE = "public.boundary_results"
+
+
+def mark(marker_dir: str, name: str, ctx: tenure.JobContext) -> None:
+    """Writes a marker atomically (write, then rename), so a reader never sees half of it."""
+    path = Path(marker_dir) / name
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"pid": os.getpid(), "job": ctx.job_id, "token": ctx.token, "at": time.time()}))
+    tmp.rename(path)
+
+
+def hold(marker_dir: str, token: int, seconds: float) -> bool:
+    """Blocks until the test writes `release-<token>` (True) or `seconds` pass (False)."""
+    release = Path(marker_dir) / f"release-{token}"
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if release.exists():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+@app.task(name="boundary.block_first_attempt", max_attempts=5)
+def block_first_attempt(ctx: tenure.JobContext, marker_dir: str, hold_seconds: float = 60.0) -> None:
+    """Attempt 1 marks its start and hangs before doing any work; later attempts finish at once."""
+    mark(marker_dir, f"started-{ctx.token}", ctx)
+    if ctx.token == 1:
+        hold(marker_dir, ctx.token, hold_seconds)
+    mark(marker_dir, f"finished-{ctx.token}", ctx)
+
+
+@app.task(name="boundary.record_result", max_attempts=5)
+def record_result(ctx: tenure.JobContext, marker_dir: str, hold_seconds: float = 60.0) -> None:
+    """Writes a result row and completes the job in ONE transaction (E3).
+
+    Attempt 1 stalls inside that transaction until released, so a paused worker resumes
+    straight into its (late) fenced completion.
+    """
+
+    def work(tx: tenure.SyncTransaction) -> None:
+        tx.execute(
+            f"INSERT INTO {RESULTS_TABLE} (job_id, token, pid) VALUES (%s, %s, %s)",
+            (ctx.job_id, ctx.token, os.getpid()),
+        )
+        mark(marker_dir, f"started-{ctx.token}", ctx)
+        if ctx.token == 1:
+            hold(marker_dir, ctx.token, hold_seconds)
+
+    ctx.atomic_sync(work)
+    mark(marker_dir, f"finished-{ctx.token}", ctx)
