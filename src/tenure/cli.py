@@ -308,6 +308,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # -- parser -----------------------------------------------------------------------------------
 
 
+def positive_int(text: str) -> int:
+    """An argparse type for counts that must be at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--dsn", default=None, help=f"PostgreSQL DSN (default ${DSN_ENV}, else embedded)")
@@ -327,7 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--priority", type=int, default=None)
     p.add_argument("--delay", type=float, default=None, help="seconds before the job may run")
     p.add_argument("--max-attempts", type=int, default=None)
-    p.add_argument("--count", type=int, default=1, help="enqueue this many copies through COPY")
+    p.add_argument("--count", type=positive_int, default=1, help="enqueue this many copies through COPY")
 
     p = sub.add_parser("worker", parents=[common], help="run a worker for the tasks of an app")
     p.add_argument("app", help="module (or module:attribute) defining a tenure.Tenure app")
@@ -347,13 +358,13 @@ def build_parser() -> argparse.ArgumentParser:
     dead = p.add_subparsers(dest="dead_command", required=True)
     d = dead.add_parser("list", parents=[common])
     d.add_argument("--queue", default=None)
-    d.add_argument("--limit", type=int, default=50)
+    d.add_argument("--limit", type=positive_int, default=50)
     d = dead.add_parser("show", parents=[common])
     d.add_argument("id", type=int)
     d = dead.add_parser("reprocess", parents=[common])
     d.add_argument("id", type=int)
     d.add_argument("--reason", required=True, help="why; kept in the job's history")
-    d.add_argument("--attempts", type=int, default=1, help="fresh attempts to grant (default 1)")
+    d.add_argument("--attempts", type=positive_int, default=1, help="fresh attempts to grant (default 1)")
     d.add_argument("--actor", default=os.environ.get("USER", "operator"))
 
     sub.add_parser("recover", parents=[common], help="recover expired leases now")
@@ -364,6 +375,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=3)
     p.add_argument("--lease", type=float, default=2.0)
     p.add_argument("--no-faults", action="store_true", help="skip the SIGKILL and SIGSTOP")
+    p.add_argument(
+        "--database",
+        default="tenure_demo",
+        help="the demo's own database, dropped and recreated on each run (name must start with tenure_demo)",
+    )
+    p.add_argument("--concurrency", type=int, default=10, help="jobs in flight per worker")
+    p.add_argument("--timeout", type=float, default=120.0, help="give up (and fail) after this many seconds")
+    p.add_argument("--seed", type=int, default=None, help="seed for the accounts and transfers")
+    p.add_argument("--keep-logs", action="store_true", help="keep the worker logs even when all is well")
     return parser
 
 

@@ -18,8 +18,13 @@ def quote_schema(schema: str) -> str:
 
 @functools.cache
 def _raw_sections() -> dict[str, str]:
+    return read_sections("tenure.db", "sql")
+
+
+def read_sections(package: str, folder: str) -> dict[str, str]:
+    """The `-- name:` sections of every .sql file in `folder` of `package`, by name."""
     sections: dict[str, str] = {}
-    for entry in resources.files("tenure.db").joinpath("sql").iterdir():
+    for entry in resources.files(package).joinpath(folder).iterdir():
         if not entry.name.endswith(".sql"):
             continue
         text = entry.read_text(encoding="utf-8")
