@@ -1,11 +1,13 @@
 -- The worker's side of the lease state machine. Every write after the claim is fenced:
 -- it matches id, owner, token, state 'running' and an unexpired lease, all in database time (L1, L2).
+-- Clocks here are statement_timestamp(), not now(): a fenced completion inside a handler's own
+-- transaction (ctx.atomic) must be judged at the moment it runs, not when the transaction began.
 
 -- name: job_claim
 -- Claim and transition in one statement (C1); each claim bumps the token and the attempt (C2).
 -- Lease length and max runtime come from the worker's task policies, by task name.
 WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), candidate AS (
     SELECT id, task
     FROM __schema__.jobs
@@ -47,7 +49,7 @@ RETURNING j.id, j.queue, j.task, j.payload, j.priority, j.attempt_count, j.max_a
 -- name: job_complete_many
 -- Fenced success for a batch. Jobs whose fence fails are returned as lost and logged.
 WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), input AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS u(id, token)
 ), done AS (
@@ -79,7 +81,7 @@ SELECT job_id, false FROM lost;
 -- Fenced failure: back to pending after %(retry_delay)s seconds, or dead when the delay is NULL
 -- or the attempt budget is spent. Logged either way (S3).
 WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), failed AS (
     UPDATE __schema__.jobs j
     SET state = CASE WHEN %(retry_delay)s::float8 IS NOT NULL AND j.attempt_count < j.max_attempts
@@ -117,7 +119,7 @@ SELECT id, state::text AS state, available_at FROM failed;
 -- name: lease_extend_many
 -- Heartbeat: renews only leases whose progress marker moved (L3), never past the deadline (L4).
 WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), input AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(progress)s::jsonb[],
                          %(lease_seconds)s::float8[]) AS u(id, token, progress, lease_seconds)
@@ -138,7 +140,7 @@ RETURNING j.id, j.lease_expires_at, clock.now AS db_now;
 -- name: lease_release_many
 -- Graceful shutdown: give unfinished jobs back at once; the interrupted attempt is not counted.
 WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), input AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS u(id, token)
 ), released AS (
@@ -168,7 +170,7 @@ SELECT released.id FROM released CROSS JOIN notified;
 -- name: lease_get
 -- Why a fenced write failed: the job's current lease as the database sees it.
 SELECT id, state::text AS state, lease_owner, lease_token, lease_expires_at, lease_deadline,
-       coalesce(%(now)s::timestamptz, now()) AS db_now
+       coalesce(%(now)s::timestamptz, statement_timestamp()) AS db_now
 FROM __schema__.jobs
 WHERE id = %(id)s;
 

@@ -2,7 +2,7 @@
 -- Expired leases go back to pending with backoff, or to dead when the budget is spent (R1).
 -- SKIP LOCKED makes it safe for every worker to run this at once (R5).
 WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), expired AS (
     SELECT id, lease_owner, lease_token, lease_expires_at
     FROM __schema__.jobs

@@ -1,0 +1,59 @@
+"""The `tenure` command. Each command group lives in its own module with a `register` function."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import inspect
+import logging
+import sys
+
+from tenure.cli import dead, demo, queue, worker
+from tenure.cli._common import EXIT_NOT_MIGRATED, EXIT_UNAVAILABLE, EXIT_USAGE, err
+from tenure.db.connect import DSN_ENV
+from tenure.errors import DatabaseUnavailable, SchemaNotMigrated, TenureError
+
+__all__ = ["EXIT_NOT_MIGRATED", "EXIT_UNAVAILABLE", "EXIT_USAGE", "build_parser", "main"]
+
+#: Command groups, in the order `tenure --help` lists them.
+COMMAND_MODULES = [queue, worker, dead, demo]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--dsn", default=None, help=f"PostgreSQL DSN (default ${DSN_ENV}, else embedded)")
+    common.add_argument("--schema", default="tenure", help="Tenure schema name (default: tenure)")
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+
+    parser = argparse.ArgumentParser(prog="tenure", description="A durable PostgreSQL job queue.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for module in COMMAND_MODULES:
+        module.register(sub, common)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    raw = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(raw)
+    args.schema_given = "--schema" in raw or any(a.startswith("--schema=") for a in raw)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        result = args.handler(args)
+        if inspect.iscoroutine(result):
+            result = asyncio.run(result)
+        return int(result)
+    except DatabaseUnavailable as exc:
+        err.print(f"error: {exc}", markup=False)
+        return EXIT_UNAVAILABLE
+    except SchemaNotMigrated as exc:
+        err.print(f"error: {exc}", markup=False)
+        return EXIT_NOT_MIGRATED
+    except TenureError as exc:
+        err.print(f"error: {exc}", markup=False)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130

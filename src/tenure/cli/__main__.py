@@ -1,0 +1,5 @@
+import sys
+
+from tenure.cli import main
+
+sys.exit(main())
