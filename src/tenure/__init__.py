@@ -3,6 +3,7 @@
 from tenure.app import Tenure
 from tenure.client import Client, SyncClient
 from tenure.context import JobContext
+from tenure.effects import Confirmed, EffectRecord, EffectUncertain, NotHappened, RetryLater
 from tenure.errors import (
     ConfigurationError,
     Contention,
@@ -20,6 +21,13 @@ from tenure.jobs import ClaimedJob, EnqueuedJob, Job, JobEvent, JobSpec, JobStat
 from tenure.retry import Backoff, FailureClass, FailurePolicy
 from tenure.runtime.options import WorkerOptions
 from tenure.runtime.worker import Worker
+from tenure.secrets import (
+    CredentialInPayloadWarning,
+    CredentialPolicy,
+    SecretValue,
+    resolve_secrets,
+    secret,
+)
 from tenure.tasks import Task, TaskPolicy, TaskRegistry
 from tenure.txn import (
     AsyncTransaction,
@@ -35,8 +43,13 @@ __all__ = [
     "ClaimedJob",
     "Client",
     "ConfigurationError",
+    "Confirmed",
     "Contention",
+    "CredentialInPayloadWarning",
+    "CredentialPolicy",
     "DatabaseUnavailable",
+    "EffectRecord",
+    "EffectUncertain",
     "EnqueuedJob",
     "FailureClass",
     "FailurePolicy",
@@ -48,9 +61,12 @@ __all__ = [
     "JobState",
     "Lease",
     "LeaseLost",
+    "NotHappened",
     "Permanent",
     "RetriesExhausted",
+    "RetryLater",
     "SchemaNotMigrated",
+    "SecretValue",
     "SyncClient",
     "SyncTransaction",
     "Task",
@@ -63,6 +79,8 @@ __all__ = [
     "ValidationError",
     "Worker",
     "WorkerOptions",
+    "resolve_secrets",
     "run_transaction",
     "run_transaction_sync",
+    "secret",
 ]

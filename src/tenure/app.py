@@ -12,6 +12,7 @@ from tenure.db.migrate import MigrationReport, migrate
 from tenure.jobs import EnqueuedJob
 from tenure.runtime.options import WorkerOptions
 from tenure.runtime.worker import Worker
+from tenure.secrets import CredentialPolicy, SecretResolver, credential_policy_from
 from tenure.tasks import Handler, Task, TaskRegistry
 from tenure.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_schema_name
 
@@ -28,10 +29,12 @@ class Tenure:
         *,
         schema: str = "tenure",
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        credential_policy: CredentialPolicy | str = CredentialPolicy.WARN,
     ) -> None:
         self.dsn = dsn
         self.schema = check_schema_name(schema)
         self.max_payload_bytes = max_payload_bytes
+        self.credential_policy = credential_policy_from(credential_policy)
         self.registry = TaskRegistry()
         self._client: Client | None = None
         self._sync_client: SyncClient | None = None
@@ -45,11 +48,24 @@ class Tenure:
 
         return register(handler) if handler is not None else register
 
+    def secret_resolver(self, resolver: SecretResolver) -> SecretResolver:
+        """Registers how workers turn `tenure.secret(name)` references into values (E4).
+
+        Usable as a decorator. The resolver takes the secret's name and returns its value (or an
+        awaitable of it); the value reaches the handler only, never the database or the logs.
+        """
+        self.registry.secret_resolver = resolver
+        return resolver
+
     @property
     def client(self) -> Client:
         if self._client is None:
             self._client = Client(
-                self.dsn, schema=self.schema, registry=self.registry, max_payload_bytes=self.max_payload_bytes
+                self.dsn,
+                schema=self.schema,
+                registry=self.registry,
+                max_payload_bytes=self.max_payload_bytes,
+                credential_policy=self.credential_policy,
             )
         return self._client
 
@@ -57,7 +73,11 @@ class Tenure:
     def sync_client(self) -> SyncClient:
         if self._sync_client is None:
             self._sync_client = SyncClient(
-                self.dsn, schema=self.schema, registry=self.registry, max_payload_bytes=self.max_payload_bytes
+                self.dsn,
+                schema=self.schema,
+                registry=self.registry,
+                max_payload_bytes=self.max_payload_bytes,
+                credential_policy=self.credential_policy,
             )
         return self._sync_client
 

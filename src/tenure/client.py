@@ -21,6 +21,7 @@ from tenure.db.connect import open_pool, resolve_dsn, unavailable
 from tenure.db.queries import Queries
 from tenure.errors import SchemaNotMigrated
 from tenure.jobs import EnqueuedJob, Job, JobEvent, JobSpec
+from tenure.secrets import CredentialPolicy, check_credentials, credential_policy_from
 from tenure.tasks import Task, TaskRegistry
 from tenure.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_schema_name, check_spec
 
@@ -35,9 +36,21 @@ _MISSING_SCHEMA = (
 class JobBuilder:
     """Turns an enqueue call into a validated JobSpec, applying the task's policy defaults."""
 
-    def __init__(self, registry: TaskRegistry | None, max_payload_bytes: int) -> None:
+    def __init__(
+        self,
+        registry: TaskRegistry | None,
+        max_payload_bytes: int,
+        credential_policy: CredentialPolicy | str = CredentialPolicy.WARN,
+    ) -> None:
         self.registry = registry
         self.max_payload_bytes = max_payload_bytes
+        self.credential_policy = credential_policy_from(credential_policy)
+
+    def check(self, spec: JobSpec) -> JobSpec:
+        """Validates a spec before it is written, and applies the credential policy (E4)."""
+        check_spec(spec, max_payload_bytes=self.max_payload_bytes)
+        check_credentials(spec.payload, self.credential_policy)
+        return spec
 
     def spec(
         self,
@@ -49,6 +62,7 @@ class JobBuilder:
         delay: float | timedelta | None = None,
         run_at: datetime | None = None,
         max_attempts: int | None = None,
+        ordering_key: str | None = None,
     ) -> JobSpec:
         known = task if isinstance(task, Task) else (self.registry.get(task) if self.registry else None)
         name = task.name if isinstance(task, Task) else task
@@ -72,6 +86,7 @@ class JobBuilder:
             max_attempts=max_attempts
             if max_attempts is not None
             else (policy.max_attempts if policy else 20),
+            ordering_key=ordering_key,
         )
         return check_spec(spec, max_payload_bytes=self.max_payload_bytes)
 
@@ -82,6 +97,16 @@ def _copy_rows(specs: Sequence[JobSpec], db_now: datetime) -> Iterator[tuple[Any
     for s in specs:
         available = s.run_at or (db_now + timedelta(seconds=s.delay or 0))
         yield (s.queue, s.task, Jsonb(s.payload), s.priority, available, s.max_attempts)
+
+
+def _refuse_ordering_keys(specs: Sequence[JobSpec]) -> None:
+    """COPY cannot take the per-key enqueue locks that keep a key's ids in commit order (O2)."""
+    if any(s.ordering_key is not None for s in specs):
+        from tenure.errors import ValidationError
+
+        raise ValidationError(
+            "enqueue_copy does not accept jobs with an ordering_key; enqueue them with enqueue_many"
+        )
 
 
 def _not_migrated(schema: str) -> SchemaNotMigrated:
@@ -101,10 +126,11 @@ class Client:
         pool: AsyncConnectionPool[Any] | None = None,
         registry: TaskRegistry | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        credential_policy: CredentialPolicy | str = CredentialPolicy.WARN,
     ) -> None:
         self.schema = check_schema_name(schema)
         self.queries = Queries(schema)
-        self.builder = JobBuilder(registry, max_payload_bytes)
+        self.builder = JobBuilder(registry, max_payload_bytes, credential_policy)
         self._dsn = dsn
         self._pool = pool
         self._owns_pool = pool is None
@@ -156,7 +182,7 @@ class Client:
         self, specs: Iterable[JobSpec], *, conn: AsyncConnection[Any] | None = None
     ) -> list[EnqueuedJob]:
         """Enqueues many jobs in one statement, all or none."""
-        checked = [check_spec(s, max_payload_bytes=self.builder.max_payload_bytes) for s in specs]
+        checked = [self.builder.check(s) for s in specs]
         if not checked:
             return []
         async with self._conn(conn) as c:
@@ -164,7 +190,8 @@ class Client:
 
     async def enqueue_copy(self, specs: Iterable[JobSpec]) -> int:
         """Bulk enqueue through COPY, in one transaction: all or none (P4)."""
-        checked = [check_spec(s, max_payload_bytes=self.builder.max_payload_bytes) for s in specs]
+        checked = [self.builder.check(s) for s in specs]
+        _refuse_ordering_keys(checked)
         if not checked:
             return 0
         sql = named_queries(self.schema)
@@ -197,10 +224,11 @@ class SyncClient:
         schema: str = "tenure",
         registry: TaskRegistry | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        credential_policy: CredentialPolicy | str = CredentialPolicy.WARN,
     ) -> None:
         self.schema = check_schema_name(schema)
         self.queries = Queries(schema)
-        self.builder = JobBuilder(registry, max_payload_bytes)
+        self.builder = JobBuilder(registry, max_payload_bytes, credential_policy)
         self._dsn = dsn
         self._pool: ConnectionPool[Any] | None = None
 
@@ -262,14 +290,15 @@ class SyncClient:
     def enqueue_many(
         self, specs: Iterable[JobSpec], *, conn: Connection[Any] | None = None
     ) -> list[EnqueuedJob]:
-        checked = [check_spec(s, max_payload_bytes=self.builder.max_payload_bytes) for s in specs]
+        checked = [self.builder.check(s) for s in specs]
         if not checked:
             return []
         with self._conn(conn) as c:
             return self.queries.job_insert_many_sync(c, checked)
 
     def enqueue_copy(self, specs: Iterable[JobSpec]) -> int:
-        checked = [check_spec(s, max_payload_bytes=self.builder.max_payload_bytes) for s in specs]
+        checked = [self.builder.check(s) for s in specs]
+        _refuse_ordering_keys(checked)
         if not checked:
             return 0
         sql = named_queries(self.schema)

@@ -101,6 +101,30 @@ class JobContext:
         if self.lost_reason is None:
             self.lost_reason = reason
 
+    # -- external effects (E2) ---------------------------------------------------------------
+
+    async def effect(
+        self, name: str, *, perform: Callable[[str], Any], reconcile: Callable[..., Any] | None = None
+    ) -> Any:
+        """Performs an external call at most once across retries, through the effect ledger.
+
+        `perform(key)` makes the call (pass `key` on to the destination if it takes one) and
+        returns a JSON outcome. A 'done' effect returns its recorded outcome without calling
+        again; an effect an earlier attempt may have performed goes to `reconcile` first
+        (see tenure.effects). Without `reconcile` the job fails with EFFECT_UNCERTAIN.
+        """
+        from tenure.effects import run_effect
+
+        return await run_effect(self, self._services, name, perform, reconcile)
+
+    def effect_sync(
+        self, name: str, *, perform: Callable[[str], Any], reconcile: Callable[..., Any] | None = None
+    ) -> Any:
+        """`effect` for plain-function handlers, which run in worker threads."""
+        from tenure.effects import run_effect_sync
+
+        return run_effect_sync(self, self._services, name, perform, reconcile)
+
     # -- transactional completion (E3) ------------------------------------------------------
 
     async def atomic(

@@ -89,6 +89,9 @@ class Job:
     created_at: datetime
     attempted_at: datetime | None
     finished_at: datetime | None
+    ordering_key: str | None = None
+    priority_boost: int = 0
+    """Aging steps `priority` was raised by since enqueue (O3); the enqueued one is the difference."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,3 +130,5 @@ class JobSpec:
     run_at: datetime | None = None
     delay: float | None = None
     max_attempts: int = 20
+    ordering_key: str | None = None
+    """Jobs sharing a key run one at a time, in enqueue order (O2); None: no ordering."""

@@ -161,4 +161,13 @@ def check_spec(spec: JobSpec, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BY
         raise ValidationError(
             f"run_at {spec.run_at!r} must be a timezone-aware datetime (for example datetime.now(UTC))"
         )
+    if spec.ordering_key is not None and (
+        not isinstance(spec.ordering_key, str) or not 1 <= len(spec.ordering_key) <= 200
+    ):
+        raise ValidationError(
+            f"ordering_key {spec.ordering_key!r} is invalid: give a string of 1 to 200 characters "
+            "(an account or order id), or None for no ordering"
+        )
+    if spec.ordering_key is not None:
+        _check_text(spec.ordering_key, "ordering_key")
     return spec

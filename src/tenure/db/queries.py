@@ -104,6 +104,8 @@ class Queries:
             "run_ats": [s.run_at for s in specs],
             "delays": [s.delay for s in specs],
             "max_attempts": [s.max_attempts for s in specs],
+            "ordering_keys": [s.ordering_key for s in specs],
+            "ordering_lock_space": f"tenure.ordering:{self.schema}",
             "channel": self.channel,
             "now": now,
         }

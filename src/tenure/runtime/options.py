@@ -25,6 +25,10 @@ class WorkerOptions:
     max_runtime_seconds: the hard limit after which a lease is never renewed (L4).
     poll_interval: how often to claim with no notification, so jobs drain without LISTEN (N2).
     claim_batch: the most jobs one claim takes; never more than the free slots (C3).
+    queue_weights: each queue's share of the slots while queues compete (O3); unnamed queues
+        weigh 1. A queue always gets its share back as slots free; idle shares are lent out.
+    priority_aging_seconds: a pending job gains one priority step per this many seconds of
+        waiting (O3), at most priority_aging_max steps; None turns aging off.
     """
 
     queues: list[str] | None = None
@@ -41,6 +45,9 @@ class WorkerOptions:
     listen: bool = True
     worker_id: str = field(default_factory=default_worker_id)
     completion_batch: int = 500
+    queue_weights: dict[str, int] | None = None
+    priority_aging_seconds: float | None = 60.0
+    priority_aging_max: int = 100
 
     def __post_init__(self) -> None:
         if self.queues is not None:
@@ -56,6 +63,24 @@ class WorkerOptions:
                 raise ConfigurationError(f"{name} must be a positive number of seconds, got {value!r}")
         if self.claim_batch < 1:
             raise ConfigurationError(f"claim_batch must be >= 1, got {self.claim_batch!r}")
+        for queue, weight in (self.queue_weights or {}).items():
+            check_queue(queue)
+            if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
+                raise ConfigurationError(f"queue weight of {queue!r} must be an integer >= 1, got {weight!r}")
+        aging = self.priority_aging_seconds
+        if aging is not None and (
+            isinstance(aging, bool) or not isinstance(aging, int | float) or aging <= 0
+        ):
+            raise ConfigurationError(
+                f"priority_aging_seconds must be a positive number of seconds or None, got {aging!r}"
+            )
+        if not isinstance(self.priority_aging_max, int) or self.priority_aging_max < 0:
+            raise ConfigurationError(
+                f"priority_aging_max must be an integer >= 0, got {self.priority_aging_max!r}"
+            )
+
+    def weight(self, queue: str) -> int:
+        return (self.queue_weights or {}).get(queue, 1)
 
     @property
     def heartbeat_every(self) -> float:

@@ -3,20 +3,27 @@
 
 -- name: job_insert_many
 -- Inserts jobs from parallel arrays and notifies each affected queue once (N1).
+-- Keyed jobs (O2) first take a transaction-scoped advisory lock per ordering key, in key order
+-- (no deadlock between batches), so the ids of one key are drawn in commit order.
 WITH input AS (
     SELECT *
     FROM unnest(
         %(queues)s::text[], %(tasks)s::text[], %(payloads)s::jsonb[], %(priorities)s::smallint[],
-        %(run_ats)s::timestamptz[], %(delays)s::float8[], %(max_attempts)s::integer[]
-    ) WITH ORDINALITY AS u(queue, task, payload, priority, run_at, delay, max_attempts, ord)
+        %(run_ats)s::timestamptz[], %(delays)s::float8[], %(max_attempts)s::integer[],
+        %(ordering_keys)s::text[]
+    ) WITH ORDINALITY AS u(queue, task, payload, priority, run_at, delay, max_attempts, ordering_key, ord)
 ), clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), ordering_locks AS (
+    SELECT count(pg_advisory_xact_lock(hashtext(%(ordering_lock_space)s), hashtext(k.ordering_key))) AS n
+    FROM (SELECT DISTINCT ordering_key FROM input WHERE ordering_key IS NOT NULL ORDER BY 1) k
 ), inserted AS (
-    INSERT INTO __schema__.jobs (queue, task, payload, priority, available_at, max_attempts, created_at)
+    INSERT INTO __schema__.jobs (queue, task, payload, priority, available_at, max_attempts, created_at,
+                                 ordering_key)
     SELECT i.queue, i.task, i.payload, i.priority,
            coalesce(i.run_at, clock.now + make_interval(secs => coalesce(i.delay, 0))),
-           i.max_attempts, clock.now
-    FROM input i CROSS JOIN clock
+           i.max_attempts, clock.now, i.ordering_key
+    FROM input i CROSS JOIN clock CROSS JOIN ordering_locks
     ORDER BY i.ord
     RETURNING id, queue, idempotency_key, available_at
 ), notified AS (
@@ -34,7 +41,8 @@ SELECT count(pg_notify(%(channel)s, q)) AS n FROM unnest(%(queues)s::text[]) AS 
 -- name: job_get
 SELECT id, queue, task, payload, state::text AS state, priority, available_at, attempt_count,
        max_attempts, lease_owner, lease_token, lease_expires_at, lease_deadline, progress,
-       last_error_code, last_error, idempotency_key, created_at, attempted_at, finished_at
+       last_error_code, last_error, idempotency_key, created_at, attempted_at, finished_at,
+       ordering_key, priority_boost
 FROM __schema__.jobs
 WHERE id = %(id)s;
 

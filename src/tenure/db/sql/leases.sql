@@ -9,12 +9,20 @@
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), candidate AS (
-    SELECT id, task
-    FROM __schema__.jobs
-    WHERE state = 'pending'
-      AND queue = %(queue)s
-      AND available_at <= (SELECT now FROM clock)
-    ORDER BY priority DESC, available_at, id
+    SELECT c.id, c.task
+    FROM __schema__.jobs c
+    WHERE c.state = 'pending'
+      AND c.queue = %(queue)s
+      AND c.available_at <= (SELECT now FROM clock)
+      -- Per-key ordering (O2): a keyed job is claimable only as the head of its key: nothing
+      -- of its key is running, and nothing earlier is pending or dead. Unkeyed rows skip the probe.
+      AND (c.ordering_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM __schema__.jobs o
+            WHERE o.ordering_key = c.ordering_key
+              AND o.state IN ('pending', 'running', 'dead')
+              AND o.id <> c.id
+              AND (o.state = 'running' OR o.id < c.id)))
+    ORDER BY c.priority DESC, c.available_at, c.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), policy AS (
