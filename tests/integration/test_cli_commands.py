@@ -14,6 +14,7 @@ import pytest
 from psycopg import conninfo
 
 from tenure.cli import EXIT_NOT_MIGRATED, EXIT_UNAVAILABLE, EXIT_USAGE, main
+from tenure.db.migrate import latest_version
 from tenure.db.queries import Queries
 from tenure.jobs import JobSpec
 
@@ -60,7 +61,7 @@ def test_migrate_twice_is_idempotent(empty_dsn: str, capsys: pytest.CaptureFixtu
     """`tenure migrate` applies the schema once; the second run reports it up to date and applies nothing."""
     dsn = with_password(empty_dsn)
     code, out, _ = cli(capsys, "migrate", "--dsn", dsn, "--json")
-    assert code == 0 and json.loads(out)["applied"] == [1]
+    assert code == 0 and json.loads(out)["applied"] == list(range(1, latest_version() + 1))
     code, out, _ = cli(capsys, "migrate", "--dsn", dsn, "--json")
     assert code == 0 and json.loads(out)["applied"] == []
     code, out, _ = cli(capsys, "migrate", "--dsn", dsn)
@@ -83,8 +84,9 @@ def test_two_concurrent_migrate_processes_both_succeed(empty_dsn: str) -> None:
     ]
     results = [p.communicate(timeout=60) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], results
-    assert sorted(json.loads(out)["applied"] for out, _ in results) == [[], [1]]
-    assert sql(empty_dsn, "SELECT count(*) FROM tenure.schema_migrations") == [(1,)]
+    all_versions = list(range(1, latest_version() + 1))
+    assert sorted(json.loads(out)["applied"] for out, _ in results) == [[], all_versions]
+    assert sql(empty_dsn, "SELECT count(*) FROM tenure.schema_migrations") == [(len(all_versions),)]
 
 
 def test_enqueue_writes_a_job_and_bad_input_writes_nothing(
@@ -157,10 +159,10 @@ def test_status_json_reports_counts_per_queue_and_state(dsn: str, capsys: pytest
         assert cli(capsys, "enqueue", "t", "--dsn", dsn, "--queue", queue)[0] == 0
     code, out, _ = cli(capsys, "status", "--dsn", with_password(dsn), "--json")
     assert code == 0
-    report = {q["queue"]: q for q in json.loads(out)}
-    assert report["a"]["counts"] == {"pending": 2}
-    assert report["b"]["counts"] == {"pending": 1}
-    assert report["reports"]["counts"] == {"dead": 1}
+    report = {q["queue"]: q for q in json.loads(out)["queues"]}
+    assert (report["a"]["pending"], report["a"]["running"], report["a"]["dead"]) == (2, 0, 0)
+    assert (report["b"]["pending"], report["b"]["dead"]) == (1, 0)
+    assert (report["reports"]["pending"], report["reports"]["dead"]) == (0, 1)
     assert report["a"]["oldest_claimable_age_s"] >= 0
     assert report["reports"]["oldest_claimable_age_s"] is None
     code, out, _ = cli(capsys, "status", "--dsn", dsn)

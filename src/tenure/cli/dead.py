@@ -1,4 +1,4 @@
-"""The dead-job workflow: list, show with history, reprocess."""
+"""The dead-job workflow (R4): list and filter, show with history, reprocess, purge."""
 
 from __future__ import annotations
 
@@ -8,95 +8,210 @@ from typing import Any
 
 from rich.table import Table
 
-from tenure.cli._common import as_dict, emit_json, err, out, positive_int, resolve
+from tenure.cli._common import EXIT_USAGE, as_dict, emit_json, err, out, positive_int, resolve
+from tenure.cli._duration import duration, human
 from tenure.db.connect import connect
 from tenure.db.migrate import require_current_schema
+from tenure.db.ops_queries import OpsQueries
 from tenure.db.queries import Queries
+
+MAX_REASON_CHARS = 2000
+
+
+def _filters(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "queue": args.queue,
+        "task": args.task,
+        "error_code": args.error_code,
+        "older_than": args.older_than,
+    }
+
+
+async def cmd_list(args: argparse.Namespace, conn: Any) -> int:
+    rows = await OpsQueries(args.schema).dead_search(conn, limit=args.limit, **_filters(args))
+    if args.json:
+        emit_json(rows)
+        return 0
+    table = Table(title="dead jobs")
+    for column in ("id", "queue", "task", "attempts", "error code", "dead for", "last error"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(
+            str(r["id"]),
+            r["queue"],
+            r["task"],
+            f"{r['attempt_count']}/{r['max_attempts']}",
+            r["last_error_code"] or "",
+            human(r["age_seconds"]),
+            (r["last_error"] or "").splitlines()[0][:80] if r["last_error"] else "",
+        )
+    out.print(table if rows else "no dead jobs match")
+    return 0
+
+
+async def cmd_show(args: argparse.Namespace, conn: Any) -> int:
+    queries = Queries(args.schema)
+    job = await queries.job_get(conn, args.id)
+    if job is None:
+        err.print(f"error: no job with id {args.id}; `tenure dead list` shows the dead ones")
+        return 1
+    events = await queries.job_events_list(conn, args.id)
+    if args.json:
+        emit_json({"job": as_dict(job), "history": [as_dict(e) for e in events]})
+        return 0
+    out.print(as_dict(job))
+    table = Table(title=f"history of job {args.id}")
+    for column in ("at", "event", "from", "to", "token", "worker", "code", "note"):
+        table.add_column(column)
+    for e in events:
+        table.add_row(
+            e.at.isoformat(timespec="milliseconds"),
+            e.event,
+            e.from_state or "",
+            e.to_state or "",
+            str(e.token),
+            e.worker or "",
+            e.error_code or "",
+            (e.error or "")[:80],
+        )
+    out.print(table)
+    return 0
+
+
+async def cmd_reprocess(args: argparse.Namespace, conn: Any) -> int:
+    reason = (args.reason or "").strip()
+    if not reason:
+        err.print(
+            "error: --reason is empty; say why these jobs should run again (it is kept in their history)"
+        )
+        return EXIT_USAGE
+    if len(reason) > MAX_REASON_CHARS:
+        err.print(f"error: --reason is {len(reason)} characters; keep it under {MAX_REASON_CHARS}")
+        return EXIT_USAGE
+    filters = _filters(args)
+    if not args.ids and not any(v is not None for v in filters.values()) and not args.all:
+        err.print(
+            "error: name the jobs: give job ids, or a filter (--queue, --task, --error-code, --older-than), "
+            "or --all for every dead job"
+        )
+        return EXIT_USAGE
+    ops = OpsQueries(args.schema)
+    ids = sorted(set(args.ids)) if args.ids else None
+    async with conn.transaction():
+        moved = await ops.dead_reprocess_many(
+            conn,
+            ids=ids,
+            actor=args.actor,
+            reason=reason,
+            attempts=args.attempts,
+            limit=len(ids) if ids else args.limit,
+            **filters,
+        )
+        refused = sorted(set(ids) - set(moved)) if ids else []
+        if refused:
+            raise _Refused(refused)  # rolls the whole batch back: nothing half-done
+    if args.json:
+        emit_json({"reprocessed": moved})
+    elif moved:
+        out.print(
+            f"{len(moved)} job(s) pending again with {args.attempts} more attempt(s), ids and history kept: "
+            + ", ".join(str(i) for i in moved[:20])
+            + (" ..." if len(moved) > 20 else "")
+        )
+    else:
+        out.print("no dead jobs match; nothing reprocessed")
+    return 0
+
+
+class _Refused(Exception):
+    def __init__(self, ids: list[int]) -> None:
+        super().__init__(ids)
+        self.ids = ids
+
+
+async def _explain_refusal(args: argparse.Namespace, conn: Any, ids: list[int]) -> int:
+    queries = Queries(args.schema)
+    parts = []
+    for job_id in ids:
+        job = await queries.job_get(conn, job_id)
+        if job is None:
+            parts.append(f"job {job_id} is missing")
+        elif job.state.value == "dead":
+            parts.append(f"job {job_id} does not match the filters given")
+        else:
+            parts.append(f"job {job_id} is {job.state.value}, not dead")
+    err.print(f"error: {'; '.join(parts)}. Only dead jobs can be reprocessed; nothing was reprocessed")
+    return 1
+
+
+async def cmd_purge(args: argparse.Namespace, conn: Any) -> int:
+    ops = OpsQueries(args.schema)
+    if not args.yes:
+        matching = await ops.dead_search(conn, queue=args.queue, older_than=args.older_than, limit=100000)
+        err.print(
+            f"{len(matching)} dead job(s) dead for over {human(args.older_than)} would be deleted with their "
+            "history; add --yes to delete them"
+        )
+        return EXIT_USAGE
+    purged: list[int] = []
+    while True:
+        batch = await ops.dead_purge(conn, older_than=args.older_than, queue=args.queue, limit=1000)
+        purged.extend(batch)
+        if len(batch) < 1000:
+            break
+    if args.json:
+        emit_json({"purged": len(purged), "ids": purged})
+    else:
+        out.print(
+            f"deleted {len(purged)} dead job(s) dead for over {human(args.older_than)}, with their history"
+        )
+    return 0
 
 
 async def cmd_dead(args: argparse.Namespace) -> int:
     dsn = resolve(args).dsn
-    queries = Queries(args.schema)
-    async with await connect(dsn) as conn:
+    async with await connect(dsn, name="tenure-cli") as conn:
         await require_current_schema(conn, args.schema)
-        if args.dead_command == "list":
-            rows = await queries.dead_list(conn, queue=args.queue, limit=args.limit)
-            if args.json:
-                emit_json(rows)
-                return 0
-            table = Table(title="dead jobs")
-            for column in ("id", "queue", "task", "attempts", "error code", "finished"):
-                table.add_column(column)
-            for r in rows:
-                table.add_row(
-                    str(r["id"]),
-                    r["queue"],
-                    r["task"],
-                    f"{r['attempt_count']}/{r['max_attempts']}",
-                    r["last_error_code"] or "",
-                    r["finished_at"].isoformat(timespec="seconds"),
-                )
-            out.print(table if rows else "no dead jobs")
-            return 0
-        if args.dead_command == "show":
-            job = await queries.job_get(conn, args.id)
-            if job is None:
-                err.print(f"error: no job with id {args.id}")
-                return 1
-            events = await queries.job_events_list(conn, args.id)
-            if args.json:
-                emit_json(
-                    {
-                        "job": job.__dict__ if hasattr(job, "__dict__") else as_dict(job),
-                        "history": [as_dict(e) for e in events],
-                    }
-                )
-                return 0
-            out.print(as_dict(job))
-            table = Table(title=f"history of job {args.id}")
-            for column in ("at", "event", "from", "to", "token", "worker", "code"):
-                table.add_column(column)
-            for e in events:
-                table.add_row(
-                    e.at.isoformat(timespec="milliseconds"),
-                    e.event,
-                    e.from_state or "",
-                    e.to_state or "",
-                    str(e.token),
-                    e.worker or "",
-                    e.error_code or "",
-                )
-            out.print(table)
-            return 0
-        # reprocess
-        ok = await queries.job_reprocess(
-            conn, args.id, attempts=args.attempts, actor=args.actor, reason=args.reason
-        )
-        if not ok:
-            job = await queries.job_get(conn, args.id)
-            state = job.state.value if job else "missing"
-            err.print(
-                f"error: job {args.id} is {state}, not dead or cancelled; only those can be reprocessed"
-            )
-            return 1
-        if args.json:
-            emit_json({"reprocessed": args.id})
-        else:
-            out.print(f"job {args.id} is pending again with {args.attempts} more attempt(s); history kept")
-        return 0
+        handler = {"list": cmd_list, "show": cmd_show, "reprocess": cmd_reprocess, "purge": cmd_purge}
+        try:
+            return int(await handler[args.dead_command](args, conn))
+        except _Refused as refused:
+            return await _explain_refusal(args, conn, refused.ids)
+
+
+def _filter_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--queue", default=None)
+    p.add_argument("--task", default=None)
+    p.add_argument("--error-code", default=None, help="last error code, e.g. LEASE_EXPIRED or BAD_PAYLOAD")
+    p.add_argument("--older-than", type=duration, default=None, help="dead for at least this long (30m, 2d)")
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("dead", help="inspect and reprocess dead jobs")
+    p = sub.add_parser("dead", help="inspect, reprocess and purge dead jobs")
     p.set_defaults(handler=cmd_dead)
     dead = p.add_subparsers(dest="dead_command", required=True)
-    d = dead.add_parser("list", parents=[common])
-    d.add_argument("--queue", default=None)
+
+    d = dead.add_parser("list", parents=[common], help="dead jobs, newest first, filtered")
+    _filter_options(d)
     d.add_argument("--limit", type=positive_int, default=50)
-    d = dead.add_parser("show", parents=[common])
+
+    d = dead.add_parser("show", parents=[common], help="one job with its whole history")
     d.add_argument("id", type=int)
-    d = dead.add_parser("reprocess", parents=[common])
-    d.add_argument("id", type=int)
-    d.add_argument("--reason", required=True, help="why; kept in the job's history")
+
+    d = dead.add_parser(
+        "reprocess", parents=[common], help="dead jobs back to pending, keeping ids and history"
+    )
+    d.add_argument("ids", type=int, nargs="*", help="job ids (all must be dead, else nothing is done)")
+    _filter_options(d)
+    d.add_argument("--all", action="store_true", help="every dead job (with no ids and no filter)")
+    d.add_argument("--reason", required=True, help="why; recorded in each job's history")
     d.add_argument("--attempts", type=positive_int, default=1, help="fresh attempts to grant (default 1)")
-    d.add_argument("--actor", default=os.environ.get("USER", "operator"))
+    d.add_argument("--limit", type=positive_int, default=1000, help="most jobs one filter run moves")
+    d.add_argument(
+        "--actor", default=os.environ.get("USER", "operator"), help="who; recorded with the reason"
+    )
+
+    d = dead.add_parser("purge", parents=[common], help="delete dead jobs past a retention age")
+    d.add_argument("--older-than", type=duration, required=True, help="dead for longer than this (e.g. 30d)")
+    d.add_argument("--queue", default=None)
+    d.add_argument("--yes", action="store_true", help="really delete (without it: say how many)")

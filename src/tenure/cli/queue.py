@@ -1,12 +1,10 @@
-"""Schema and queue commands: migrate, enqueue, status, recover."""
+"""Schema and queue commands: migrate, enqueue, recover (`tenure status` is in health.py)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 from typing import Any
-
-from rich.table import Table
 
 from tenure.cli._common import EXIT_USAGE, emit_json, err, out, positive_int, resolve
 from tenure.client import Client
@@ -47,6 +45,7 @@ async def cmd_enqueue(args: argparse.Namespace) -> int:
         priority=args.priority,
         delay=args.delay,
         max_attempts=args.max_attempts,
+        ordering_key=args.ordering_key,
     )
     async with client:
         if args.count > 1:
@@ -59,52 +58,6 @@ async def cmd_enqueue(args: argparse.Namespace) -> int:
         emit_json(result)
     else:
         out.print(result)
-    return 0
-
-
-async def cmd_status(args: argparse.Namespace) -> int:
-    dsn = resolve(args).dsn
-    async with await connect(dsn) as conn:
-        await require_current_schema(conn, args.schema)
-        async with conn.transaction():  # one snapshot for the whole report (T6)
-            rows = await Queries(args.schema).queue_stats(conn, near_expiry_seconds=args.near_expiry)
-    queues: dict[str, dict[str, Any]] = {}
-    for r in rows:
-        q = queues.setdefault(
-            r.queue, {"queue": r.queue, "counts": {}, "oldest_claimable_age_s": None, "leases_near_expiry": 0}
-        )
-        q["counts"][r.state.value] = r.jobs
-        if r.oldest_claimable_at is not None:
-            q["oldest_claimable_age_s"] = round((r.db_now - r.oldest_claimable_at).total_seconds(), 3)
-        q["leases_near_expiry"] += r.leases_near_expiry
-    if args.json:
-        emit_json(list(queues.values()))
-        return 0
-    table = Table(title=f"Tenure queues (schema {args.schema})")
-    for column in (
-        "queue",
-        "pending",
-        "running",
-        "succeeded",
-        "dead",
-        "cancelled",
-        "oldest claimable",
-        "near expiry",
-    ):
-        table.add_column(column, justify="left" if column == "queue" else "right")
-    for q in queues.values():
-        c = q["counts"]
-        age = q["oldest_claimable_age_s"]
-        table.add_row(
-            q["queue"],
-            *(str(c.get(s, 0)) for s in ("pending", "running", "succeeded", "dead", "cancelled")),
-            "-" if age is None else f"{age:.1f}s",
-            str(q["leases_near_expiry"]),
-        )
-    if not queues:
-        out.print("no jobs yet")
-    else:
-        out.print(table)
     return 0
 
 
@@ -146,12 +99,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--priority", type=int, default=None)
     p.add_argument("--delay", type=float, default=None, help="seconds before the job may run")
     p.add_argument("--max-attempts", type=int, default=None)
+    p.add_argument("--ordering-key", default=None, help="run one at a time, in order, with this key's jobs")
     p.add_argument("--count", type=positive_int, default=1, help="enqueue this many copies through COPY")
     p.set_defaults(handler=cmd_enqueue)
-
-    p = sub.add_parser("status", parents=[common], help="queues at a glance")
-    p.add_argument("--near-expiry", type=float, default=10.0, help="seconds that count as near expiry")
-    p.set_defaults(handler=cmd_status)
 
     p = sub.add_parser("recover", parents=[common], help="recover expired leases now")
     p.set_defaults(handler=cmd_recover)

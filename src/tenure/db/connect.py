@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,9 +30,11 @@ def resolve_dsn(dsn: str | None = None) -> ResolvedDsn:
     if chosen:
         try:
             conninfo.conninfo_to_dict(chosen)
-        except psycopg.ProgrammingError as exc:
+        except (psycopg.ProgrammingError, UnicodeError) as exc:
+            # libpq quotes the offending fragment, which may be part of a password: leave it out.
+            reason = re.sub(r'"[^"]*"', '"…"', str(exc).splitlines()[0]) if str(exc) else "unparseable"
             raise DatabaseUnavailable(
-                f"the DSN is not valid ({exc}); give one like postgresql://user@host:5432/dbname"
+                f"the DSN is not valid ({reason}); give one like postgresql://user@host:5432/dbname"
             ) from None
         return ResolvedDsn(chosen, embedded=False)
     data_dir = default_data_dir()
@@ -42,7 +45,7 @@ def describe_dsn(dsn: str) -> str:
     """The DSN without its password, safe for logs and error messages."""
     try:
         parts = conninfo.conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError:
+    except (psycopg.ProgrammingError, UnicodeError):
         return "<unparseable DSN>"
     parts.pop("password", None)
     host = str(parts.get("host") or "localhost")
@@ -61,11 +64,23 @@ def unavailable(dsn: str, exc: BaseException) -> DatabaseUnavailable:
     )
 
 
+def application_name(dsn: str, name: str) -> dict[str, Any]:
+    """`application_name` for a connection, unless the DSN sets its own: it is how the
+    connections-in-use metric (pg_stat_activity) tells Tenure's sessions apart."""
+    try:
+        given = conninfo.conninfo_to_dict(dsn).get("application_name")
+    except psycopg.ProgrammingError:
+        given = None
+    return {} if given else {"application_name": name[:63]}
+
+
 async def connect(
-    dsn: str, *, autocommit: bool = True, timeout: float = 10.0
+    dsn: str, *, autocommit: bool = True, timeout: float = 10.0, name: str = "tenure"
 ) -> psycopg.AsyncConnection[Any]:
     try:
-        return await psycopg.AsyncConnection.connect(dsn, autocommit=autocommit, connect_timeout=int(timeout))
+        return await psycopg.AsyncConnection.connect(
+            dsn, autocommit=autocommit, connect_timeout=int(timeout), **application_name(dsn, name)
+        )
     except psycopg.OperationalError as exc:
         raise unavailable(dsn, exc) from None
 
@@ -92,7 +107,7 @@ async def open_pool(
         name=name,
         open=False,
         timeout=timeout,
-        kwargs={"autocommit": True, "prepare_threshold": prepare_threshold},
+        kwargs={"autocommit": True, "prepare_threshold": prepare_threshold, **application_name(dsn, name)},
     )
     try:
         await pool.open(wait=True, timeout=timeout)

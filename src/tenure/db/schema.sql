@@ -28,6 +28,8 @@ CREATE TABLE __schema__.jobs (
     created_at       timestamptz NOT NULL DEFAULT now(),
     attempted_at     timestamptz,
     finished_at      timestamptz,
+    ordering_key     text,
+    priority_boost   smallint NOT NULL DEFAULT 0,
     CONSTRAINT jobs_queue_format CHECK (queue ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$'),
     CONSTRAINT jobs_task_length CHECK (char_length(task) BETWEEN 1 AND 200),
     CONSTRAINT jobs_payload_object CHECK (jsonb_typeof(payload) = 'object'),
@@ -45,7 +47,9 @@ CREATE TABLE __schema__.jobs (
     CONSTRAINT jobs_finished_iff_terminal CHECK (
         (state IN ('succeeded', 'dead', 'cancelled')) = (finished_at IS NOT NULL)
     ),
-    CONSTRAINT jobs_error_bounded CHECK (char_length(last_error) <= 2000 AND char_length(last_error_code) <= 100)
+    CONSTRAINT jobs_error_bounded CHECK (char_length(last_error) <= 2000 AND char_length(last_error_code) <= 100),
+    CONSTRAINT jobs_ordering_key_length CHECK (char_length(ordering_key) BETWEEN 1 AND 200),
+    CONSTRAINT jobs_priority_boost_nonnegative CHECK (priority_boost >= 0)
 );
 
 -- Matches the claim's ORDER BY exactly, so the claim is an ordered index scan at any backlog.
@@ -74,3 +78,59 @@ CREATE TABLE __schema__.job_events (
     CONSTRAINT job_events_error_bounded CHECK (char_length(error) <= 2000 AND char_length(error_code) <= 100)
 );
 CREATE INDEX job_events_job_idx ON __schema__.job_events (job_id, id);
+
+-- The claim's "is this the head of its key?" probe, and the operators' blocked-key listing.
+CREATE INDEX jobs_ordering_idx ON __schema__.jobs (ordering_key, id)
+    WHERE ordering_key IS NOT NULL AND state IN ('pending', 'running', 'dead');
+
+-- One row per named external effect of a job: intent before the call, outcome after it.
+CREATE TABLE __schema__.job_effects (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id      bigint NOT NULL REFERENCES __schema__.jobs (id) ON DELETE CASCADE,
+    name        text NOT NULL,
+    state       text NOT NULL,
+    token       bigint NOT NULL,
+    outcome     jsonb,
+    resolved_by text,
+    reason      text,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT job_effects_one_per_name UNIQUE (job_id, name),
+    CONSTRAINT job_effects_state_known CHECK (state IN ('intent', 'done', 'uncertain', 'not_happened')),
+    CONSTRAINT job_effects_name_length CHECK (char_length(name) BETWEEN 1 AND 200),
+    CONSTRAINT job_effects_reason_bounded CHECK (char_length(reason) <= 2000)
+);
+CREATE INDEX job_effects_uncertain_idx ON __schema__.job_effects (updated_at) WHERE state = 'uncertain';
+
+
+-- Every job row is updated several times (claim, heartbeats, completion) and then deleted by
+-- retention, so the table is mostly dead tuples in waiting. The default autovacuum trigger (20%
+-- of the table) lets millions of them pile up in a large table and the partial indexes the claim
+-- scans; vacuum after 1% instead. fillfactor leaves room on each page so an updated row's new
+-- version usually lands on the same page (one dirty page per transition, not two).
+ALTER TABLE __schema__.jobs SET (
+    fillfactor = 90,
+    autovacuum_vacuum_scale_factor = 0.01,
+    autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_insert_scale_factor = 0.05,
+    autovacuum_analyze_scale_factor = 0.02
+);
+
+-- Retention deletes the oldest finished jobs first, and `tenure status` counts recent ones.
+CREATE INDEX jobs_finished_idx ON __schema__.jobs (finished_at)
+    WHERE state IN ('succeeded', 'cancelled');
+-- Retention of the audit log, oldest first.
+CREATE INDEX job_events_at_idx ON __schema__.job_events (at);
+
+-- One row per running worker process, refreshed every few seconds and deleted at a clean
+-- shutdown: a row that stops being refreshed is a worker that died or hangs.
+CREATE TABLE __schema__.workers (
+    id          text PRIMARY KEY,
+    queues      text[] NOT NULL,
+    concurrency integer NOT NULL,
+    busy        integer NOT NULL DEFAULT 0,
+    started_at  timestamptz NOT NULL DEFAULT now(),
+    seen_at     timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT workers_id_length CHECK (char_length(id) BETWEEN 1 AND 200),
+    CONSTRAINT workers_busy_in_range CHECK (concurrency >= 1 AND busy BETWEEN 0 AND concurrency)
+);

@@ -14,11 +14,14 @@ from typing import Any
 import psycopg
 
 from tenure.context import JobContext
-from tenure.errors import LeaseLost, Transient
+from tenure.errors import JobFailure, LeaseLost, Transient
 from tenure.jobs import ClaimedJob
+from tenure.logging_context import bind_job, job_fields
 from tenure.retry import FailureClass, FailurePolicy, error_code
 from tenure.runtime.completer import Completer
+from tenure.runtime.events import Outcome
 from tenure.runtime.services import WorkerServices
+from tenure.secrets import has_secret_refs, redact, resolve_secrets, resolved_values
 from tenure.tasks import Task, TaskRegistry
 
 log = logging.getLogger("tenure.worker")
@@ -77,11 +80,13 @@ class Executor:
             return
         execution.ctx.mark_lost(reason)
         self.services.stats.leases_lost += 1
+        self.services.events.lease_lost(execution.job, reason)
         log.warning(
             "job %s: %s (token %s); stopping it",
             execution.job.id,
             reason,
             execution.job.lease.token,
+            extra=job_fields(execution.job, self.services.owner),
         )
         if execution.task is not None and execution.cancel_reason is None:
             execution.cancel_reason = LOST
@@ -89,6 +94,7 @@ class Executor:
 
     async def _run(self, execution: Execution) -> None:
         job, ctx = execution.job, execution.ctx
+        bind_job(job, self.services.owner)  # this task's context: every log line names the job
         task = self.registry.get(job.task)
         if task is None:
             await self._fail(
@@ -109,13 +115,23 @@ class Executor:
                 FailureClass.PERMANENT,
             )
             return
+        payload, secrets = job.payload, []
+        if has_secret_refs(payload):
+            # Resolved values live in this attempt's memory only; every error text Tenure writes
+            # for the attempt has them redacted (E4).
+            try:
+                payload = await resolve_secrets(payload, self.registry.secret_resolver)
+            except JobFailure as exc:
+                await self._fail(execution, task, exc.code, str(exc), FailureClass.PERMANENT)
+                return
+            secrets = resolved_values(payload)
         runtime_left = (job.lease.deadline - job.db_now).total_seconds()
         try:
             async with asyncio.timeout(runtime_left):
                 if task.is_async:
-                    await task(ctx, **job.payload)
+                    await task(ctx, **payload)
                 else:
-                    call = functools.partial(task, ctx, **job.payload)
+                    call = functools.partial(task, ctx, **payload)
                     await asyncio.get_running_loop().run_in_executor(self.threads, call)
         except asyncio.CancelledError:
             if execution.cancel_reason is None:
@@ -139,23 +155,29 @@ class Executor:
             return
         except Exception as exc:
             if ctx.completed or ctx.lease_lost:
-                log.warning("job %s raised after its outcome was settled: %r", job.id, exc)
+                # The type only: an exception's text may quote the payload.
+                log.warning("job %s raised %s after its outcome was settled", job.id, type(exc).__name__)
                 if ctx.completed:
                     self.services.stats.succeeded += 1  # committed by ctx.atomic: a success
+                    self._finished(execution, Outcome.SUCCEEDED, None)
                 return
             failure = task.policy.failure.classify(exc)
-            detail = "".join(traceback.format_exception(exc, limit=8))[-1900:]
+            detail = redact("".join(traceback.format_exception(exc, limit=8)), secrets)[-1900:]
             await self._fail(execution, task, error_code(exc), detail, failure, exc)
             return
         if ctx.completed:
             self.services.stats.succeeded += 1  # completed in the handler's own transaction (E3)
+            self._finished(execution, Outcome.SUCCEEDED, None)
             return
         if ctx.lease_lost:
             return
         if await self.completer.complete(job):
             self.services.stats.succeeded += 1
+            self._finished(execution, Outcome.SUCCEEDED, None)
         else:
             self.services.stats.fencing_losses += 1
+            self.services.events.fencing_loss(job, "FENCED_COMPLETE")
+            self._finished(execution, Outcome.FENCED, "FENCED_COMPLETE")
             ctx.mark_lost("fence refused the completion")
             log.warning("job %s: completion refused by the fence (token %s)", job.id, job.lease.token)
 
@@ -195,10 +217,18 @@ class Executor:
                 await asyncio.sleep(min(2.0, 0.1 * 2**attempt))
         if outcome is None:
             services.stats.fencing_losses += 1
+            services.events.fencing_loss(job, "FENCED_FAIL")
+            self._finished(execution, Outcome.FENCED, code)
             execution.ctx.mark_lost("fence refused the failure")
             return
         if outcome.state.value == "dead":
             services.stats.dead += 1
+            self._finished(execution, Outcome.DEAD, code)
             log.warning("job %s is dead after attempt %s: %s", job.id, job.attempt, code)
         else:
             services.stats.retried += 1
+            self._finished(execution, Outcome.RETRIED, code)
+            log.debug("job %s failed with %s; retry scheduled", job.id, code)
+
+    def _finished(self, execution: Execution, outcome: Outcome, code: str | None) -> None:
+        self.services.events.job_finished(execution.job, outcome, code, time.monotonic() - execution.started)

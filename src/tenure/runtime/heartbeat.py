@@ -42,6 +42,7 @@ class Heartbeat:
             await self.beat_once()
         except Exception as exc:
             self.services.stats.heartbeat_failures += 1
+            self.services.events.heartbeat_failed()
             log.warning("heartbeat failed: %s", exc)
 
     def watchdog(self) -> None:

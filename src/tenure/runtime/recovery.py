@@ -32,6 +32,7 @@ class Recovery:
                     now=now,
                 )
             recovered.extend(batch)
+            services.events.leases_recovered(batch)
             for lease in batch:
                 if lease.state is JobState.DEAD:
                     services.stats.recovered_dead += 1

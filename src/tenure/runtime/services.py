@@ -11,6 +11,8 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from tenure.db.queries import Queries
 from tenure.jobs import ClaimedJob
+from tenure.logging_context import job_fields
+from tenure.runtime.events import Events
 from tenure.runtime.options import WorkerOptions
 from tenure.runtime.stats import WorkerStats
 
@@ -19,13 +21,20 @@ log = logging.getLogger("tenure.worker")
 
 class WorkerServices:
     def __init__(
-        self, *, pool: AsyncConnectionPool[Any], queries: Queries, options: WorkerOptions, dsn: str
+        self,
+        *,
+        pool: AsyncConnectionPool[Any],
+        queries: Queries,
+        options: WorkerOptions,
+        dsn: str,
+        events: Events | None = None,
     ) -> None:
         self.pool = pool
         self.queries = queries
         self.options = options
         self.owner = options.worker_id
         self.stats = WorkerStats()
+        self.events = events or Events()
         self.dsn = dsn
         self.loop = asyncio.get_running_loop()
         self._sync_pool: ConnectionPool[Any] | None = None
@@ -47,7 +56,14 @@ class WorkerServices:
 
     async def record_fencing_loss(self, job: ClaimedJob, code: str) -> None:
         self.stats.fencing_losses += 1
-        log.warning("fencing loss: job %s token %s (%s)", job.id, job.lease.token, code)
+        self.events.fencing_loss(job, code)
+        log.warning(
+            "fencing loss: job %s token %s (%s)",
+            job.id,
+            job.lease.token,
+            code,
+            extra=job_fields(job, self.owner),
+        )
         try:
             async with self.pool.connection() as conn:
                 await self.queries.fencing_lost_record(

@@ -14,8 +14,11 @@ from psycopg_pool import AsyncConnectionPool
 from tenure.db.connect import open_pool, resolve_dsn
 from tenure.db.migrate import require_current_schema
 from tenure.db.queries import Queries
+from tenure.maintenance import RetentionPolicy, WorkerPresence
+from tenure.runtime.aging import PriorityAging
 from tenure.runtime.claimer import Claimer
 from tenure.runtime.completer import Completer
+from tenure.runtime.events import Events
 from tenure.runtime.executor import SHUTDOWN, Executor
 from tenure.runtime.heartbeat import Heartbeat
 from tenure.runtime.listener import Listener
@@ -47,6 +50,8 @@ class Worker:
         self.stopping = asyncio.Event()
         self.started = asyncio.Event()
         self.services: WorkerServices | None = None
+        self.events = Events()  # subscribe metrics here before run()
+        self.retention: RetentionPolicy | None = RetentionPolicy()  # None: this worker never prunes
         self.executor: Executor | None = None
         self.claimer: Claimer | None = None
         self.recovery: Recovery | None = None
@@ -79,7 +84,9 @@ class Worker:
             await pool.close()
 
     async def _run(self, pool: AsyncConnectionPool[Any], dsn: str, handle_signals: bool) -> WorkerStats:
-        services = WorkerServices(pool=pool, queries=Queries(self.schema), options=self.options, dsn=dsn)
+        services = WorkerServices(
+            pool=pool, queries=Queries(self.schema), options=self.options, dsn=dsn, events=self.events
+        )
         self.services = services
         threads = ThreadPoolExecutor(max_workers=self.options.concurrency, thread_name_prefix="tenure-job")
         completer = Completer(services)
@@ -91,7 +98,18 @@ class Worker:
             asyncio.create_task(completer.run(), name="tenure-completer"),
             asyncio.create_task(heartbeat.run(), name="tenure-heartbeat"),
             asyncio.create_task(self.recovery.run(), name="tenure-recovery"),
+            asyncio.create_task(PriorityAging(services).run(), name="tenure-priority-aging"),
         ]
+        presence = WorkerPresence(
+            pool,
+            self.schema,
+            worker_id=services.owner,
+            queues=self.queues,
+            concurrency=self.options.concurrency,
+            busy=lambda: len(executor.running),
+            retention=self.retention,
+        )
+        background.append(asyncio.create_task(presence.run(), name="tenure-presence"))
         if self.options.listen:
             self.listener = Listener(dsn, self.schema, set(self.queues), claimer.wake)
             background.append(asyncio.create_task(self.listener.run(), name="tenure-listener"))

@@ -1,0 +1,197 @@
+"""Health at a glance: `tenure status` for people, `tenure check` for cron and health checks."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any
+
+from rich.table import Table
+
+from tenure.cli._common import emit_json, out, resolve
+from tenure.cli._duration import duration, human
+from tenure.db.connect import connect
+from tenure.db.migrate import require_current_schema
+from tenure.db.ops_queries import OpsQueries, Snapshot
+
+EXIT_THRESHOLD = 1
+THROUGHPUT_MINUTES = 5
+
+
+@dataclass(frozen=True)
+class Report:
+    snapshot: Snapshot
+    finished: list[dict[str, Any]]
+    workers: list[dict[str, Any]]
+
+
+async def read_report(args: argparse.Namespace, *, with_history: bool) -> Report:
+    """The gauges, recent throughput and workers, all from one read-only snapshot (T6)."""
+    ops = OpsQueries(args.schema)
+    async with await connect(resolve(args).dsn, name="tenure-cli") as conn:
+        await require_current_schema(conn, args.schema)
+        async with conn.transaction():
+            await ops.begin_snapshot(conn)
+            snapshot = await ops.read_gauges(
+                conn, near_expiry_seconds=args.near_expiry, stale_seconds=args.stale_after
+            )
+            finished = await ops.finished_recent(conn, minutes=THROUGHPUT_MINUTES) if with_history else []
+            workers = await ops.worker_list(conn) if with_history else []
+    return Report(snapshot, finished, workers)
+
+
+def queue_summaries(report: Report, stale_after: float) -> dict[str, Any]:
+    queues: dict[str, dict[str, Any]] = {}
+    for g in report.snapshot.queues:
+        queues[g.queue] = {
+            "queue": g.queue,
+            "pending": g.pending,
+            "running": g.running,
+            "dead": g.dead,
+            "oldest_claimable_age_s": round(g.oldest_claimable_age, 3) if g.oldest_claimable_at else None,
+            "oldest_dead_age_s": round(g.oldest_dead_age, 3) if g.oldest_dead_at else None,
+            "leases_near_expiry": g.leases_near_expiry,
+        }
+    for r in report.finished:
+        q = queues.setdefault(
+            r["queue"],
+            {
+                "queue": r["queue"],
+                "pending": 0,
+                "running": 0,
+                "dead": 0,
+                "oldest_claimable_age_s": None,
+                "oldest_dead_age_s": None,
+                "leases_near_expiry": 0,
+            },
+        )
+        per_minute = q.setdefault("finished_per_minute", {}).setdefault(r["state"], [0] * THROUGHPUT_MINUTES)
+        if 0 <= r["minutes_ago"] < THROUGHPUT_MINUTES:
+            per_minute[r["minutes_ago"]] += r["jobs"]
+    w = report.snapshot.workers
+    return {
+        "db_now": w.db_now,
+        "queues": sorted(queues.values(), key=lambda q: q["queue"]),
+        "workers": {
+            "registered": w.registered,
+            "stale": w.stale,
+            "stale_after_s": stale_after,
+            "lease_owners": w.lease_owners,
+            "busy_slots": w.busy,
+            "capacity_slots": w.capacity,
+            "list": report.workers,
+        },
+        "lock_waits": report.snapshot.lock_waits,
+    }
+
+
+async def cmd_status(args: argparse.Namespace) -> int:
+    report = await read_report(args, with_history=True)
+    summary = queue_summaries(report, args.stale_after)
+    if args.json:
+        emit_json(summary)
+        return 0
+    if not summary["queues"]:
+        out.print("no pending, running or dead jobs, and none finished in the last minutes")
+    else:
+        table = Table(title=f"Tenure queues (schema {args.schema})")
+        columns = (
+            "queue",
+            "pending",
+            "running",
+            "dead",
+            "oldest claimable",
+            "oldest dead",
+            "near expiry",
+            f"done/min (last {THROUGHPUT_MINUTES})",
+        )
+        for column in columns:
+            table.add_column(column, justify="left" if column == "queue" else "right")
+        for q in summary["queues"]:
+            done = q.get("finished_per_minute", {}).get("succeeded", [0] * THROUGHPUT_MINUTES)
+            table.add_row(
+                q["queue"],
+                str(q["pending"]),
+                str(q["running"]),
+                str(q["dead"]),
+                human(q["oldest_claimable_age_s"]),
+                human(q["oldest_dead_age_s"]),
+                str(q["leases_near_expiry"]),
+                " ".join(str(n) for n in reversed(done)),
+            )
+        out.print(table)
+    w = summary["workers"]
+    out.print(
+        f"workers: {w['registered']} registered ({w['stale']} silent for over {human(args.stale_after)}), "
+        f"{w['busy_slots']}/{w['capacity_slots']} slots busy, {w['lease_owners']} holding leases; "
+        f"lock waits now: {summary['lock_waits']}"
+    )
+    return 0
+
+
+def problems(report: Report, args: argparse.Namespace) -> list[str]:
+    """Every threshold crossed, worst first within each kind, as one-line reasons."""
+    found: list[str] = []
+    queues = [q for q in report.snapshot.queues if args.queue is None or q.queue == args.queue]
+    for q in sorted(queues, key=lambda q: -q.oldest_claimable_age):
+        if args.max_claimable_age is not None and q.oldest_claimable_age > args.max_claimable_age:
+            found.append(
+                f"queue {q.queue}: oldest claimable job has waited {human(q.oldest_claimable_age)} "
+                f"(limit {human(args.max_claimable_age)})"
+            )
+    for q in sorted(queues, key=lambda q: -q.oldest_dead_age):
+        if args.max_dead_age is not None and q.dead and q.oldest_dead_age > args.max_dead_age:
+            found.append(
+                f"queue {q.queue}: a dead job has been unresolved for {human(q.oldest_dead_age)} "
+                f"(limit {human(args.max_dead_age)})"
+            )
+    dead = sum(q.dead for q in queues)
+    if args.max_dead is not None and dead > args.max_dead:
+        found.append(f"{dead} dead jobs (limit {args.max_dead})")
+    stale = report.snapshot.workers.stale
+    if args.max_stale_workers is not None and stale > args.max_stale_workers:
+        found.append(
+            f"{stale} workers silent for over {human(args.stale_after)} (limit {args.max_stale_workers})"
+        )
+    return found
+
+
+async def cmd_check(args: argparse.Namespace) -> int:
+    report = await read_report(args, with_history=False)
+    found = problems(report, args)
+    if args.json:
+        emit_json({"ok": not found, "problems": found, **queue_summaries(report, args.stale_after)})
+    elif found:
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        print(f"CRITICAL: {found[0]}{more}")
+    else:
+        print("OK")
+    return EXIT_THRESHOLD if found else 0
+
+
+def _snapshot_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--near-expiry", type=duration, default=10.0, help="a lease this close to expiry counts")
+    p.add_argument("--stale-after", type=duration, default=60.0, help="a worker silent this long is stale")
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("status", parents=[common], help="queues at a glance")
+    _snapshot_options(p)
+    p.set_defaults(handler=cmd_status)
+
+    p = sub.add_parser(
+        "check",
+        parents=[common],
+        help="exit 1 with a one-line reason when a threshold is crossed (for cron and health checks)",
+    )
+    _snapshot_options(p)
+    p.add_argument("--queue", default=None, help="check this queue only")
+    p.add_argument(
+        "--max-claimable-age", type=duration, default=300.0, help="oldest claimable job's wait (default 5m)"
+    )
+    p.add_argument("--max-dead", type=int, default=None, help="most dead jobs allowed (default: no limit)")
+    p.add_argument("--max-dead-age", type=duration, default=None, help="oldest unresolved dead job's age")
+    p.add_argument(
+        "--max-stale-workers", type=int, default=None, help="most workers allowed silent past --stale-after"
+    )
+    p.set_defaults(handler=cmd_check)

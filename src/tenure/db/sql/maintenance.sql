@@ -1,0 +1,64 @@
+-- Retention and the worker registry. Every delete takes a bounded batch with SKIP LOCKED, so
+-- any number of processes may run the maintenance pass at once without waiting on each other.
+
+-- name: worker_seen
+-- A worker's periodic "still here", with how many of its slots are busy.
+INSERT INTO __schema__.workers AS w (id, queues, concurrency, busy, started_at, seen_at)
+VALUES (%(id)s, %(queues)s::text[], %(concurrency)s, %(busy)s,
+        coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT (id) DO UPDATE
+SET queues = excluded.queues, concurrency = excluded.concurrency, busy = excluded.busy,
+    seen_at = excluded.seen_at;
+
+-- name: worker_forget
+DELETE FROM __schema__.workers WHERE id = %(id)s;
+
+-- name: workers_prune_silent
+-- Rows of workers silent for longer than %(seconds)s: they crashed long ago.
+DELETE FROM __schema__.workers
+WHERE seen_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(seconds)s)
+RETURNING id;
+
+-- name: jobs_prune_finished
+-- Succeeded and cancelled jobs (only those: never pending, running or dead) finished longer ago
+-- than their queue's retention, oldest first, with their audit rows.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), policy AS (
+    SELECT * FROM unnest(%(policy_queues)s::text[], %(policy_seconds)s::float8[]) AS p(queue, seconds)
+), doomed AS (
+    SELECT j.id
+    FROM __schema__.jobs j CROSS JOIN clock
+    WHERE j.state IN ('succeeded', 'cancelled')
+      AND j.finished_at < clock.now - make_interval(secs => %(shortest_seconds)s)
+      AND j.finished_at < clock.now - make_interval(secs => coalesce(
+              (SELECT p.seconds FROM policy p WHERE p.queue = j.queue), %(default_seconds)s::float8))
+    ORDER BY j.finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), history AS (
+    DELETE FROM __schema__.job_events e USING doomed d WHERE e.job_id = d.id
+)
+DELETE FROM __schema__.jobs j
+USING doomed d
+WHERE j.id = d.id
+  AND j.state IN ('succeeded', 'cancelled')
+RETURNING j.id, j.queue;
+
+-- name: job_events_prune
+-- Audit rows older than the retention, except those of jobs that are pending, running or dead:
+-- a job still in play keeps its whole history (R4).
+WITH doomed AS (
+    SELECT e.id
+    FROM __schema__.job_events e
+    WHERE e.at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(seconds)s)
+      AND NOT EXISTS (
+          SELECT 1 FROM __schema__.jobs j
+          WHERE j.id = e.job_id AND j.state IN ('pending', 'running', 'dead')
+      )
+    ORDER BY e.at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM __schema__.job_events e USING doomed d WHERE e.id = d.id
+RETURNING e.id;

@@ -1,0 +1,109 @@
+-- Gauges for metrics, `tenure status` and `tenure check`. Read them together inside one
+-- REPEATABLE READ, READ ONLY transaction so one report is one consistent snapshot (T6).
+-- Job gauges read only pending, running and dead rows through their partial indexes: a scrape
+-- costs the backlog, never the history of succeeded jobs.
+
+-- name: gauge_queues
+-- Per queue: backlog, oldest claimable job, running leases close to expiry, dead jobs and the
+-- oldest unresolved dead one (reprocessed or purged jobs are no longer dead).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), pending AS (
+    SELECT queue, count(*) AS n,
+           min(available_at) FILTER (WHERE available_at <= (SELECT now FROM clock)) AS oldest_claimable_at
+    FROM __schema__.jobs
+    WHERE state = 'pending'
+    GROUP BY queue
+), running AS (
+    SELECT queue, count(*) AS n,
+           count(*) FILTER (WHERE lease_expires_at
+                            <= (SELECT now FROM clock) + make_interval(secs => %(near_expiry_seconds)s))
+               AS near_expiry
+    FROM __schema__.jobs
+    WHERE state = 'running'
+    GROUP BY queue
+), dead AS (
+    SELECT queue, count(*) AS n, min(finished_at) AS oldest_dead_at
+    FROM __schema__.jobs
+    WHERE state = 'dead'
+    GROUP BY queue
+), queues AS (
+    SELECT queue FROM pending UNION SELECT queue FROM running UNION SELECT queue FROM dead
+)
+SELECT q.queue,
+       coalesce(p.n, 0) AS pending,
+       p.oldest_claimable_at,
+       coalesce(r.n, 0) AS running,
+       coalesce(r.near_expiry, 0) AS leases_near_expiry,
+       coalesce(d.n, 0) AS dead,
+       d.oldest_dead_at,
+       clock.now AS db_now
+FROM queues q
+LEFT JOIN pending p USING (queue)
+LEFT JOIN running r USING (queue)
+LEFT JOIN dead d USING (queue)
+CROSS JOIN clock
+ORDER BY q.queue;
+
+-- name: gauge_finished_recent
+-- Jobs that reached a terminal state in each of the last %(minutes)s minutes, per queue
+-- (minute 0 is the current one): throughput as the database saw it, from every worker.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+)
+SELECT queue, state::text AS state,
+       floor(extract(epoch FROM clock.now - finished_at) / 60)::integer AS minutes_ago,
+       count(*) AS jobs
+FROM __schema__.jobs CROSS JOIN clock
+WHERE state IN ('succeeded', 'cancelled', 'dead')
+  AND finished_at > clock.now - make_interval(mins => %(minutes)s)
+  AND finished_at <= clock.now
+GROUP BY queue, state, minutes_ago
+ORDER BY queue, state, minutes_ago;
+
+-- name: gauge_workers
+-- Registered workers, the stale ones among them (not seen for %(stale_seconds)s), their slots,
+-- and the distinct lease owners of running jobs (which counts workers that never registered).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+)
+SELECT count(w.id) AS registered,
+       count(w.id) FILTER (WHERE w.seen_at < clock.now - make_interval(secs => %(stale_seconds)s)) AS stale,
+       coalesce(sum(w.busy), 0)::bigint AS busy,
+       coalesce(sum(w.concurrency), 0)::bigint AS capacity,
+       (SELECT count(DISTINCT lease_owner) FROM __schema__.jobs WHERE state = 'running') AS lease_owners,
+       clock.now AS db_now
+FROM clock
+LEFT JOIN __schema__.workers w ON true
+GROUP BY clock.now;
+
+-- name: worker_list
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+)
+SELECT id, queues, concurrency, busy, started_at, seen_at,
+       extract(epoch FROM clock.now - seen_at)::float8 AS silent_seconds
+FROM __schema__.workers CROSS JOIN clock
+ORDER BY id;
+
+-- name: gauge_connections
+-- Sessions on this database opened by Tenure (application_name tenure*), by state.
+SELECT application_name AS application, coalesce(state, 'unknown') AS state, count(*) AS connections
+FROM pg_stat_activity
+WHERE datname = current_database()
+  AND application_name LIKE 'tenure%%'
+GROUP BY application_name, state
+ORDER BY application_name, state;
+
+-- name: gauge_lock_waits
+-- Sessions on this database waiting for a lock now, and the longest wait. Row locks show up as
+-- waits on another transaction's id, not on a table, so this counts every lock wait here.
+SELECT count(*) AS waiting,
+       coalesce(max(extract(epoch FROM clock_timestamp() - a.state_change)), 0)::float8 AS longest_seconds
+FROM pg_stat_activity a
+WHERE a.datname = current_database()
+  AND a.wait_event_type = 'Lock';
+
+-- name: snapshot_begin
+-- First statement of a report's transaction: every gauge after it sees the same snapshot (T6).
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;

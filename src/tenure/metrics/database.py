@@ -1,0 +1,143 @@
+"""Database gauges, computed once per scrape for the whole cluster from one snapshot (T6)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from tenure.db.ops_queries import OpsQueries, Snapshot
+
+log = logging.getLogger("tenure.metrics")
+
+
+class DatabaseCollector(Collector):
+    """Reads the gauges on each scrape through one dedicated connection, reopened after an error.
+
+    A failed scrape yields `tenure_db_up 0` and no stale values: a gauge that cannot be read is
+    absent, never frozen at its last value.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        schema: str = "tenure",
+        *,
+        near_expiry_seconds: float = 10.0,
+        stale_seconds: float = 60.0,
+        application_name: str = "tenure-metrics",
+    ) -> None:
+        self.dsn = dsn
+        self.queries = OpsQueries(schema)
+        self.near_expiry_seconds = near_expiry_seconds
+        self.stale_seconds = stale_seconds
+        self.application_name = application_name
+        self._conn: psycopg.Connection[Any] | None = None
+        self._lock = threading.Lock()
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(
+                self.dsn, autocommit=True, connect_timeout=5, application_name=self.application_name
+            )
+        return self._conn
+
+    def read(self) -> Snapshot:
+        with self._lock:
+            try:
+                return self.queries.snapshot_sync(
+                    self._connection(),
+                    near_expiry_seconds=self.near_expiry_seconds,
+                    stale_seconds=self.stale_seconds,
+                )
+            except psycopg.Error:
+                if self._conn is not None:
+                    self._conn.close()
+                self._conn = None
+                raise
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        started = time.perf_counter()
+        up = GaugeMetricFamily("tenure_db_up", "1 when the last scrape could read the database")
+        try:
+            snap = self.read()
+        except psycopg.Error as exc:
+            log.warning("metrics scrape could not read the database: %s", type(exc).__name__)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield from self._families(snap)
+        took = GaugeMetricFamily("tenure_db_scrape_seconds", "How long reading the database gauges took")
+        took.add_metric([], time.perf_counter() - started)
+        yield took
+
+    def _families(self, snap: Snapshot) -> Iterator[GaugeMetricFamily]:
+        def per_queue(name: str, doc: str, attr: str) -> GaugeMetricFamily:
+            family = GaugeMetricFamily(name, doc, labels=["queue"])
+            for q in snap.queues:
+                value = getattr(q, attr)
+                family.add_metric([q.queue], float(value))
+            return family
+
+        jobs = GaugeMetricFamily(
+            "tenure_jobs", "Jobs in a live or dead state, by queue and state", labels=["queue", "state"]
+        )
+        for q in snap.queues:
+            for state in ("pending", "running", "dead"):
+                jobs.add_metric([q.queue, state], float(getattr(q, state)))
+        yield jobs
+        yield per_queue(
+            "tenure_oldest_claimable_age_seconds",
+            "Age of the oldest job that could run now but has not been claimed (0: none waiting)",
+            "oldest_claimable_age",
+        )
+        yield per_queue("tenure_dead_jobs", "Dead jobs not reprocessed or purged", "dead")
+        yield per_queue(
+            "tenure_oldest_dead_age_seconds",
+            "Time since the oldest unresolved dead job died (0: none)",
+            "oldest_dead_age",
+        )
+        yield per_queue(
+            "tenure_leases_near_expiry",
+            f"Running jobs whose lease expires within {self.near_expiry_seconds:g}s (or already has)",
+            "leases_near_expiry",
+        )
+        workers = snap.workers
+        for name, doc, value in (
+            ("tenure_workers_registered", "Worker processes in the registry", workers.registered),
+            (
+                "tenure_workers_stale",
+                f"Registered workers silent for over {self.stale_seconds:g}s",
+                workers.stale,
+            ),
+            ("tenure_workers_lease_owners", "Distinct owners of running leases", workers.lease_owners),
+            ("tenure_workers_busy_slots", "Busy slots over all registered workers", workers.busy),
+            ("tenure_workers_capacity_slots", "Slots over all registered workers", workers.capacity),
+            ("tenure_db_lock_waits", "Sessions on Tenure's database waiting for a lock now", snap.lock_waits),
+            ("tenure_db_longest_lock_wait_seconds", "The longest current lock wait", snap.longest_lock_wait),
+        ):
+            family = GaugeMetricFamily(name, doc)
+            family.add_metric([], float(value))
+            yield family
+        connections = GaugeMetricFamily(
+            "tenure_db_connections",
+            "Sessions Tenure opened on the database (application_name tenure*), by application and state",
+            labels=["application", "state"],
+        )
+        for row in snap.connections:
+            connections.add_metric([row["application"], row["state"]], float(row["connections"]))
+        yield connections
