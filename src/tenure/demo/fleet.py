@@ -49,6 +49,11 @@ class WorkerProcess:
 class Fleet:
     """Starts `tenure worker tenure.demo.bank` processes and signals them."""
 
+    #: The app module the workers load and the queues they serve (the soak runs its own app).
+    app_module = "tenure.demo.bank"
+    queues = QUEUE
+    owner_prefix = "demo"
+
     def __init__(
         self, *, dsn: str, schema: str, lease: float, concurrency: int, run_dir: Path, run_id: str
     ) -> None:
@@ -65,17 +70,17 @@ class Fleet:
             self.workers.append(self._spawn(f"w{len(self.workers) + 1}"))
 
     def _spawn(self, name: str) -> WorkerProcess:
-        owner = f"demo-{self.run_id}-{name}"
+        owner = f"{self.owner_prefix}-{self.run_id}-{name}"
         argv = [
             sys.executable,
             "-m",
             "tenure.cli",
             "worker",
-            "tenure.demo.bank",
+            self.app_module,
             "--schema",
             self.schema,
             "--queues",
-            QUEUE,
+            self.queues,
             "--lease",
             str(self.lease),
             "--concurrency",
@@ -89,13 +94,22 @@ class Fleet:
             "--json",
         ]
         # The DSN goes through the environment, not argv, so a password never shows in `ps`.
-        env = {**os.environ, DSN_ENV: self.dsn}
+        env = {**os.environ, DSN_ENV: self.dsn, **self.environment(name, owner)}
         stats_path = self.run_dir / f"{name}.json"
         log_path = self.run_dir / f"{name}.log"
         stdout = stats_path.open("wb")
         stderr = log_path.open("wb")
+        argv = [*self.command_prefix(name), *argv]
         proc = subprocess.Popen(argv, env=env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
         return WorkerProcess(name, owner, proc, stdout, stderr, stats_path, log_path, ["started"])
+
+    def command_prefix(self, name: str) -> list[str]:
+        """What the worker command runs under (the soak puts some in a network namespace)."""
+        return []
+
+    def environment(self, name: str, owner: str) -> dict[str, str]:
+        """Extra environment for one worker (the soak skews some workers' clocks)."""
+        return {}
 
     def kill(self, worker: WorkerProcess) -> None:
         """A crash: no shutdown code runs, the leases it holds are simply never released."""

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# System packages the fault soak (`tenure soak`, tests/soak) uses, installed only when missing:
+#   iproute2  - network namespaces and veth pairs (a worker host on its own network)
+#   iptables  - the partition and packet-loss faults (the kernel here may lack tc netem)
+#   faketime  - libfaketime, for the clock-skew fault
+# Safe to run again; needs root (or sudo). Without these the soak still runs and reports the
+# faults it had to skip.
+set -euo pipefail
+
+missing=()
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v iptables >/dev/null 2>&1 || missing+=(iptables)
+[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || missing+=(faketime)
+
+if [ "${#missing[@]}" -eq 0 ]; then
+    echo "system dependencies present"
+    exit 0
+fi
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+    sudo="sudo"
+fi
+echo "installing: ${missing[*]}"
+$sudo apt-get update -q
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"

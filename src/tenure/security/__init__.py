@@ -1,0 +1,1 @@
+"""Least-privilege roles for a Tenure schema: producer, worker, admin (`tenure roles`)."""

@@ -1,0 +1,32 @@
+-- The GRANTs of Tenure's three roles on one schema, printed by `tenure roles`.
+-- {schema} and {role} are filled in with quoted identifiers. What these privileges enforce, and
+-- what only the fencing protocol enforces, is written down in docs/security.md.
+
+-- name: producer
+-- Enqueue only: insert jobs (also through COPY) and read back what the insert returns.
+GRANT USAGE ON SCHEMA {schema} TO {role};
+GRANT INSERT ON {schema}.jobs TO {role};
+GRANT SELECT (id, queue, idempotency_key, available_at) ON {schema}.jobs TO {role};
+GRANT SELECT ON {schema}.schema_migrations TO {role};
+
+-- name: worker
+-- Claim, heartbeat, complete, fail, recover expired leases. It may rewrite only the lease and
+-- outcome columns of jobs: never a job's payload, queue, task, priority or attempt budget, and it
+-- may not insert or delete jobs. No DDL: no CREATE on the schema, no ownership.
+GRANT USAGE ON SCHEMA {schema} TO {role};
+GRANT SELECT ON {schema}.jobs TO {role};
+GRANT UPDATE (state, available_at, attempt_count, lease_owner, lease_token, lease_expires_at,
+              lease_deadline, progress, last_error_code, last_error, attempted_at, finished_at)
+    ON {schema}.jobs TO {role};
+GRANT SELECT, INSERT ON {schema}.job_events TO {role};
+GRANT SELECT, INSERT, UPDATE ON {schema}.job_effects TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.workers TO {role};
+GRANT SELECT ON {schema}.schema_migrations TO {role};
+
+-- name: admin
+-- Migrations and dead-job operations (inspect, reprocess, cancel, prune). Run `tenure migrate`
+-- as this role from the start, so it owns the schema and every object in it: ALTER and DROP
+-- belong to owners and cannot be granted.
+GRANT USAGE, CREATE ON SCHEMA {schema} TO {role};
+GRANT ALL PRIVILEGES ON ALL TABLES IN SCHEMA {schema} TO {role};
+GRANT ALL PRIVILEGES ON ALL SEQUENCES IN SCHEMA {schema} TO {role};

@@ -1,0 +1,80 @@
+"""The soak's Tenure app: the demo bank's transfer plus four other kinds of job.
+
+Workers load it like any user app (`tenure worker tenure.soak.app`). Every handler records its
+execution interval in the worker's attempt log, which is how the soak measures X5.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+
+from tenure import Backoff, JobContext, Permanent, Tenure, Transient
+from tenure.demo.bank import transfer as bank_transfer
+from tenure.soak.attempts import AttemptLog
+from tenure.soak.ordered_effects import make_handlers
+
+QUEUE = "soak"
+MAX_ATTEMPTS = 25
+
+
+class Kind(enum.StrEnum):
+    """Each kind of job, by task name, and what it must end as."""
+
+    TRANSFER = "soak.transfer"
+    NOOP = "soak.noop"
+    SLOW = "soak.slow"
+    FLAKY = "soak.flaky"
+    DOOMED = "soak.doomed"
+    ORDERED = "soak.ordered"
+    EFFECT = "soak.effect"
+
+
+app = Tenure()
+attempts = AttemptLog()
+_policy = {"queue": QUEUE, "max_attempts": MAX_ATTEMPTS, "backoff": Backoff(base=0.05, cap=1.0)}
+
+
+def transfer(ctx: JobContext, source: int, target: int, amount: int) -> None:
+    """The demo's transfer: ledger row and fenced completion commit together or not at all."""
+    with attempts.running(ctx):
+        bank_transfer(ctx, source=source, target=target, amount=amount)
+
+
+async def noop(ctx: JobContext) -> None:
+    """Nothing but the queue's own work: claim and fenced completion."""
+    with attempts.running(ctx):
+        pass
+
+
+async def slow(ctx: JobContext, steps: int, step_seconds: float) -> None:
+    """Runs for longer than the lease and reports progress, so only heartbeats keep it."""
+    with attempts.running(ctx):
+        for step in range(steps):
+            await asyncio.sleep(step_seconds)
+            ctx.progress({"step": step + 1})  # raises LeaseLost once the lease is gone
+
+
+async def flaky(ctx: JobContext, fail_times: int) -> None:
+    """Fails transiently on its first `fail_times` attempts, then succeeds."""
+    with attempts.running(ctx):
+        if ctx.attempt <= fail_times:
+            raise Transient(
+                f"attempt {ctx.attempt} of {fail_times} planned failures", code="FLAKY", delay=0.05
+            )
+
+
+async def doomed(ctx: JobContext, reason: str) -> None:
+    """Can never succeed: dead on its first attempt, never retried."""
+    with attempts.running(ctx):
+        raise Permanent(reason, code="DOOMED")
+
+
+app.task(transfer, name=Kind.TRANSFER.value, **_policy)
+app.task(noop, name=Kind.NOOP.value, **_policy)
+app.task(slow, name=Kind.SLOW.value, **_policy)
+app.task(flaky, name=Kind.FLAKY.value, **_policy)
+app.task(doomed, name=Kind.DOOMED.value, **_policy)
+ordered, effect = make_handlers(attempts)
+app.task(ordered, name=Kind.ORDERED.value, **_policy)
+app.task(effect, name=Kind.EFFECT.value, **_policy)

@@ -1,0 +1,189 @@
+"""The soak's fault schedule: one real fault after another, in rotation, until the load ends.
+
+Every fault is real: signals to real processes, sessions killed by the server, the server itself
+restarted, packets dropped by the kernel, a snapshot held by another session. Faults run one at a
+time so that each one's effect can be read from the record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg import IsolationLevel
+
+from tenure.db.connect import connect
+from tenure.demo.fleet import WorkerProcess
+from tenure.soak.attempts import host_clock
+from tenure.soak.fleet import SoakFleet
+from tenure.soak.network import WorkerNetwork
+from tenure.soak.queries import SoakQueries
+from tenure.soak.server import SoakServer
+
+PACKET_LOSS_SHARE = 0.3
+
+
+class FaultKind(enum.Enum):
+    KILL = "SIGKILL a worker"
+    PAUSE = "SIGSTOP/SIGCONT a worker"
+    TERMINATE = "pg_terminate_backend of a worker's sessions"
+    PARTITION = "network partition worker <-> database"
+    RESTART = "PostgreSQL restart"
+    PACKET_LOSS = "packet loss worker <-> database"
+    SNAPSHOT = "long-held REPEATABLE READ snapshot"
+
+
+@dataclass(frozen=True)
+class FaultRecord:
+    at: float
+    kind: FaultKind
+    target: str
+    seconds: float
+    detail: str
+    skipped: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "at_s": round(self.at, 2),
+            "fault": self.kind.name.lower(),
+            "target": self.target,
+            "seconds": round(self.seconds, 2),
+            "detail": self.detail,
+            "skipped": self.skipped,
+        }
+
+
+class FaultSchedule:
+    def __init__(
+        self,
+        *,
+        fleet: SoakFleet,
+        dsn: str,
+        schema: str,
+        lease: float,
+        server: SoakServer | None,
+        network: WorkerNetwork | None,
+        network_missing: str,
+        started: float,
+    ) -> None:
+        self.fleet = fleet
+        self.dsn = dsn
+        self.queries = SoakQueries(schema)
+        self.lease = lease
+        self.server = server
+        self.network = network
+        self.network_missing = network_missing
+        self.started = started
+        self.records: list[FaultRecord] = []
+        #: Host-clock (stop, cont) intervals per worker name: a frozen process executes nothing.
+        self.frozen: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        self.killed_at: dict[str, float] = {}
+        self._victims = 0
+
+    def counts(self) -> dict[str, int]:
+        done: dict[str, int] = {k.name.lower(): 0 for k in FaultKind}
+        for r in self.records:
+            if not r.skipped:
+                done[r.kind.name.lower()] += 1
+        return done
+
+    async def run(self, stop: asyncio.Event, gap: float, on_fault: Any) -> None:
+        """Injects faults in rotation, `gap` seconds apart, until `stop` is set."""
+        kinds = list(FaultKind)
+        n = 0
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=gap)
+            if stop.is_set():
+                break
+            kind = kinds[n % len(kinds)]
+            n += 1
+            started = time.monotonic()
+            target, detail, skipped = await self._inject(kind)
+            record = FaultRecord(
+                started - self.started, kind, target, time.monotonic() - started, detail, skipped
+            )
+            self.records.append(record)
+            on_fault(record)
+
+    def _victim(self) -> WorkerProcess | None:
+        live = [w for w in self.fleet.live() if not w.paused]
+        if not live:
+            return None
+        self._victims += 1
+        return live[self._victims % len(live)]
+
+    async def _inject(self, kind: FaultKind) -> tuple[str, str, bool]:
+        if kind in (FaultKind.KILL, FaultKind.PAUSE, FaultKind.TERMINATE):
+            victim = self._victim()
+            if victim is None:
+                return "-", "no live worker", True
+            if kind is FaultKind.KILL:
+                return await self._kill(victim)
+            if kind is FaultKind.PAUSE:
+                return await self._pause(victim)
+            return await self._terminate(victim)
+        if kind is FaultKind.RESTART:
+            return await self._restart()
+        if kind in (FaultKind.PARTITION, FaultKind.PACKET_LOSS):
+            return await self._network(kind)
+        return await self._snapshot()
+
+    async def _kill(self, victim: WorkerProcess) -> tuple[str, str, bool]:
+        self.fleet.kill(victim)
+        self.killed_at[victim.name] = host_clock()
+        await asyncio.sleep(1.0)  # a host takes a moment to come back
+        fresh = self.fleet.replace(victim)
+        return victim.name, f"crashed; replaced by {fresh.name}", False
+
+    async def _pause(self, victim: WorkerProcess) -> tuple[str, str, bool]:
+        seconds = 2.5 * self.lease
+        self.fleet.pause(victim)
+        stopped = host_clock()
+        await asyncio.sleep(seconds)
+        self.fleet.resume(victim)
+        self.frozen[victim.name].append((stopped, host_clock()))
+        return victim.name, f"frozen {seconds:g}s (2.5x the lease)", False
+
+    async def _terminate(self, victim: WorkerProcess) -> tuple[str, str, bool]:
+        async with await connect(self.dsn) as conn:
+            killed = await self.queries.terminate_worker(conn, victim.owner)
+        return victim.name, f"{killed} sessions terminated", False
+
+    async def _restart(self) -> tuple[str, str, bool]:
+        if self.server is None:
+            return "server", "not the soak's own server (pass --restart-server to allow)", True
+        await asyncio.to_thread(self.server.restart)
+        return "server", f"fast shutdown and start (restart #{self.server.restarts})", False
+
+    async def _network(self, kind: FaultKind) -> tuple[str, str, bool]:
+        victim = self.fleet.current("w1")
+        if self.network is None or victim is None:
+            return "w1", self.network_missing or "no worker in the namespace", True
+        if kind is FaultKind.PARTITION:
+            seconds = 2.0 * self.lease
+            self.network.partition()
+            detail = f"every packet dropped for {seconds:g}s (2x the lease)"
+        else:
+            seconds = 3.0 * self.lease
+            self.network.lose_packets(PACKET_LOSS_SHARE)
+            detail = f"{PACKET_LOSS_SHARE:.0%} of packets dropped for {seconds:g}s"
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            self.network.heal()
+        return victim.name, detail, False
+
+    async def _snapshot(self) -> tuple[str, str, bool]:
+        seconds = 4.0 * self.lease
+        async with await connect(self.dsn, autocommit=False) as conn:
+            await conn.set_isolation_level(IsolationLevel.REPEATABLE_READ)
+            held = await self.queries.snapshot_open(conn)
+            await asyncio.sleep(seconds)
+            await conn.rollback()
+        return "session", f"snapshot (xid {held['xid']}, {held['jobs']} jobs) held {seconds:g}s", False

@@ -1,0 +1,51 @@
+"""Typed access to the soak's named queries (sql/soak.sql)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg.rows import dict_row
+
+from tenure.db._sqlfiles import SCHEMA_PLACEHOLDER, quote_schema, read_sections
+
+Row = dict[str, Any]
+
+
+@functools.cache
+def _sections() -> dict[str, str]:
+    return read_sections("tenure.soak", "sql")
+
+
+class SoakQueries:
+    def __init__(self, schema: str) -> None:
+        quoted = quote_schema(schema)
+        self._sql = {name: body.replace(SCHEMA_PLACEHOLDER, quoted) for name, body in _sections().items()}
+
+    async def _rows(self, conn: AsyncConnection[Any], name: str, params: Row | None = None) -> list[Row]:
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(self._sql[name], params or {})
+            return await cur.fetchall() if cur.description else []
+
+    async def terminate_worker(self, conn: AsyncConnection[Any], owner: str) -> int:
+        return int((await self._rows(conn, "soak_terminate_worker", {"owner": owner}))[0]["terminated"])
+
+    async def snapshot_open(self, conn: AsyncConnection[Any]) -> Row:
+        return (await self._rows(conn, "soak_snapshot_open"))[0]
+
+    async def progress(self, conn: AsyncConnection[Any]) -> Row:
+        return (await self._rows(conn, "soak_progress"))[0]
+
+    async def leases_outstanding(self, conn: AsyncConnection[Any]) -> Row:
+        return (await self._rows(conn, "soak_leases_outstanding"))[0]
+
+    async def outcomes(self, conn: AsyncConnection[Any]) -> list[Row]:
+        return await self._rows(conn, "soak_outcomes")
+
+    async def missing(self, conn: AsyncConnection[Any], ids: Sequence[int]) -> int:
+        return int((await self._rows(conn, "soak_missing", {"ids": list(ids)}))[0]["missing"])
+
+    async def events(self, conn: AsyncConnection[Any]) -> list[Row]:
+        return await self._rows(conn, "soak_events")

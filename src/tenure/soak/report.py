@@ -1,0 +1,102 @@
+"""The soak's verdict: figures read back from the database, and the checks that must all hold."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tenure.soak.attempts import Overlaps
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "ok": self.ok, "detail": self.detail}
+
+
+@dataclass
+class SoakReport:
+    jobs: dict[str, Any]
+    leases: dict[str, Any]
+    money: dict[str, Any]
+    checks: list[Check] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    window: dict[str, Any] = field(default_factory=dict)
+    faults: list[dict[str, Any]] = field(default_factory=list)
+    fault_counts: dict[str, int] = field(default_factory=dict)
+    workers: list[dict[str, Any]] = field(default_factory=list)
+    setup: dict[str, Any] = field(default_factory=dict)
+    wall_seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures and all(c.ok for c in self.checks)
+
+    def add_window(self, found: Overlaps, lease: float, longest_network_fault: float) -> None:
+        """X5: two attempts of one job may overlap, but only for a bounded time.
+
+        A worker that is running learns of its lost lease from its own monotonic clock and stops
+        at the handler's next cancellation point, so its overlap stays within one lease. A worker
+        cut off from the database may sit blocked in a database call until the network heals,
+        so the bound allows the longest network fault twice over (TCP retransmission backs off).
+        """
+        bound = lease + 2 * longest_network_fault
+        self.window = {**found.as_dict(), "lease_s": lease, "bound_s": round(bound, 3)}
+        self.checks.append(
+            Check(
+                "duplicate-execution window bounded (X5)",
+                found.max_window <= bound,
+                f"max {found.max_window:.2f}s over {found.jobs_run_twice_at_once} jobs, lease "
+                f"{lease:g}s, bound {bound:.2f}s",
+            )
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "wall_seconds": round(self.wall_seconds, 1),
+            "setup": self.setup,
+            "jobs": self.jobs,
+            "leases": self.leases,
+            "money": self.money,
+            "duplicate_execution": self.window,
+            "fault_counts": self.fault_counts,
+            "faults": self.faults,
+            "workers": self.workers,
+            "checks": [c.as_dict() for c in self.checks],
+            "failures": self.failures,
+        }
+
+
+def render(report: SoakReport) -> None:
+    jobs, leases, money, window = report.jobs, report.leases, report.money, report.window
+    kinds = ", ".join(f"{k.split('.')[-1]} {n}" for k, n in jobs["enqueued_by_kind"].items())
+    lines = [
+        "",
+        f"tenure soak: {'ALL CHECKS HOLD' if report.ok else 'VIOLATION'} after {report.wall_seconds:.0f}s",
+        f"  jobs enqueued            {jobs['enqueued']:>8}   ({kinds})",
+        f"  succeeded                {jobs['succeeded']:>8}",
+        f"  dead                     {jobs['dead']:>8}   (doomed by design, or transfers lacking funds)",
+        f"  lost                     {jobs['lost']:>8}",
+        f"  transfers applied twice  {money['applied_more_than_once']:>8}   "
+        f"(of {money['transfers_succeeded']} succeeded)",
+        f"  stale writes rejected    {leases['stale_writes_rejected']:>8}",
+        f"  lease expirations        {leases['lease_expirations']:>8}",
+        f"  retries                  {leases['retries']:>8}",
+        f"  recovered after stop     {leases['recovered_after_stop']:>8}",
+        f"  max duplicate execution  {window.get('max_window_s', 0):>7.2f}s   "
+        f"(lease {window.get('lease_s')}s, bound {window.get('bound_s')}s, "
+        f"{window.get('jobs_run_twice_at_once', 0)} jobs ran twice at once)",
+        f"  money                    {money['now']:>8}   (opening {money['opening']})",
+        "  faults: " + ", ".join(f"{k} {n}" for k, n in report.fault_counts.items()),
+    ]
+    skipped = {f["fault"]: f["detail"] for f in report.faults if f["skipped"]}
+    lines += [f"  skipped {k}: {v}" for k, v in skipped.items()]
+    lines.append("  checks:")
+    lines += [f"    {'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}" for c in report.checks]
+    lines += [f"    FAIL {f}" for f in report.failures]
+    print("\n".join(lines), flush=True)

@@ -1,0 +1,371 @@
+"""`tenure soak`: load, faults, drain, then the accounting, read back from the database."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import shutil
+import signal
+import tempfile
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from psycopg import AsyncConnection
+
+from tenure.client import Client
+from tenure.db.connect import connect, describe_dsn, resolve_dsn
+from tenure.db.queries import Queries
+from tenure.demo.database import check_database_name, prepare, recreate_database
+from tenure.demo.queries import BankQueries
+from tenure.demo.workload import make_workload
+from tenure.errors import ConfigurationError, TenureError
+from tenure.soak import ordered_effects
+from tenure.soak.app import Kind, app
+from tenure.soak.attempts import host_clock, overlaps, read_intervals
+from tenure.soak.faults import FaultRecord, FaultSchedule
+from tenure.soak.fleet import SoakFleet, faketime_available
+from tenure.soak.network import NetworkUnavailable, WorkerNetwork
+from tenure.soak.queries import SoakQueries
+from tenure.soak.report import Check, SoakReport, render
+from tenure.soak.server import SoakServer
+from tenure.soak.workload import Mixer, expected
+
+TICK = 0.25
+
+
+def run_soak(args: argparse.Namespace) -> int:
+    """Exit status 0 when every check holds, 1 otherwise."""
+    _check_args(args)
+    # SIGTERM unwinds like Ctrl-C, so the workers, the namespace, the iptables rules and the
+    # server are cleaned up rather than left behind.
+    signal.signal(signal.SIGTERM, _interrupted)
+    return asyncio.run(_run(args))
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    if not args.duration > 0 or not args.rate > 0 or not args.lease > 0:
+        raise ConfigurationError("--duration, --rate and --lease must be positive numbers")
+    if args.workers < 4:
+        raise ConfigurationError(
+            "the soak needs --workers >= 4 (one partitioned, two with skewed clocks, one plain)"
+        )
+    if args.accounts < 2 or args.concurrency < 1:
+        raise ConfigurationError("the soak needs --accounts >= 2 and --concurrency >= 1")
+    check_database_name(args.database)
+
+
+def _say(args: argparse.Namespace, message: str) -> None:
+    if not args.json:
+        print(message, flush=True)
+
+
+async def _run(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    run_id = uuid.uuid4().hex[:6]
+    run_dir = Path(tempfile.mkdtemp(prefix="tenure-soak-"))
+    network: WorkerNetwork | None = None
+    network_missing = ""
+    server: SoakServer | None = None
+    fleet: SoakFleet | None = None
+    try:
+        if args.dsn:
+            server_dsn = resolve_dsn(args.dsn).dsn
+            network_missing = "network faults need the soak's own server (run without --dsn)"
+            where = describe_dsn(server_dsn)
+        else:
+            try:
+                network = WorkerNetwork.create(run_id)
+            except NetworkUnavailable as exc:
+                network_missing = f"no network namespace on this machine: {exc}"
+            server = SoakServer(extra_hosts=[network.host_ip] if network else [])
+            await asyncio.to_thread(server.start)
+            server_dsn = server.dsn()
+            where = f"its own PostgreSQL (data in {server.data_dir})"
+        _say(args, f"tenure soak: {args.duration:g}s of load on {where}")
+        dsn = await recreate_database(server_dsn, args.database)
+        workload = make_workload(args.accounts, 0, args.seed)
+        await prepare(dsn, args.schema, workload)
+
+        fleet = SoakFleet(
+            dsn=dsn,
+            schema=args.schema,
+            lease=args.lease,
+            concurrency=args.concurrency,
+            run_dir=run_dir,
+            run_id=run_id,
+            network=network,
+        )
+        fleet.start(args.workers)
+        roles = {w.name: fleet.role(w.name).value for w in fleet.workers}
+        _say(args, "workers: " + ", ".join(f"{n} ({r})" for n, r in roles.items()))
+        faults = FaultSchedule(
+            fleet=fleet,
+            dsn=dsn,
+            schema=args.schema,
+            lease=args.lease,
+            server=server if (server is not None or args.restart_server) else None,
+            network=network,
+            network_missing=network_missing,
+            started=started,
+        )
+        acked: dict[str, list[int]] = {k.value: [] for k in Kind}
+        failures = await _load_and_drain(args, dsn, fleet, faults, acked, started)
+        fleet.stop(timeout=max(1.0, args.lease) + 15.0)
+        finished = host_clock()
+        recovered = await _recover_everything(dsn, args)
+        report = await _account(args, dsn, workload.total_money, acked, recovered)
+        async with await connect(dsn) as conn:
+            report.checks += await ordered_effects.checks(conn, args.schema, Kind.EFFECT.value, run_dir)
+        report.failures.extend(failures)
+        report.faults = [r.as_dict() for r in faults.records]
+        report.fault_counts = faults.counts()
+        files = {w.name: fleet.attempts_path(w.name) for w in fleet.workers}
+        window = overlaps(read_intervals(files, faults.killed_at, finished), faults.frozen)
+        report.add_window(window, args.lease, _longest_network_fault(faults.records))
+        report.workers = [
+            {"name": w.name, "role": fleet.role(w.name).value, "pid": w.pid, "signals": w.fate}
+            for w in fleet.workers
+        ]
+        report.setup = {
+            "server": where,
+            "duration_s": args.duration,
+            "rate_per_s": args.rate,
+            "workers": args.workers,
+            "concurrency": args.concurrency,
+            "lease_s": args.lease,
+            "accounts": args.accounts,
+            "network_faults": network_missing or "network namespace + veth + iptables",
+            "clock_skew": "libfaketime" if faketime_available() else "unavailable (no libfaketime)",
+            "run_dir": str(run_dir),
+        }
+        report.wall_seconds = time.monotonic() - started
+    finally:
+        if fleet is not None:
+            fleet.abandon()
+        if network is not None:
+            network.destroy()
+        if server is not None:
+            server.stop()
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2, default=str))
+    else:
+        render(report)
+    if report.ok and not args.keep_logs:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    elif not args.json:
+        print(f"worker logs and attempt records: {run_dir}")
+    return 0 if report.ok else 1
+
+
+async def _load_and_drain(
+    args: argparse.Namespace,
+    dsn: str,
+    fleet: SoakFleet,
+    faults: FaultSchedule,
+    acked: dict[str, list[int]],
+    started: float,
+) -> list[str]:
+    stop_faults = asyncio.Event()
+
+    def on_fault(record: FaultRecord) -> None:
+        state = "skipped" if record.skipped else "done"
+        _say(
+            args,
+            f"{record.at:7.1f}s  {record.kind.value:<44} {record.target:<6} {state}: {record.detail}",
+        )
+
+    fault_task = asyncio.create_task(faults.run(stop_faults, args.fault_gap, on_fault))
+    failures: list[str] = []
+    try:
+        await _produce(args, dsn, acked, started)
+    finally:
+        stop_faults.set()
+        await fault_task
+    total = sum(len(ids) for ids in acked.values())
+    _say(args, f"load over: {total} jobs enqueued; draining with every fault healed")
+    queries = SoakQueries(args.schema)
+    deadline = time.monotonic() + args.drain_timeout
+    async with await connect(dsn) as conn:
+        while True:
+            progress = await queries.progress(conn)
+            if progress["unfinished"] == 0:
+                break
+            if time.monotonic() > deadline:
+                failures.append(f"drain timed out with {progress['unfinished']} jobs unfinished")
+                break
+            if not fleet.live():
+                failures.append("every worker exited before the queue drained")
+                break
+            await asyncio.sleep(0.5)
+    return failures
+
+
+async def _produce(args: argparse.Namespace, dsn: str, acked: dict[str, list[int]], started: float) -> None:
+    """Enqueues `rate` jobs a second until the load time is over; counts only acknowledged jobs.
+
+    An enqueue that fails (the server restarting) is not retried: whether it committed is
+    unknown to the producer, so its jobs are neither counted as enqueued nor as lost.
+    """
+    mixer = Mixer(args.accounts, args.lease, args.seed)
+    queries = SoakQueries(args.schema)
+    client = Client(dsn, schema=args.schema, registry=app.registry)
+    next_report = time.monotonic() + args.report_every
+    owed = 0.0
+    try:
+        while time.monotonic() - started < args.duration:
+            owed += args.rate * TICK
+            size, owed = int(owed), owed - int(owed)
+            if size:
+                batch = mixer.batch(size)
+                specs = [
+                    client.builder.spec(kind.value, payload, ordering_key=payload.get("key"))
+                    for kind, payload in batch
+                ]
+                try:
+                    jobs = await client.enqueue_many(specs)
+                except (TenureError, OSError):
+                    jobs = []
+                for (kind, _), job in zip(batch, jobs, strict=False):
+                    acked[kind.value].append(job.id)
+            if time.monotonic() >= next_report:
+                next_report += args.report_every
+                with contextlib.suppress(TenureError, OSError):
+                    async with await connect(dsn) as conn:
+                        p = await queries.progress(conn)
+                    _say(
+                        args,
+                        f"{time.monotonic() - started:7.1f}s  stored {p['stored']}, unfinished "
+                        f"{p['unfinished']}, running {p['running']}, leases expired {p['expired']}, "
+                        f"stale writes fenced {p['fenced']}",
+                    )
+            await asyncio.sleep(TICK)
+    finally:
+        await client.close()
+
+
+async def _recover_everything(dsn: str, args: argparse.Namespace) -> int:
+    """With every worker stopped: waits out every lease still held, then recovers them all."""
+    queries = SoakQueries(args.schema)
+    core = Queries(args.schema)
+    recovered = 0
+    async with await connect(dsn) as conn:
+        outstanding = await queries.leases_outstanding(conn)
+        if outstanding["running"]:
+            await asyncio.sleep(float(outstanding["seconds_left"]) + 0.1)
+        while batch := await core.lease_recover_expired(
+            conn, limit=1000, backoff_base=0.0, backoff_cap=0.0, jitter=0.0
+        ):
+            recovered += len(batch)
+    return recovered
+
+
+async def _account(
+    args: argparse.Namespace,
+    dsn: str,
+    total_money: int,
+    acked: dict[str, list[int]],
+    recovered_at_end: int,
+) -> SoakReport:
+    queries = SoakQueries(args.schema)
+    bank = BankQueries(args.schema)
+    async with await connect(dsn) as conn:
+        return await _read_report(conn, queries, bank, total_money, acked, recovered_at_end)
+
+
+async def _read_report(
+    conn: AsyncConnection[Any],
+    queries: SoakQueries,
+    bank: BankQueries,
+    total_money: int,
+    acked: dict[str, list[int]],
+    recovered_at_end: int,
+) -> SoakReport:
+    all_acked = [i for ids in acked.values() for i in ids]
+    missing = await queries.missing(conn, all_acked)
+    outcomes = await queries.outcomes(conn)
+    events = await queries.events(conn)
+    leases = await queries.leases_outstanding(conn)
+    money = await bank.invariant(conn, "money")
+    overdraft = await bank.invariant(conn, "no_overdraft")
+    ledger = await bank.invariant(conn, "balances_match_ledger")
+    once = await bank.invariant(conn, "applied_once", Kind.TRANSFER.value)
+    stray = await bank.invariant(conn, "no_stray_ledger")
+
+    states: Counter[str] = Counter()
+    unexpected: Counter[str] = Counter()
+    unfinished = 0
+    for row in outcomes:
+        states[row["state"]] += row["jobs"]
+        if row["state"] in ("pending", "running"):
+            unfinished += row["jobs"]
+        elif not expected(row["task"], row["state"], row["code"]):
+            unexpected[f"{row['task']} {row['state']} {row['code']}".strip()] += row["jobs"]
+    event_counts: Counter[str] = Counter()
+    for e in events:
+        event_counts[e["event"]] += e["n"]
+    stored = sum(states.values())
+    report = SoakReport(
+        jobs={
+            "enqueued": len(all_acked),
+            "enqueued_by_kind": {k: len(v) for k, v in acked.items()},
+            "stored": stored,
+            "succeeded": states["succeeded"],
+            "dead": states["dead"],
+            "cancelled": states["cancelled"],
+            "lost": missing + unfinished,
+            "unexpected_outcomes": dict(unexpected),
+        },
+        leases={
+            "lease_expirations": event_counts["lease_expired"],
+            "stale_writes_rejected": event_counts["fencing_lost"],
+            "retries": event_counts["retry"],
+            "released_at_shutdown": event_counts["released"],
+            "recovered_after_stop": recovered_at_end,
+            "still_running": int(leases["running"]),
+        },
+        money={
+            "opening": total_money,
+            "now": int(money["actual"] or 0),
+            "transfers_succeeded": int(once["succeeded"]),
+            "applied_more_than_once": int(once["duplicated"]),
+        },
+    )
+    report.checks += [
+        Check("no acknowledged job missing", missing == 0, f"{missing} missing"),
+        Check("no job left pending or running", unfinished == 0, f"{unfinished} unfinished"),
+        Check(
+            "every job ended as its kind must",
+            not unexpected,
+            ", ".join(f"{k}: {n}" for k, n in unexpected.items()) or "all as expected",
+        ),
+        Check("no lease held after the stop", int(leases["running"]) == 0, f"{leases['running']} held"),
+        Check(
+            "total money unchanged",
+            money["expected"] == money["actual"] == total_money,
+            f"{money['actual']} now, {total_money} at opening",
+        ),
+        Check("no account overdrawn", overdraft["violations"] == 0, f"lowest {overdraft['lowest']}"),
+        Check("balances match the ledger", ledger["violations"] == 0, f"{ledger['violations']} differ"),
+        Check(
+            "no transfer applied more than once",
+            once["not_once"] == 0 and once["duplicated"] == 0,
+            f"{once['duplicated']} doubled, {once['not_once']} not exactly once",
+        ),
+        Check("ledger rows carry the completing token", once["wrong_token"] == 0, f"{once['wrong_token']}"),
+        Check("jobs that did not succeed wrote nothing", stray["violations"] == 0, f"{stray['violations']}"),
+    ]
+    return report
+
+
+def _longest_network_fault(records: list[FaultRecord]) -> float:
+    network = [r.seconds for r in records if r.kind.name in ("PARTITION", "PACKET_LOSS") and not r.skipped]
+    return max(network, default=0.0)

@@ -1,0 +1,45 @@
+-- The soak's faults and its final accounting. __schema__ is the (quoted) Tenure schema.
+
+-- name: soak_terminate_worker
+-- Kills every server session of one worker (its application_name is its worker id).
+SELECT count(pg_terminate_backend(pid)) AS terminated
+FROM pg_stat_activity
+WHERE application_name = %(owner)s AND pid <> pg_backend_pid();
+
+-- name: soak_snapshot_open
+-- Run inside a REPEATABLE READ transaction: takes the snapshot that is then held open.
+SELECT count(*) AS jobs, txid_current() AS xid FROM __schema__.jobs;
+
+-- name: soak_progress
+SELECT count(*) AS stored,
+       count(*) FILTER (WHERE state IN ('pending', 'running')) AS unfinished,
+       count(*) FILTER (WHERE state = 'running') AS running,
+       (SELECT count(*) FROM __schema__.job_events WHERE event = 'lease_expired') AS expired,
+       (SELECT count(*) FROM __schema__.job_events WHERE event = 'fencing_lost') AS fenced
+FROM __schema__.jobs;
+
+-- name: soak_leases_outstanding
+-- Running jobs and how long until the last of their leases runs out, in database time.
+SELECT count(*) AS running,
+       greatest(0, extract(epoch FROM max(lease_expires_at) - statement_timestamp()))::float8
+           AS seconds_left
+FROM __schema__.jobs
+WHERE state = 'running';
+
+-- name: soak_outcomes
+SELECT task, state::text AS state, coalesce(last_error_code, '') AS code, count(*) AS jobs
+FROM __schema__.jobs
+GROUP BY 1, 2, 3
+ORDER BY 1, 2, 3;
+
+-- name: soak_missing
+-- Acknowledged enqueues whose job is not stored: a lost job.
+SELECT count(*) AS missing
+FROM unnest(%(ids)s::bigint[]) AS acked(id)
+WHERE NOT EXISTS (SELECT 1 FROM __schema__.jobs j WHERE j.id = acked.id);
+
+-- name: soak_events
+SELECT event, coalesce(error_code, '') AS code, count(*) AS n
+FROM __schema__.job_events
+GROUP BY 1, 2
+ORDER BY 1, 2;

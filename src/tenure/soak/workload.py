@@ -1,0 +1,60 @@
+"""What the soak's producer enqueues: a steady mix of the five job kinds, reproducible from a seed."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from tenure.demo.workload import MAX_AMOUNT
+from tenure.soak.app import Kind
+from tenure.soak.ordered_effects import ORDERING_KEYS
+
+#: Share of each kind in the mix; transfers dominate, as in the demo.
+MIX = {
+    Kind.TRANSFER: 0.60,
+    Kind.NOOP: 0.10,
+    Kind.SLOW: 0.05,
+    Kind.FLAKY: 0.10,
+    Kind.DOOMED: 0.05,
+    Kind.ORDERED: 0.05,
+    Kind.EFFECT: 0.05,
+}
+
+
+@dataclass
+class Mixer:
+    accounts: int
+    lease: float
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    def batch(self, size: int) -> list[tuple[Kind, dict[str, Any]]]:
+        kinds = self.rng.choices(list(MIX), weights=list(MIX.values()), k=size)
+        return [(kind, self.payload(kind)) for kind in kinds]
+
+    def payload(self, kind: Kind) -> dict[str, Any]:
+        if kind is Kind.TRANSFER:
+            source, target = self.rng.sample(range(1, self.accounts + 1), 2)
+            return {"source": source, "target": target, "amount": self.rng.randint(1, MAX_AMOUNT)}
+        if kind is Kind.SLOW:
+            # Twice the lease in all: it lives only if its heartbeats renew the lease.
+            return {"steps": 6, "step_seconds": round(self.lease / 3, 3)}
+        if kind is Kind.FLAKY:
+            return {"fail_times": self.rng.randint(1, 3)}
+        if kind is Kind.ORDERED:
+            return {"key": f"k{self.rng.randint(1, ORDERING_KEYS)}"}
+        if kind is Kind.DOOMED:
+            return {"reason": "the payload names an account that never existed"}
+        return {}
+
+
+def expected(kind: str, state: str, code: str) -> bool:
+    """Whether a job of this kind may end in this state with this error code."""
+    if kind == Kind.DOOMED:
+        return state == "dead" and code == "DOOMED"
+    if kind == Kind.TRANSFER:
+        return state == "succeeded" or (state == "dead" and code == "INSUFFICIENT_FUNDS")
+    return state == "succeeded"

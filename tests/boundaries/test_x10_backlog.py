@@ -1,0 +1,157 @@
+"""X10: a backlog large enough for the planner to matter. The claim and recovery statements must
+use their partial indexes with no sort and no sequential scan; claim time against an empty queue
+and recovery throughput are printed (figures, never assertions).
+
+The CI scale is TENURE_X10_BACKLOG pending jobs (default 150000), loaded with COPY; P3 asks the
+same question at 1M in the benchmark.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import datetime
+from typing import Any
+
+import psycopg
+import pytest
+
+from tenure.client import Client
+from tenure.db._sqlfiles import named_queries
+from tenure.db.queries import Queries
+from tenure.jobs import JobSpec
+
+SCHEMA = "tenure"
+BACKLOG = int(os.environ.get("TENURE_X10_BACKLOG", "150000"))
+QUEUE = "x10"
+CLAIM_ROUNDS = 30
+EXPIRED = 20_000
+
+
+def _claim_params(owner: str, now: datetime | None = None) -> dict[str, Any]:
+    return {
+        "queue": QUEUE,
+        "owner": owner,
+        "limit": 10,
+        "default_lease_seconds": 30.0,
+        "default_runtime_seconds": 60.0,
+        "policy_tasks": [],
+        "policy_leases": [],
+        "policy_runtimes": [],
+        "now": now,
+    }
+
+
+def _recover_params() -> dict[str, Any]:
+    return {"limit": 1000, "backoff_base": 1.0, "backoff_cap": 1.0, "jitter": 0.0, "now": None}
+
+
+async def _load(dsn: str, n: int) -> None:
+    async with Client(dsn, schema=SCHEMA) as client:
+        for start in range(0, n, 50_000):
+            batch = [
+                JobSpec(task="x10.task", queue=QUEUE, payload={"i": i})
+                for i in range(start, min(n, start + 50_000))
+            ]
+            await client.enqueue_copy(batch)
+        # Other queues' backlog sits in the same index, in front of and behind this one.
+        await client.enqueue_copy([JobSpec(task="x10.other", queue="x10-other") for _ in range(n // 10)])
+
+
+def _plan(conn: psycopg.Connection[Any], statement: str, params: dict[str, Any]) -> dict[str, Any]:
+    """EXPLAIN (without running it) of one named statement, as the planner's JSON tree."""
+    row = conn.execute(f"EXPLAIN (FORMAT JSON) {statement}", params).fetchone()
+    assert row is not None
+    plan = row[0][0]["Plan"]
+    return plan  # type: ignore[no-any-return]
+
+
+def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    found = [plan]
+    for child in plan.get("Plans", []):
+        found += _nodes(child)
+    return found
+
+
+def _assert_indexed(plan: dict[str, Any], index: str) -> None:
+    nodes = _nodes(plan)
+    text = json.dumps(plan)
+    assert any(n.get("Index Name") == index for n in nodes), f"{index} unused:\n{text}"
+    assert not [n for n in nodes if n["Node Type"] in ("Sort", "Incremental Sort")], f"a sort:\n{text}"
+    seq = [
+        n for n in nodes if n["Node Type"] == "Seq Scan" and n.get("Relation Name") in ("jobs", "job_events")
+    ]
+    assert not seq, f"a sequential scan:\n{text}"
+
+
+async def _time_claims(dsn: str) -> float:
+    """Median seconds of one 10-job claim, over CLAIM_ROUNDS claims."""
+    q = Queries(SCHEMA)
+    times = []
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        for i in range(CLAIM_ROUNDS):
+            started = time.perf_counter()
+            claimed = await q.job_claim(
+                conn,
+                queue=QUEUE,
+                owner=f"x10-{i}",
+                limit=10,
+                default_lease_seconds=30,
+                default_runtime_seconds=60,
+            )
+            times.append(time.perf_counter() - started)
+            assert len(claimed) == 10
+    return sorted(times)[len(times) // 2]
+
+
+@pytest.mark.slow
+async def test_claim_and_recovery_use_their_indexes_at_backlog(dsn: str, server_dsn: str) -> None:
+    """With a large backlog the claim and the recovery scan their partial indexes in order, with no
+    sort and no sequential scan; claim time vs a small queue and recovery throughput are printed."""
+    small = await _small_queue_claim_time(dsn)
+    await _load(dsn, BACKLOG)
+    sql = named_queries(SCHEMA)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        pending = conn.execute(f"SELECT count(*) FROM {SCHEMA}.jobs WHERE state = 'pending'").fetchone()
+        assert pending is not None and pending[0] == BACKLOG + BACKLOG // 10
+        conn.execute(f"ANALYZE {SCHEMA}.jobs")
+        _assert_indexed(_plan(conn, sql["job_claim"], _claim_params("explain")), "jobs_claimable_idx")
+        # Expired leases to recover: a crashed fleet's worth, then the recovery plan over them.
+        conn.execute(
+            f"UPDATE {SCHEMA}.jobs SET state = 'running', attempt_count = 1, lease_token = 1,"
+            " lease_owner = 'crashed', attempted_at = now() - interval '1 hour',"
+            " lease_expires_at = now() - interval '1 minute', lease_deadline = now() + interval '1 hour'"
+            f" WHERE id IN (SELECT id FROM {SCHEMA}.jobs WHERE queue = %s ORDER BY id DESC LIMIT %s)",
+            [QUEUE, EXPIRED],
+        )
+        conn.execute(f"ANALYZE {SCHEMA}.jobs")
+        _assert_indexed(
+            _plan(conn, sql["lease_recover_expired"], _recover_params()), "jobs_running_expiry_idx"
+        )
+
+    at_backlog = await _time_claims(dsn)
+    q = Queries(SCHEMA)
+    recovered, started = 0, time.perf_counter()
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        while batch := await q.lease_recover_expired(
+            conn, limit=1000, backoff_base=1, backoff_cap=1, jitter=0
+        ):
+            recovered += len(batch)
+    elapsed = time.perf_counter() - started
+    assert recovered >= EXPIRED  # the expired ones, plus nothing else that was running for long
+    print(
+        f"\nX10 at {BACKLOG} pending: claim of 10 jobs median {at_backlog * 1000:.2f} ms vs "
+        f"{small * 1000:.2f} ms on a small queue (ratio {at_backlog / small:.2f}); recovery of "
+        f"{recovered} expired leases in {elapsed:.2f}s ({recovered / elapsed:.0f} jobs/s)"
+    )
+
+
+async def _small_queue_claim_time(dsn: str) -> float:
+    """The baseline: the same claims against a queue holding only what they take."""
+    async with Client(dsn, schema=SCHEMA) as client:
+        await client.enqueue_copy([JobSpec(task="x10.task", queue=QUEUE) for _ in range(CLAIM_ROUNDS * 10)])
+    took = await _time_claims(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"DELETE FROM {SCHEMA}.jobs WHERE queue = %s", [QUEUE])
+    return took
