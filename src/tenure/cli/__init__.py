@@ -8,15 +8,16 @@ import inspect
 import logging
 import sys
 
-from tenure.cli import dead, demo, queue, worker
+from tenure.cli import bench, dead, demo, effects, health, ops, ordering, queue, roles, soak, worker
 from tenure.cli._common import EXIT_NOT_MIGRATED, EXIT_UNAVAILABLE, EXIT_USAGE, err
 from tenure.db.connect import DSN_ENV
 from tenure.errors import DatabaseUnavailable, SchemaNotMigrated, TenureError
+from tenure.logging_context import configure_logging
 
 __all__ = ["EXIT_NOT_MIGRATED", "EXIT_UNAVAILABLE", "EXIT_USAGE", "build_parser", "main"]
 
 #: Command groups, in the order `tenure --help` lists them.
-COMMAND_MODULES = [queue, worker, dead, demo]
+COMMAND_MODULES = [queue, health, worker, dead, ops, ordering, effects, demo, soak, roles, bench]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,10 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     raw = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(raw)
     args.schema_given = "--schema" in raw or any(a.startswith("--schema=") for a in raw)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(level=logging.INFO if args.verbose else logging.WARNING)
     try:
         result = args.handler(args)
         if inspect.iscoroutine(result):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 
 import psycopg
 
@@ -14,6 +15,9 @@ from tenure.runtime.services import WorkerServices
 
 log = logging.getLogger("tenure.worker")
 
+#: Longest a freed slot waits for others before it is refilled on its own (seconds).
+REFILL_DELAY = 0.005
+
 
 class Claimer:
     def __init__(self, services: WorkerServices, executor: Executor, queues: list[str]) -> None:
@@ -21,6 +25,8 @@ class Claimer:
         self.executor = executor
         self.queues = queues
         self._wake = asyncio.Event()
+        self._refill_at = max(1, min(services.options.claim_batch, services.options.concurrency // 2))
+        self._refill_timer: asyncio.TimerHandle | None = None
         self._next_queue = 0
         self.policies = [
             TaskLeasePolicy(
@@ -37,19 +43,42 @@ class Claimer:
     def free_slots(self) -> int:
         return self.services.options.concurrency - len(self.executor.running)
 
+    def claim_plan(self) -> list[tuple[str, int]]:
+        """(queue, slots) to claim, most underserved queue first (O3).
+
+        First each queue up to its weighted share of the slots, then, with what is left, the
+        queues already at their share (idle shares are lent out, and won back as slots free).
+        """
+        options = self.services.options
+        running: dict[str, int] = dict.fromkeys(self.queues, 0)
+        for execution in self.executor.running.values():
+            running[execution.job.queue] = running.get(execution.job.queue, 0) + 1
+        total_weight = sum(options.weight(q) for q in self.queues)
+        start = self._next_queue % len(self.queues)
+        self._next_queue += 1
+        rotated = self.queues[start:] + self.queues[:start]
+        by_need = sorted(rotated, key=lambda q: running[q] / options.weight(q))
+        plan: list[tuple[str, int]] = []
+        for queue in by_need:
+            share = -(-options.concurrency * options.weight(queue) // total_weight)  # ceil
+            plan.append((queue, share - running[queue]))
+        return plan
+
     async def claim_once(self) -> int:
-        """One pass over the queues, round robin, bounded by free slots. Returns jobs claimed."""
+        """Claims for free slots, queue by queue in `claim_plan` order. Returns jobs claimed."""
         services, options = self.services, self.services.options
         claimed = 0
         saturated_queue = False
-        for _ in range(len(self.queues)):
+        plan = self.claim_plan()
+        below_share = [(q, room) for q, room in plan if room > 0]
+        at_share = [(q, options.concurrency) for q, room in plan if room <= 0]
+        for queue, room in below_share + at_share:
             free = self.free_slots()
             if free <= 0:
                 break
-            queue = self.queues[self._next_queue % len(self.queues)]
-            self._next_queue += 1
-            want = min(free, options.claim_batch)
+            want = min(free, options.claim_batch, room)
             async with services.pool.connection() as conn:
+                claim_started = time.perf_counter()
                 jobs = await services.queries.job_claim(
                     conn,
                     queue=queue,
@@ -59,16 +88,30 @@ class Claimer:
                     default_runtime_seconds=options.max_runtime_seconds,
                     policies=self.policies,
                 )
+            services.events.claimed(queue, jobs, time.perf_counter() - claim_started)
             services.stats.claimed += len(jobs)
             claimed += len(jobs)
             saturated_queue = saturated_queue or len(jobs) == want
             for job in jobs:
                 self.executor.start(job, self._slot_freed)
-        if saturated_queue:
-            self._wake.set()  # there is more where that came from
+        if saturated_queue:  # there is more where that came from
+            self._refill_soon()
         return claimed
 
     def _slot_freed(self) -> None:
+        # Refill in batches, not one claim per finished job: claim at once when enough slots are
+        # free, else a few milliseconds later, by when more have usually freed (C3). A claim per
+        # finished job costs a commit per job when jobs finish at different times.
+        self._refill_soon()
+
+    def _refill_soon(self) -> None:
+        if self.free_slots() >= self._refill_at:
+            self._wake.set()
+        elif self._refill_timer is None:
+            self._refill_timer = asyncio.get_running_loop().call_later(REFILL_DELAY, self._refill_due)
+
+    def _refill_due(self) -> None:
+        self._refill_timer = None
         self._wake.set()
 
     async def run(self, stopping: asyncio.Event) -> None:

@@ -1,0 +1,33 @@
+"""Enqueue-to-start latency probes: the payload carries the producer's clock, and the handler
+appends (now - sent) to a file, the same way for every contender (one machine, one clock)."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from pathlib import Path
+
+PROBE_FILE_ENV = "TENURE_BENCH_PROBE_FILE"
+
+
+def record(sent: float) -> None:
+    """Called first thing by each contender's probe handler."""
+    elapsed = time.time() - sent
+    path = os.environ.get(PROBE_FILE_ENV)
+    if path:
+        with open(path, "a", encoding="ascii") as f:
+            f.write(f"{elapsed:.6f}\n")
+
+
+def read(path: Path) -> list[float]:
+    if not path.exists():
+        return []
+    return [float(line) for line in path.read_text(encoding="ascii").split()]
+
+
+def percentiles_ms(samples: list[float]) -> dict[str, float | int | None]:
+    if len(samples) < 2:
+        return {"p50_ms": None, "p99_ms": None, "samples": len(samples)}
+    cuts = statistics.quantiles(samples, n=100, method="inclusive")
+    return {"p50_ms": round(cuts[49] * 1000, 3), "p99_ms": round(cuts[98] * 1000, 3), "samples": len(samples)}

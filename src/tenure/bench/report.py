@@ -1,0 +1,328 @@
+"""The result as figures with their baselines: a table on the terminal, rows in the JSON, a chart."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+Row = dict[str, Any]
+
+
+def _row(
+    section: str,
+    figure: str,
+    value: float | None,
+    unit: str,
+    baseline: str,
+    baseline_value: float | None,
+    target: str = "",
+    met: bool | None = None,
+) -> Row:
+    ratio = round(value / baseline_value, 3) if value is not None and baseline_value else None
+    return {
+        "section": section,
+        "figure": figure,
+        "value": value,
+        "unit": unit,
+        "baseline": baseline,
+        "baseline_value": baseline_value,
+        "ratio": ratio,
+        "target": target,
+        "met": met,
+    }
+
+
+def _at_least(ratio: float | None, bound: float) -> bool | None:
+    return None if ratio is None else ratio >= bound
+
+
+def _at_most(ratio: float | None, bound: float) -> bool | None:
+    return None if ratio is None else ratio <= bound
+
+
+def figure_rows(result: dict[str, Any]) -> list[Row]:
+    s = result["sections"]
+    rows: list[Row] = []
+    tp = s.get("throughput")
+    if tp:
+        raw1, rawn = tp["raw_1"]["jobs_per_second"], tp["raw_n"]["jobs_per_second"]
+        t1, tn = tp["tenure_1"]["jobs_per_second"], tp["tenure_n"]["jobs_per_second"]
+        rows.append(_row("throughput", "tenure, 1 process", t1, "jobs/s", "raw SQL, 1 process", raw1))
+        r = _row("throughput", "tenure, N processes", tn, "jobs/s", "raw SQL, N processes", rawn, ">= 0.6x")
+        r["met"] = _at_least(r["ratio"], 0.6)
+        rows.append(r)
+        rows.append(
+            _row("throughput", "raw SQL ceiling, N processes", rawn, "jobs/s", "raw SQL, 1 process", raw1)
+        )
+        for name, bound in (("pgqueuer", 2.5), ("procrastinate", 20.0)):
+            peer = s.get("peers", {}).get(name, {})
+            if "jobs_per_second" in peer:
+                rows.append(
+                    _row(
+                        "peers",
+                        f"{name}, N processes",
+                        peer["jobs_per_second"],
+                        "jobs/s",
+                        "raw SQL, N processes",
+                        rawn,
+                    )
+                )
+                r = _row(
+                    "peers", f"tenure vs {name}", tn, "jobs/s", name, peer["jobs_per_second"], f">= {bound}x"
+                )
+                r["met"] = _at_least(r["ratio"], bound)
+                rows.append(r)
+        for key, label in (("tenure_n", "tenure"), ("raw_n", "raw SQL")):
+            r = _row(
+                "cost",
+                f"WAL per job, {label}",
+                tp[key]["wal_bytes_per_job"],
+                "bytes",
+                "raw SQL",
+                tp["raw_n"]["wal_bytes_per_job"],
+            )
+            if key == "tenure_n":
+                r["target"], r["met"] = "<= 1024 B", tp[key]["wal_bytes_per_job"] <= 1024
+            rows.append(r)
+            rows.append(
+                _row(
+                    "cost",
+                    f"commits per job, {label}",
+                    tp[key]["commits_per_job"],
+                    "commits",
+                    "raw SQL",
+                    tp["raw_n"]["commits_per_job"],
+                )
+            )
+        rows.append(
+            _row(
+                "cost",
+                "worker peak RSS, tenure",
+                tp["tenure_n"]["peak_rss_mib"],
+                "MiB",
+                "raw SQL worker",
+                tp["raw_n"]["peak_rss_mib"],
+            )
+        )
+    lat = s.get("latency")
+    if lat:
+        pgq = s.get("peers", {}).get("pgqueuer", {}).get("idle_latency", {})
+        for pct in ("p50_ms", "p99_ms"):
+            r = _row(
+                "latency",
+                f"idle {pct[:3]}, tenure",
+                lat["idle"][pct],
+                "ms",
+                "pgqueuer idle",
+                pgq.get(pct),
+                "< 1x pgqueuer",
+            )
+            r["met"] = None if r["ratio"] is None else r["ratio"] < 1
+            rows.append(r)
+        for name in ("pgqueuer", "procrastinate"):
+            peer_lat = s.get("peers", {}).get(name, {}).get("idle_latency")
+            if peer_lat:
+                for pct in ("p50_ms", "p99_ms"):
+                    rows.append(
+                        _row(
+                            "latency",
+                            f"idle {pct[:3]}, {name}",
+                            peer_lat[pct],
+                            "ms",
+                            "tenure idle",
+                            lat["idle"][pct],
+                        )
+                    )
+        for pct in ("p50_ms", "p99_ms"):
+            rows.append(
+                _row(
+                    "latency",
+                    f"half load {pct[:3]}, tenure",
+                    lat["half_load"][pct],
+                    "ms",
+                    "tenure idle",
+                    lat["idle"][pct],
+                )
+            )
+    bl = s.get("backlog")
+    if bl:
+        small = bl["small_queue"]["claim_ms"]
+        empty_rate = tp["tenure_n"]["jobs_per_second"] if tp else None
+        for level in bl["levels"]:
+            n = f"{level['pending']:,} pending"
+            r = _row(
+                "backlog",
+                f"claim time, {n}",
+                level["claim_ms"],
+                "ms",
+                f"{bl['small_queue']['pending']} pending",
+                small,
+                "<= 1.5x",
+            )
+            r["met"] = _at_most(r["ratio"], 1.5)
+            rows.append(r)
+            r = _row(
+                "backlog",
+                f"throughput, {n}" + (", drained to the end" if level.get("drained_all") else ""),
+                level["jobs_per_second"],
+                "jobs/s",
+                "drain from empty",
+                empty_rate,
+                ">= 0.8x",
+            )
+            r["met"] = _at_least(r["ratio"], 0.8)
+            rows.append(r)
+        largest = bl["levels"][-1]
+        if tp:
+            rows.append(
+                _row(
+                    "cost",
+                    f"worker peak RSS, {largest['pending']:,} backlog",
+                    largest["peak_rss_mib"],
+                    "MiB",
+                    "drain from empty",
+                    tp["tenure_n"]["peak_rss_mib"],
+                    "flat",
+                )
+            )
+        held = bl["snapshot_held"]
+        n = f"{held['pending']:,} pending, snapshot held {held['snapshot_held_seconds']}s"
+        rows.append(
+            _row(
+                "backlog",
+                f"throughput, {n}",
+                held["jobs_per_second"],
+                "jobs/s",
+                "drain from empty",
+                empty_rate,
+            )
+        )
+        rows.append(
+            _row(
+                "backlog",
+                f"claim time after, {n}",
+                held["claim_ms_after"],
+                "ms",
+                f"{bl['small_queue']['pending']} pending",
+                small,
+            )
+        )
+    rec = s.get("recovery")
+    if rec:
+        rows.append(
+            _row(
+                "recovery",
+                f"{rec['expired_leases']:,} expired leases",
+                rec["tenure_seconds"],
+                "s",
+                "one bare UPDATE",
+                rec["raw_update_seconds"],
+            )
+        )
+    cp = s.get("copy")
+    if cp:
+        r = _row(
+            "copy",
+            f"bulk enqueue, {cp['jobs']:,} jobs",
+            cp["tenure_jobs_per_second"],
+            "jobs/s",
+            "bare COPY",
+            cp["raw_copy_jobs_per_second"],
+            ">= 100k/s",
+        )
+        r["met"] = cp["tenure_jobs_per_second"] >= 100_000
+        rows.append(r)
+    return rows
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float) and value >= 100:
+        return f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:g}"
+
+
+def print_table(result: dict[str, Any], console: Console | None = None) -> None:
+    console = console or Console()
+    if not console.is_terminal:
+        console = Console(width=180)  # a log file keeps whole rows
+    meta = result["meta"]
+    settings = meta["server_settings"]
+    console.print(
+        f"Tenure bench ({meta['size']}): {meta['processes']} processes"
+        f" x {meta['concurrency_per_process']} slots, "
+        f"claim batch {meta['claim_batch']}; PostgreSQL {settings.get('server_version')}, "
+        f"fsync={settings.get('fsync')}, synchronous_commit={settings.get('synchronous_commit')}, "
+        f"load average at start {meta['machine']['load_avg']}"
+    )
+    table = Table()
+    for col in ("section", "figure", "value", "unit", "baseline", "ratio", "target", "met"):
+        table.add_column(col, justify="right" if col in ("value", "ratio") else "left")
+    for r in result["rows"]:
+        met = {True: "yes", False: "NO", None: ""}[r["met"]]
+        table.add_row(
+            r["section"],
+            r["figure"],
+            _fmt(r["value"]),
+            r["unit"],
+            f"{r['baseline']} ({_fmt(r['baseline_value'])})",
+            _fmt(r["ratio"]),
+            r["target"],
+            met,
+        )
+    console.print(table)
+    skipped = {k: v["skipped"] for k, v in result["sections"].get("peers", {}).items() if "skipped" in v}
+    for name, why in skipped.items():
+        console.print(f"peer {name} skipped: {why}")
+
+
+def chart(result: dict[str, Any], path: Path) -> str:
+    """Throughput and idle latency of every contender, side by side. Returns the file or why not."""
+    try:
+        matplotlib = importlib.import_module("matplotlib")
+        matplotlib.use("Agg")
+        plt = importlib.import_module("matplotlib.pyplot")
+    except ImportError:
+        return "skipped: matplotlib not installed (pip install 'tenure[bench]')"
+    s = result["sections"]
+    names, rates, p50s, p99s = [], [], [], []
+    tp = s.get("throughput", {})
+    for label, key in (("tenure", "tenure_n"), ("raw SQL", "raw_n")):
+        if key in tp:
+            names.append(label)
+            rates.append(tp[key]["jobs_per_second"])
+    lat_names: list[str] = []
+    if "latency" in s:
+        lat_names.append("tenure")
+        p50s.append(s["latency"]["idle"]["p50_ms"] or 0)
+        p99s.append(s["latency"]["idle"]["p99_ms"] or 0)
+    for name, peer in s.get("peers", {}).items():
+        if "jobs_per_second" in peer:
+            names.append(name)
+            rates.append(peer["jobs_per_second"])
+        if "idle_latency" in peer:
+            lat_names.append(name)
+            p50s.append(peer["idle_latency"]["p50_ms"] or 0)
+            p99s.append(peer["idle_latency"]["p99_ms"] or 0)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    left.bar(names, rates, color="tab:blue")
+    left.set_title(f"no-op throughput, {result['meta']['processes']} processes")
+    left.set_ylabel("jobs/s")
+    xs = range(len(lat_names))
+    right.bar([x - 0.2 for x in xs], p50s, width=0.4, label="p50")
+    right.bar([x + 0.2 for x in xs], p99s, width=0.4, label="p99")
+    right.set_xticks(list(xs), lat_names)
+    right.set_title("idle enqueue-to-start latency")
+    right.set_ylabel("ms")
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return str(path)

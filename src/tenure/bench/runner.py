@@ -1,0 +1,228 @@
+"""One benchmark run: every section against the same server, in one process, one after another."""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tenure.bench import peers, sections
+from tenure.bench.drain import DrainResult
+from tenure.bench.report import chart, figure_rows, print_table
+from tenure.bench.server import Databases, check_server, server_settings
+from tenure.bench.sizes import SIZES
+from tenure.client import Client
+from tenure.db.connect import connect
+
+SECTIONS = ("copy", "throughput", "peers", "latency", "backlog", "recovery")
+
+
+@dataclass
+class BenchOptions:
+    server_dsn: str
+    size: str = "standard"
+    processes: int = 2
+    concurrency: int = 100
+    claim_batch: int = 20
+    sections: tuple[str, ...] = SECTIONS
+    with_peers: bool = True
+    out_dir: Path = Path("bench-results")
+    embedded: bool = False
+    show_table: bool = True
+
+
+async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
+    sizes = SIZES[options.size]
+    await check_server(options.server_dsn)
+    options.out_dir.mkdir(parents=True, exist_ok=True)
+    contenders = sections.Contenders(options.concurrency, options.claim_batch)
+    procs = options.processes
+    result: dict[str, Any] = {
+        "meta": {
+            "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "size": options.size,
+            "sizes": vars(sizes) | {"backlogs": list(sizes.backlogs), "peers": list(sizes.peers)},
+            "processes": procs,
+            "concurrency_per_process": options.concurrency,
+            "claim_batch": options.claim_batch,
+            "raw_loops_per_process": contenders.raw_loops,
+            "worker_kind": "separate OS processes (python -m tenure.bench.tenure_worker: Worker.run)",
+            "server": "embedded" if options.embedded else "given --dsn",
+            "server_settings": await server_settings(options.server_dsn),
+            "machine": {"cpus": _cpus(), "python": platform.python_version(), "load_avg": _load()},
+        },
+        "sections": {},
+    }
+    out: dict[str, Any] = result["sections"]
+    dbs = Databases(options.server_dsn)
+    started = time.monotonic()
+    try:
+        dsn = await dbs.create("tenure", migrated=True)
+
+        if "copy" in options.sections:
+            log(f"copy: {sizes.copy_jobs} jobs")
+            out["copy"] = await sections.copy_enqueue(dsn, sizes.copy_jobs)
+
+        if "throughput" in options.sections or "latency" in options.sections:
+            log(f"throughput: {sizes.jobs} no-op jobs, 1 and {procs} processes, Tenure and raw SQL")
+            out["throughput"] = await _throughput(dsn, contenders, sizes.jobs, procs, sizes.repeats)
+
+        wanted_peers = [p for p in sizes.peers if options.with_peers and "peers" in options.sections]
+        out["peers"] = {}
+        for name in peers.PEERS:
+            if name not in wanted_peers:
+                out["peers"][name] = {"skipped": "not selected"}
+            elif not peers.installed(name):
+                out["peers"][name] = {"skipped": "not installed (pip install 'tenure[bench]')"}
+            else:
+                log(f"peer {name}: {sizes.jobs} no-op jobs, {procs} processes")
+                peer_dsn = await dbs.create(name)
+                await peers.SETUP[name](peer_dsn)
+                # PgQueuer is repeated like Tenure; Procrastinate runs once (it takes 10x longer).
+                repeats = sizes.repeats if name == "pgqueuer" else 1
+                drains = [
+                    await sections.peer_drain(name, peer_dsn, contenders, sizes.jobs, procs)
+                    for _ in range(repeats)
+                ]
+                drained = sorted(drains, key=lambda r: r.jobs_per_second)[len(drains) // 2]
+                out["peers"][name] = {
+                    "version": peers.version(name),
+                    **drained.as_dict(),
+                    "all_jobs_per_second": [round(r.jobs_per_second) for r in drains],
+                }
+                if "latency" in options.sections:
+                    out["peers"][name]["idle_latency"] = await _peer_latency(
+                        name, peer_dsn, contenders, sizes.latency_probes, options.out_dir
+                    )
+
+        if "latency" in options.sections:
+            log(f"latency: {sizes.latency_probes} probes idle, and at half of peak load")
+            await sections.reset(dsn)
+            peak = out["throughput"]["tenure_n"]["jobs_per_second"]
+            async with Client(dsn, schema=sections.SCHEMA) as client:
+                idle = await sections.latency(
+                    contenders.tenure(dsn, 1),
+                    options.out_dir / "probe-tenure-idle.txt",
+                    sections.tenure_sender(client),
+                    sizes.latency_probes,
+                )
+                loaded = await sections.latency(
+                    contenders.tenure(dsn, procs),
+                    options.out_dir / "probe-tenure-loaded.txt",
+                    sections.tenure_sender(client),
+                    sizes.latency_probes,
+                    background=sections.tenure_producer(client, peak / 2),
+                )
+            # Jobs still queued when the probes were done: above zero, the load was more than the
+            # workers could take (the producer shares the machine), and latency is queueing time.
+            async with await connect(dsn) as conn:
+                left = await sections.TENURE_UNFINISHED(conn)
+            out["latency"] = {
+                "idle": idle,
+                "half_load": loaded | {"load_jobs_per_second": round(peak / 2), "unfinished_at_end": left},
+            }
+
+        if "backlog" in options.sections:
+            small = options.claim_batch * 5
+            log(
+                f"backlog: claim time at {small} pending, then {list(sizes.backlogs)}, "
+                "then with a snapshot held"
+            )
+            await sections.reset(dsn)
+            await sections.load(dsn, small)
+            out["backlog"] = {
+                "small_queue": {
+                    "pending": small,
+                    "claim_ms": await sections.claim_time_ms(dsn, options.claim_batch, sizes.claim_samples),
+                },
+                "levels": [
+                    await sections.backlog(
+                        dsn,
+                        contenders,
+                        n,
+                        procs,
+                        None if sizes.drain_largest and n == max(sizes.backlogs) else sizes.backlog_window,
+                        sizes.claim_samples,
+                    )
+                    for n in sizes.backlogs
+                ],
+            }
+            held = sizes.backlogs[1] if len(sizes.backlogs) > 1 else sizes.backlogs[0]
+            out["backlog"]["snapshot_held"] = await sections.backlog_with_snapshot(
+                dsn, contenders, held, procs, sizes.snapshot_window, sizes.claim_samples
+            )
+
+        if "recovery" in options.sections:
+            log(f"recovery: {sizes.recovery_jobs} expired leases")
+            out["recovery"] = await sections.recovery(dsn, sizes.recovery_jobs)
+    finally:
+        await dbs.drop_all()
+    result["meta"]["seconds"] = round(time.monotonic() - started, 1)
+    result["rows"] = figure_rows(result)
+    if options.show_table:
+        print_table(result)
+    (options.out_dir / "bench.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    result["chart"] = chart(result, options.out_dir / "bench.png")
+    (options.out_dir / "bench.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    return result
+
+
+async def _throughput(
+    dsn: str, contenders: sections.Contenders, jobs: int, procs: int, repeats: int
+) -> dict[str, Any]:
+    """Each configuration `repeats` times, interleaved so that load from elsewhere on the machine
+    falls on all of them alike; the run with the median rate stands for each."""
+    configs = {
+        "tenure_1": (sections.tenure_drain, 1),
+        "tenure_n": (sections.tenure_drain, procs),
+        "raw_1": (sections.raw_drain, 1),
+        "raw_n": (sections.raw_drain, procs),
+    }
+    runs: dict[str, list[DrainResult]] = {key: [] for key in configs}
+    for _ in range(repeats):
+        for key, (measure, processes) in configs.items():
+            runs[key].append(await measure(dsn, contenders, jobs, processes))
+    result: dict[str, Any] = {"jobs": jobs, "repeats": repeats}
+    for key, results in runs.items():
+        ranked = sorted(results, key=lambda r: r.jobs_per_second)
+        result[key] = ranked[len(ranked) // 2].as_dict() | {
+            "all_jobs_per_second": [round(r.jobs_per_second) for r in results]
+        }
+    return result
+
+
+async def _peer_latency(
+    name: str, dsn: str, contenders: sections.Contenders, probes: int, out_dir: Path
+) -> dict[str, Any]:
+    group = contenders.peer(name, dsn, 1)
+    path = out_dir / f"probe-{name}-idle.txt"
+    if name == "pgqueuer":
+        queries = await peers.pgqueuer_queries(dsn)
+
+        async def send(sent: float) -> None:
+            await peers.pgqueuer_probe(queries, sent)
+
+        return await sections.latency(group, path, send, probes)
+    app = peers.procrastinate_app(dsn)
+    async with app.open_async():
+
+        async def defer(sent: float) -> None:
+            await app.tasks["probe"].defer_async(sent=sent)
+
+        return await sections.latency(group, path, defer, probes)
+
+
+def _cpus() -> int:
+    import os
+
+    return os.cpu_count() or 0
+
+
+def _load() -> list[float]:
+    import os
+
+    return [round(x, 2) for x in os.getloadavg()]

@@ -1,0 +1,55 @@
+"""How big each section runs. `smoke` is for CI (well under a minute); `standard` is the default;
+`full` adds the 1M-job backlog and larger drains (about 10-15 minutes on 2 cores)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Sizes:
+    jobs: int  # jobs per throughput drain
+    latency_probes: int
+    backlogs: tuple[int, ...]
+    backlog_window: float  # seconds of draining measured at each backlog
+    snapshot_window: float  # seconds of draining measured while a snapshot is held
+    recovery_jobs: int
+    copy_jobs: int
+    claim_samples: int = 15
+    drain_largest: bool = False  # drain the largest backlog to the end instead of for a window
+    repeats: int = 3  # throughput drains per contender, interleaved; the median is reported
+    peers: tuple[str, ...] = field(default=("pgqueuer", "procrastinate"))
+
+
+SIZES = {
+    "smoke": Sizes(
+        jobs=1500,
+        latency_probes=15,
+        backlogs=(2000, 5000),
+        backlog_window=0.6,
+        snapshot_window=0.6,
+        recovery_jobs=2000,
+        copy_jobs=5000,
+        claim_samples=5,
+        repeats=1,
+    ),
+    "standard": Sizes(
+        jobs=30_000,
+        latency_probes=150,
+        backlogs=(10_000, 100_000),
+        backlog_window=4.0,
+        snapshot_window=20.0,
+        recovery_jobs=100_000,
+        copy_jobs=100_000,
+    ),
+    "full": Sizes(
+        jobs=50_000,
+        latency_probes=300,
+        backlogs=(10_000, 100_000, 1_000_000),
+        backlog_window=8.0,
+        snapshot_window=60.0,
+        recovery_jobs=100_000,
+        copy_jobs=200_000,
+        drain_largest=True,
+    ),
+}

@@ -1,0 +1,110 @@
+-- Queries the benchmark itself runs: measurement, setup of synthetic states, and the minimal
+-- raw-SQL loop that serves as the ceiling. None of these is used by Tenure's runtime.
+
+-- name: bench_unfinished
+-- Jobs not yet finished, through the two partial indexes.
+SELECT (SELECT count(*) FROM __schema__.jobs WHERE state = 'pending')
+     + (SELECT count(*) FROM __schema__.jobs WHERE state = 'running') AS n;
+
+-- name: bench_server_settings
+SELECT name, setting, unit
+FROM pg_settings
+WHERE name IN ('server_version', 'fsync', 'synchronous_commit', 'full_page_writes', 'wal_level',
+               'shared_buffers', 'max_connections', 'commit_delay', 'wal_sync_method', 'autovacuum',
+               'shared_preload_libraries', 'max_wal_size', 'checkpoint_timeout', 'work_mem')
+ORDER BY name;
+
+-- name: bench_counters
+-- Server-wide WAL position and this database's commit counter (flushed when backends exit).
+SELECT pg_current_wal_lsn() AS lsn, xact_commit
+FROM pg_stat_database
+WHERE datname = current_database();
+
+-- name: bench_wal_bytes_since
+SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %(lsn)s::pg_lsn)::bigint AS bytes;
+
+-- name: bench_raw_claim
+-- The ceiling's claim: the same index order and SKIP LOCKED, the same lease columns.
+WITH candidate AS (
+    SELECT id
+    FROM __schema__.jobs
+    WHERE state = 'pending'
+      AND queue = %(queue)s
+      AND available_at <= statement_timestamp()
+    ORDER BY priority DESC, available_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE __schema__.jobs j
+SET state = 'running',
+    attempt_count = j.attempt_count + 1,
+    lease_token = j.lease_token + 1,
+    lease_owner = %(owner)s,
+    attempted_at = statement_timestamp(),
+    lease_deadline = statement_timestamp() + interval '1 hour',
+    lease_expires_at = statement_timestamp() + interval '30 seconds'
+FROM candidate
+WHERE j.id = candidate.id
+RETURNING j.id, j.lease_token;
+
+-- name: bench_raw_complete
+-- The ceiling's completion: fenced by id, owner, token and unexpired lease, batched via unnest.
+UPDATE __schema__.jobs j
+SET state = 'succeeded',
+    finished_at = statement_timestamp(),
+    lease_owner = NULL,
+    lease_expires_at = NULL,
+    lease_deadline = NULL
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS i(id, token)
+WHERE j.id = i.id
+  AND j.state = 'running'
+  AND j.lease_owner = %(owner)s
+  AND j.lease_token = i.token
+  AND j.lease_expires_at > statement_timestamp();
+
+-- name: bench_lease_all_expired
+-- Turns every pending job into a running one whose lease expired a minute ago.
+UPDATE __schema__.jobs
+SET state = 'running',
+    attempt_count = attempt_count + 1,
+    lease_token = lease_token + 1,
+    lease_owner = 'bench:crashed',
+    attempted_at = statement_timestamp() - interval '2 minutes',
+    lease_deadline = statement_timestamp() + interval '1 hour',
+    lease_expires_at = statement_timestamp() - interval '1 minute'
+WHERE state = 'pending';
+
+-- name: bench_raw_recover_all
+-- The recovery baseline: one plain statement putting every expired lease back, no audit rows.
+UPDATE __schema__.jobs
+SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL, lease_deadline = NULL
+WHERE state = 'running' AND lease_expires_at <= statement_timestamp();
+
+-- name: bench_delete_all
+DELETE FROM __schema__.jobs;
+
+-- name: bench_can_create_databases
+SELECT rolcreatedb OR rolsuper AS ok FROM pg_roles WHERE rolname = current_user;
+
+-- name: bench_clear_snapshot
+SELECT pg_stat_clear_snapshot();
+
+-- name: bench_hold_snapshot
+-- Run inside a REPEATABLE READ transaction: its snapshot pins every row version newer than it.
+SELECT count(*) AS n FROM __schema__.jobs WHERE id < 0;
+
+-- name: peer_pgqueuer_unfinished
+-- PgQueuer deletes finished jobs from its queue table (and logs them elsewhere).
+SELECT count(*) AS n FROM pgqueuer;
+
+-- name: peer_procrastinate_unfinished
+SELECT count(*) AS n FROM procrastinate_jobs WHERE status IN ('todo', 'doing');
+
+-- name: bench_vacuum
+VACUUM (ANALYZE) __schema__.jobs;
+
+-- name: bench_drain_state
+-- Cheap enough to poll at any backlog: two probes of the partial indexes, no count.
+SELECT EXISTS (SELECT 1 FROM __schema__.jobs WHERE state = 'running') AS started,
+       EXISTS (SELECT 1 FROM __schema__.jobs WHERE state = 'running')
+       OR EXISTS (SELECT 1 FROM __schema__.jobs WHERE state = 'pending') AS unfinished;

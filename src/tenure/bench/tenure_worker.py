@@ -1,0 +1,44 @@
+"""A real Tenure worker process for the benchmark: `python -m tenure.bench.tenure_worker`.
+
+It is the runtime `tenure worker` runs (Worker.run with signal handling), with two tasks: a no-op
+and a latency probe. Its own entry point only so the claim batch can be set."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from tenure.app import Tenure
+from tenure.bench import probe
+from tenure.context import JobContext
+from tenure.runtime.options import WorkerOptions
+
+QUEUE = "bench"
+app = Tenure(schema="tenure")
+
+
+async def noop(ctx: JobContext) -> None:
+    """Does nothing: the benchmark measures the queue, not the work."""
+
+
+async def probe_task(ctx: JobContext, sent: float) -> None:
+    probe.record(sent)
+
+
+app.registry.register(noop, name="noop", queue=QUEUE)
+app.registry.register(probe_task, name="probe", queue=QUEUE)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dsn", required=True)
+    parser.add_argument("--concurrency", type=int, default=100)
+    parser.add_argument("--claim-batch", type=int, default=20)
+    args = parser.parse_args()
+    app.dsn = args.dsn
+    options = WorkerOptions(queues=[QUEUE], concurrency=args.concurrency, claim_batch=args.claim_batch)
+    asyncio.run(app.worker(options).run(handle_signals=True))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""The benchmark's CI smoke run: it completes and writes every figure. Never a timed assertion."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tenure.bench import peers
+
+pytestmark = [pytest.mark.slow, pytest.mark.crash]
+
+SECTIONS = ("copy", "throughput", "peers", "latency", "backlog", "recovery")
+
+
+def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    return subprocess.run(
+        [sys.executable, "-m", "tenure.cli", "bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+def test_smoke_run_writes_a_complete_result(server_dsn: str, tmp_path: Path) -> None:
+    """`tenure bench --smoke` exits 0 and its JSON holds every section, every figure and a baseline."""
+    done = run_cli("--smoke", "--dsn", server_dsn, "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / "bench.json").read_text())
+
+    assert set(SECTIONS) <= set(result["sections"])
+    settings = result["meta"]["server_settings"]
+    assert settings["fsync"] == "on" and settings["synchronous_commit"] == "on"
+    for key in ("tenure_1", "tenure_n", "raw_1", "raw_n"):
+        drained = result["sections"]["throughput"][key]
+        assert drained["jobs"] == result["sections"]["throughput"]["jobs"]
+        assert drained["jobs_per_second"] > 0 and drained["peak_rss_mib"] > 0
+    for name in peers.PEERS:
+        peer = result["sections"]["peers"][name]
+        if peers.installed(name):
+            assert peer["jobs_per_second"] > 0 and peer["idle_latency"]["samples"] > 0
+        else:
+            assert "not installed" in peer["skipped"]
+    assert result["sections"]["recovery"]["recovered"] == result["sections"]["recovery"]["expired_leases"]
+    assert len(result["sections"]["backlog"]["levels"]) == len(result["meta"]["sizes"]["backlogs"])
+
+    rows = result["rows"]
+    figures = {r["figure"] for r in rows}
+    assert {"tenure, N processes", "idle p50, tenure", "idle p99, tenure"} <= figures
+    for row in rows:
+        assert row["value"] is not None, row
+        if row["baseline"] != "pgqueuer idle" or peers.installed("pgqueuer"):
+            assert row["ratio"] is not None, row
+    chart = result["chart"]
+    assert chart.startswith("skipped") or Path(chart).stat().st_size > 0
+
+
+def test_unknown_section_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    """An unknown --sections name exits 2 with the valid names, and writes nothing."""
+    done = run_cli(
+        "--sections",
+        "throughput,warp",
+        "--dsn",
+        "postgresql://nobody@127.0.0.1:1/x",
+        "--out",
+        str(tmp_path / "out"),
+    )
+    assert done.returncode == 2
+    assert "warp" in done.stderr and "throughput" in done.stderr
+    assert not (tmp_path / "out").exists()
