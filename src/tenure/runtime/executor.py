@@ -59,16 +59,28 @@ class Executor:
         self.registry = registry
         self.completer = completer
         self.threads = threads
-        self.running: dict[int, Execution] = {}
+        #: Executions by (job id, token): one job can briefly have two here, when the database
+        #: handed it out again while this worker's older attempt had not yet stopped.
+        self.running: dict[tuple[int, int], Execution] = {}
+        self._latest_token: dict[int, int] = {}
 
     def start(self, job: ClaimedJob, on_done: Any) -> Execution:
         execution = Execution(job, JobContext(job, self.services))
         execution.set_expiry(job.lease.expires_at, job.db_now)
-        self.running[job.id] = execution
+        key = (job.id, job.lease.token)
+        older = self._latest_token.get(job.id)
+        if older is not None and older != job.lease.token and (job.id, older) in self.running:
+            # A newer token proves the older lease is gone: stop that attempt now rather than at
+            # the watchdog's next tick, so one worker never runs a job twice at once.
+            self.lose(self.running[(job.id, older)], "lease lost: the job was claimed again")
+        self._latest_token[job.id] = job.lease.token
+        self.running[key] = execution
         execution.task = asyncio.create_task(self._run(execution), name=f"tenure-job-{job.id}")
 
         def finished(_: asyncio.Task[None]) -> None:
-            self.running.pop(job.id, None)
+            self.running.pop(key, None)
+            if self._latest_token.get(job.id) == job.lease.token:
+                del self._latest_token[job.id]
             on_done()
 
         execution.task.add_done_callback(finished)
