@@ -5,17 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tenure.demo.report import Invariant as Check
 from tenure.soak.attempts import Overlaps
 
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "ok": self.ok, "detail": self.detail}
+__all__ = ["Check", "SoakReport"]
 
 
 @dataclass
