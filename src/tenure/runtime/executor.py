@@ -170,28 +170,29 @@ class Executor:
                 # The type only: an exception's text may quote the payload.
                 log.warning("job %s raised %s after its outcome was settled", job.id, type(exc).__name__)
                 if ctx.completed:
-                    self.services.stats.succeeded += 1  # committed by ctx.atomic: a success
-                    self._finished(execution, Outcome.SUCCEEDED, None)
+                    self._succeeded(execution)  # committed by ctx.atomic: a success
                 return
             failure = task.policy.failure.classify(exc)
             detail = redact("".join(traceback.format_exception(exc, limit=8)), secrets)[-1900:]
             await self._fail(execution, task, error_code(exc), detail, failure, exc)
             return
         if ctx.completed:
-            self.services.stats.succeeded += 1  # completed in the handler's own transaction (E3)
-            self._finished(execution, Outcome.SUCCEEDED, None)
+            self._succeeded(execution)  # completed in the handler's own transaction (E3)
             return
         if ctx.lease_lost:
             return
         if await self.completer.complete(job):
-            self.services.stats.succeeded += 1
-            self._finished(execution, Outcome.SUCCEEDED, None)
+            self._succeeded(execution)
         else:
             self.services.stats.fencing_losses += 1
             self.services.events.fencing_loss(job, "FENCED_COMPLETE")
             self._finished(execution, Outcome.FENCED, "FENCED_COMPLETE")
             ctx.mark_lost("fence refused the completion")
             log.warning("job %s: completion refused by the fence (token %s)", job.id, job.lease.token)
+
+    def _succeeded(self, execution: Execution) -> None:
+        self.services.stats.succeeded += 1
+        self._finished(execution, Outcome.SUCCEEDED, None)
 
     async def _fail(
         self,
