@@ -3,10 +3,15 @@ complete in its own transaction."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
+
+import psycopg
 
 from tenure.errors import LeaseLost
 from tenure.jobs import ClaimedJob
@@ -136,21 +141,37 @@ class JobContext:
         """Runs `work` and this job's fenced completion in ONE transaction.
 
         If the fence fails (the lease was lost), the transaction, with all of `work`'s writes,
-        rolls back and LeaseLost is raised. 40001/40P01 rerun the whole unit.
+        rolls back and LeaseLost is raised. 40001/40P01 rerun the whole unit, and so does the
+        job's row being locked by another session for the moment. Session settings `work`
+        changes (SET) are reset before the connection goes back to the pool.
         """
         self.check()
         services = self._services
-        lease = (self.job.id, self.token)
+        lease, request = (self.job.id, self.token), str(self.job.id)
 
         async def unit(tx: AsyncTransaction) -> T:
             result = await work(tx)
-            held = await services.queries.job_complete_many(tx.conn, owner=services.owner, leases=[lease])
-            if not held.get(self.job.id):
-                raise LeaseLost(self.job.id, self.token, "fence failed at transactional completion")
+            outcome = await services.queries.job_complete_many(tx.conn, owner=services.owner, leases=[lease])
+            _check_completion(self, outcome.get(lease))
             return result
 
         try:
-            result = await run_transaction(services.pool, unit, policy=policy, request_id=str(self.job.id))
+            for attempt in range(1, ROW_BUSY_ATTEMPTS + 1):
+                try:
+                    async with services.pool.connection() as conn:
+                        try:
+                            result = await run_transaction(conn, unit, policy=policy, request_id=request)
+                        finally:
+                            with contextlib.suppress(psycopg.Error):  # a broken one is discarded
+                                await services.queries.session_reset(conn)
+                    break
+                except _RowBusy:
+                    self.check()
+                    if attempt == ROW_BUSY_ATTEMPTS:
+                        raise LeaseLost(
+                            self.job.id, self.token, "the job's row stayed locked elsewhere"
+                        ) from None
+                    await asyncio.sleep(min(1.0, 0.05 * 2**attempt))
         except LeaseLost as exc:
             self.mark_lost(exc.reason)
             await services.record_fencing_loss(self.job, "FENCED_ATOMIC")
@@ -164,22 +185,51 @@ class JobContext:
         """`atomic` for plain-function handlers, which run in worker threads."""
         self.check()
         services = self._services
-        lease = (self.job.id, self.token)
+        lease, request = (self.job.id, self.token), str(self.job.id)
 
         def unit(tx: SyncTransaction) -> T:
             result = work(tx)
-            held = services.queries.job_complete_many_sync(tx.conn, owner=services.owner, leases=[lease])
-            if not held.get(self.job.id):
-                raise LeaseLost(self.job.id, self.token, "fence failed at transactional completion")
+            outcome = services.queries.job_complete_many_sync(tx.conn, owner=services.owner, leases=[lease])
+            _check_completion(self, outcome.get(lease))
             return result
 
         try:
-            result = run_transaction_sync(
-                services.sync_pool(), unit, policy=policy, request_id=str(self.job.id)
-            )
+            for attempt in range(1, ROW_BUSY_ATTEMPTS + 1):
+                try:
+                    with services.sync_pool().connection() as conn:
+                        try:
+                            result = run_transaction_sync(conn, unit, policy=policy, request_id=request)
+                        finally:
+                            with contextlib.suppress(psycopg.Error):
+                                services.queries.session_reset_sync(conn)
+                    break
+                except _RowBusy:
+                    self.check()
+                    if attempt == ROW_BUSY_ATTEMPTS:
+                        raise LeaseLost(
+                            self.job.id, self.token, "the job's row stayed locked elsewhere"
+                        ) from None
+                    time.sleep(min(1.0, 0.05 * 2**attempt))
         except LeaseLost as exc:
             self.mark_lost(exc.reason)
             services.record_fencing_loss_threadsafe(self.job, "FENCED_ATOMIC")
             raise
         self.completed = True
         return result
+
+
+#: How often ctx.atomic reruns its unit while the job's row is locked by another session.
+ROW_BUSY_ATTEMPTS = 8
+ROW_STAYED_LOCKED = "the job's row stayed locked by another session"
+
+
+class _RowBusy(Exception):
+    """The job's row is locked by another session: roll the unit back and run it again."""
+
+
+def _check_completion(ctx: JobContext, outcome: str | None) -> None:
+    if outcome == "done":
+        return
+    if outcome == "busy":
+        raise _RowBusy()
+    raise LeaseLost(ctx.job.id, ctx.token, "fence failed at transactional completion")

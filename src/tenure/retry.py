@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psycopg
+from psycopg_pool import PoolTimeout, TooManyRequests
 
 from tenure.errors import (
     RETRYABLE_SQLSTATES,
@@ -60,12 +61,36 @@ class Backoff:
 Classifier = Callable[[BaseException], FailureClass | None]
 
 
+#: SQLSTATEs of the connection, the pooler or the server rather than of the job: the job is
+#: fine, the infrastructure was not, so they are transient and never spend the unknown budget.
+#: 08 connection exceptions; 53 insufficient resources (too many connections, out of memory or
+#: disk); 57P operator intervention (shutdown, crash recovery, cannot connect now); 25006 a
+#: read-only server (a standby just after a failover); 26000 and 42P05 prepared statements a
+#: transaction pooler (PgBouncer) lost or duplicated between server connections; 55P03 a lock
+#: not available; 57014 a statement cancelled (statement_timeout).
+INFRASTRUCTURE_SQLSTATE_CLASSES = ("08", "53", "57P")
+INFRASTRUCTURE_SQLSTATES = frozenset({"25006", "26000", "42P05", "55P03", "57014"})
+
+
+def is_infrastructure_error(exc: BaseException) -> bool:
+    """An error of the database, its connection or a pooler, not of the job itself."""
+    if isinstance(exc, psycopg.Error):
+        state = exc.sqlstate or ""
+        if state.startswith(INFRASTRUCTURE_SQLSTATE_CLASSES) or state in INFRASTRUCTURE_SQLSTATES:
+            return True
+        # No SQLSTATE: the connection broke, or the client could not use it (InterfaceError).
+        return not state and isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+    return isinstance(exc, PoolTimeout | TooManyRequests)
+
+
 def _builtin_class(exc: BaseException) -> FailureClass:
     if isinstance(exc, JobFailure) and exc.retryable is not None:
         return FailureClass.TRANSIENT if exc.retryable else FailureClass.PERMANENT
+    if is_infrastructure_error(exc):
+        return FailureClass.TRANSIENT
     if isinstance(exc, psycopg.Error):
         state = exc.sqlstate or ""
-        if state in RETRYABLE_SQLSTATES or state == "55P03" or state.startswith("08"):
+        if state in RETRYABLE_SQLSTATES:
             return FailureClass.TRANSIENT
         if isinstance(exc, psycopg.OperationalError):
             return FailureClass.TRANSIENT  # connection lost, server restarting

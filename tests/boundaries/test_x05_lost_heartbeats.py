@@ -111,7 +111,12 @@ async def test_x05_watchdog_bounds_the_duplicate_execution_window(
     assert final["lease_token"] == 2
     assert victim.services is not None
     events = [(e["event"], e["token"], e["worker"]) for e in await job_events(db, job.id)]
-    assert events == [("lease_expired", 1, victim.services.owner)]
+    # The victim's own record of stopping the job (lease_lost) reaches the log unless the
+    # partition keeps it out; nothing else is written under its token.
+    owner = victim.services.owner
+    assert events.count(("lease_expired", 1, owner)) == 1
+    assert set(events) <= {("lease_expired", 1, owner), ("lease_lost", 1, owner)}
+    assert events.count(("lease_lost", 1, owner)) <= 1
     assert victim.stats.leases_lost == 1
     # Without a partition the victim is healthy and may run the retry itself; with one, only
     # the rescuer can reach the database.

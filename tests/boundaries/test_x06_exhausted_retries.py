@@ -47,7 +47,7 @@ async def test_x06_failed_attempts_end_dead_with_history(
             retry_delay=30,
             now=at(t, 1),
         )
-        assert outcome is not None
+        assert outcome.outcome == "failed" and outcome.state is not None
         assert outcome.state.value == ("dead" if attempt == ATTEMPTS else "pending")
         if attempt < ATTEMPTS:
             # Not claimable before its backoff has passed.

@@ -44,7 +44,17 @@ def _claim_params(owner: str, now: datetime | None = None) -> dict[str, Any]:
 
 
 def _recover_params() -> dict[str, Any]:
-    return {"limit": 1000, "backoff_base": 1.0, "backoff_cap": 1.0, "jitter": 0.0, "now": None}
+    return {
+        "limit": 1000,
+        "backoff_base": 1.0,
+        "backoff_cap": 1.0,
+        "jitter": 0.0,
+        "policy_tasks": ["t"],
+        "policy_bases": [2.0],
+        "policy_caps": [60.0],
+        "policy_jitters": [0.5],
+        "now": None,
+    }
 
 
 async def _load(dsn: str, n: int) -> None:

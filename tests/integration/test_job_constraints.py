@@ -141,7 +141,7 @@ async def test_token_grows_by_one_per_claim_through_a_full_lifecycle(
     [c] = await queries.job_claim(db, owner="e", now=at(203), **CLAIM)
     await step()
     assert await queries.job_complete_many(db, owner="e", leases=[(job_id, c.lease.token)], now=at(204)) == {
-        job_id: True
+        (job_id, c.lease.token): "done"
     }
     await step()
     assert [(t, s.value) for t, _, s in trail] == [

@@ -19,6 +19,6 @@ async def test_enqueued_job_is_claimed_once_and_completes_under_its_token(db, qu
         )
         == []
     )
-    assert await queries.job_complete_many(db, owner="w1", leases=[(job.id, 1)]) == {job.id: True}
+    assert await queries.job_complete_many(db, owner="w1", leases=[(job.id, 1)]) == {(job.id, 1): "done"}
     stored = await queries.job_get(db, job.id)
     assert stored is not None and stored.state is JobState.SUCCEEDED and stored.finished_at is not None

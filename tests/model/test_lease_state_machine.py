@@ -257,8 +257,8 @@ class LeaseMachine(RuleBasedStateMachine):
         result = self.run(
             self.q.job_complete_many(self.conn, owner=owner, leases=[(job_id, token)], now=self.now)
         )
-        assert result == {job_id: job.holds(owner, token, self.now)}
-        if result[job_id]:
+        assert result == {(job_id, token): "done" if job.holds(owner, token, self.now) else "lost"}
+        if result[(job_id, token)] == "done":
             self.jobs[job_id] = _released(job, state="succeeded")
 
     @precondition(lambda self: any(j.state == "running" for j in self.jobs.values()))
@@ -287,9 +287,9 @@ class LeaseMachine(RuleBasedStateMachine):
             )
         )
         if not job.holds(owner, token, self.now):
-            assert outcome is None
+            assert (outcome.outcome, outcome.state) == ("lost", None)
             return
-        assert outcome is not None
+        assert outcome.outcome == "failed" and outcome.state is not None
         if delay is not None and job.attempts < job.max_attempts:
             available = self.now + timedelta(seconds=delay)
             assert (outcome.state.value, outcome.available_at) == ("pending", available)

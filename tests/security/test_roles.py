@@ -101,7 +101,7 @@ async def test_worker_runs_the_whole_lease_cycle_under_its_grants(dsn: str, role
         assert await q.lease_extend_many(
             conn, owner="w1", renewals=[(first.id, first.lease.token, {"n": 1}, 30)]
         )
-        assert await q.job_fail(
+        failed = await q.job_fail(
             conn,
             job_id=first.id,
             owner="w1",
@@ -110,6 +110,7 @@ async def test_worker_runs_the_whole_lease_cycle_under_its_grants(dsn: str, role
             error="x",
             retry_delay=0,
         )
+        assert failed.outcome == "failed"
         later = second.db_now + timedelta(seconds=120)
         recovered = await q.lease_recover_expired(
             conn, limit=10, backoff_base=0, backoff_cap=0, jitter=0, now=later
@@ -118,7 +119,7 @@ async def test_worker_runs_the_whole_lease_cycle_under_its_grants(dsn: str, role
         again = await _claim(conn, "w2", limit=2, now=later)
         leases = [(j.id, j.lease.token) for j in again]
         done = await q.job_complete_many(conn, owner="w2", leases=leases, now=later)
-        assert done == {first.id: True, second.id: True}
+        assert done == {lease: "done" for lease in leases} and len(done) == 2
 
 
 async def test_worker_cannot_change_a_job_it_does_not_hold(dsn: str, roles: dict[Role, str]) -> None:
@@ -133,13 +134,13 @@ async def test_worker_cannot_change_a_job_it_does_not_hold(dsn: str, roles: dict
         [held] = await _claim(conn, "holder")
         before = _row(dsn, job_id)
         token = held.lease.token
-        assert await q.job_complete_many(conn, owner="thief", leases=[(job_id, token)]) == {job_id: False}
-        assert (
-            await q.job_fail(
-                conn, job_id=job_id, owner="thief", token=token, error_code="X", error="x", retry_delay=None
-            )
-            is None
+        assert await q.job_complete_many(conn, owner="thief", leases=[(job_id, token)]) == {
+            (job_id, token): "lost"
+        }
+        stolen = await q.job_fail(
+            conn, job_id=job_id, owner="thief", token=token, error_code="X", error="x", retry_delay=None
         )
+        assert stolen.outcome == "lost"
         assert await q.lease_extend_many(conn, owner="thief", renewals=[(job_id, token, {"n": 1}, 30)]) == []
         assert _row(dsn, job_id) == before
         for statement in (

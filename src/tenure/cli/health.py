@@ -6,6 +6,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from tenure.cli._common import emit_json, out, resolve
@@ -77,6 +78,7 @@ def queue_summaries(report: Report, stale_after: float) -> dict[str, Any]:
             "stale": w.stale,
             "stale_after_s": stale_after,
             "lease_owners": w.lease_owners,
+            "failing": w.failing,
             "busy_slots": w.busy,
             "capacity_slots": w.capacity,
             "list": report.workers,
@@ -126,6 +128,14 @@ async def cmd_status(args: argparse.Namespace) -> int:
         f"{w['busy_slots']}/{w['capacity_slots']} slots busy, {w['lease_owners']} holding leases; "
         f"lock waits now: {summary['lock_waits']}"
     )
+    for worker in w["list"]:
+        for service, health in sorted((worker.get("failing") or {}).items()):
+            out.print(
+                f"[bold red]worker {escape(worker['id'])}: {escape(service)} failing for "
+                f"{human(health.get('failing_seconds'))}[/] ({health.get('failures')} in a row): "
+                f"{escape(str(health.get('error')))}",
+                highlight=False,
+            )
     return 0
 
 
@@ -152,6 +162,12 @@ def problems(report: Report, args: argparse.Namespace) -> list[str]:
     if args.max_stale_workers is not None and stale > args.max_stale_workers:
         found.append(
             f"{stale} workers silent for over {human(args.stale_after)} (limit {args.max_stale_workers})"
+        )
+    failing = report.snapshot.workers.failing
+    if args.max_failing_workers is not None and failing > args.max_failing_workers:
+        found.append(
+            f"{failing} workers report a failing service (limit {args.max_failing_workers}); "
+            "`tenure status` names the service and its error"
         )
     return found
 
@@ -193,5 +209,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--max-dead-age", type=duration, default=None, help="oldest unresolved dead job's age")
     p.add_argument(
         "--max-stale-workers", type=int, default=None, help="most workers allowed silent past --stale-after"
+    )
+    p.add_argument(
+        "--max-failing-workers",
+        type=int,
+        default=0,
+        help="most workers allowed to report a failing service (default 0)",
     )
     p.set_defaults(handler=cmd_check)

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 from typing import Any
 
+from rich.markup import escape
+
 from tenure.app import Tenure
-from tenure.cli._common import emit_json, resolve
+from tenure.cli._common import emit_json, err, resolve
 from tenure.cli.ops import add_worker_options, prepare_worker
-from tenure.errors import TenureError
+from tenure.db.connect import LISTEN_DSN_ENV, PREPARE_THRESHOLD_ENV, parse_prepare_threshold
+from tenure.errors import ConfigurationError, TenureError
 from tenure.runtime.options import WorkerOptions
 
 
@@ -53,7 +57,17 @@ def parse_queues(spec: str | None) -> tuple[list[str] | None, dict[str, int] | N
     return queues, weights or None
 
 
+#: Exit code of a worker that stopped because a critical service kept failing.
+EXIT_SERVICE_FAILED = 1
+
+
 async def cmd_worker(args: argparse.Namespace) -> int:
+    if args.prepare_threshold is not None:
+        try:
+            parse_prepare_threshold(args.prepare_threshold)
+        except ConfigurationError as exc:
+            raise TenureError(f"--prepare-threshold: {exc}") from None
+        os.environ[PREPARE_THRESHOLD_ENV] = args.prepare_threshold  # every pool of this process
     app = load_app(args.app)
     app.dsn = args.dsn or app.dsn
     app.dsn = resolve(argparse.Namespace(dsn=app.dsn, json=False)).dsn
@@ -69,6 +83,9 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         poll_interval=args.poll_interval,
         shutdown_grace=args.grace,
         listen=not args.no_listen,
+        listen_dsn=args.listen_dsn or os.environ.get(LISTEN_DSN_ENV) or None,
+        statement_timeout=args.statement_timeout,
+        service_failure_limit=args.service_failure_limit,
         **({"worker_id": args.worker_id} if args.worker_id else {}),
     )
     worker = app.worker(options)
@@ -79,8 +96,18 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         if metrics is not None:
             metrics.close()
     if args.json:
-        emit_json(stats.as_dict())
-    return 0
+        emit_json({**stats.as_dict(), "failure": worker.failure})
+    code = EXIT_SERVICE_FAILED if worker.failure else 0
+    if worker.failure:
+        err.print(f"[bold red]worker stopped:[/] {escape(worker.failure)}", highlight=False)
+    if worker.stuck_threads:
+        # Their threads would hold the interpreter's exit until they return; their jobs keep
+        # their leases until those expire, as after a crash.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        logging.shutdown()
+        os._exit(code)
+    return code
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -97,6 +124,29 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--poll-interval", type=float, default=1.0)
     p.add_argument("--grace", type=float, default=10.0, help="seconds running jobs get at shutdown")
     p.add_argument("--no-listen", action="store_true", help="poll only, no LISTEN/NOTIFY")
+    p.add_argument(
+        "--listen-dsn",
+        default=None,
+        help=f"a direct connection for LISTEN when --dsn goes through PgBouncer (or ${LISTEN_DSN_ENV})",
+    )
+    p.add_argument(
+        "--statement-timeout",
+        type=float,
+        default=None,
+        help="seconds any one statement of the worker may take (default: a third of the lease, at most 10)",
+    )
+    p.add_argument(
+        "--service-failure-limit",
+        type=float,
+        default=120.0,
+        help="exit 1 when the claimer, completer, heartbeat or recovery fails this many seconds in a row",
+    )
+    p.add_argument(
+        "--prepare-threshold",
+        default=None,
+        help=f"runs before a statement is prepared, or 'none' behind PgBouncer < 1.21 "
+        f"(or ${PREPARE_THRESHOLD_ENV})",
+    )
     p.add_argument("--worker-id", default=None)
     add_worker_options(p)
     p.set_defaults(handler=cmd_worker)

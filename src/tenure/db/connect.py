@@ -12,9 +12,34 @@ from psycopg import conninfo
 from psycopg_pool import AsyncConnectionPool
 
 from tenure.db.embedded import default_data_dir, start_embedded
-from tenure.errors import DatabaseUnavailable
+from tenure.errors import ConfigurationError, DatabaseUnavailable
 
 DSN_ENV = "TENURE_DSN"
+LISTEN_DSN_ENV = "TENURE_LISTEN_DSN"
+PREPARE_THRESHOLD_ENV = "TENURE_PREPARE_THRESHOLD"
+#: psycopg's default: a statement is prepared on the server after this many runs.
+DEFAULT_PREPARE_THRESHOLD = 5
+
+
+def parse_prepare_threshold(text: str) -> int | None:
+    """`none`/`off` (never prepare: PgBouncer before 1.21 in transaction mode) or a count >= 0."""
+    value = text.strip().lower()
+    if value in ("none", "off", "never"):
+        return None
+    if value.isdigit():
+        return int(value)
+    raise ConfigurationError(
+        f"prepare threshold {text!r} is not valid: give a number of runs (0 prepares at once, "
+        f"{DEFAULT_PREPARE_THRESHOLD} is the default) or 'none' to never prepare statements "
+        "(needed behind PgBouncer before 1.21 in transaction mode)"
+    )
+
+
+def prepare_threshold() -> int | None:
+    """The prepared-statement threshold for every Tenure connection: $TENURE_PREPARE_THRESHOLD
+    (set by `--prepare-threshold`), else psycopg's default."""
+    text = os.environ.get(PREPARE_THRESHOLD_ENV)
+    return DEFAULT_PREPARE_THRESHOLD if text is None else parse_prepare_threshold(text)
 
 
 @dataclass(frozen=True)
@@ -79,7 +104,11 @@ async def connect(
 ) -> psycopg.AsyncConnection[Any]:
     try:
         return await psycopg.AsyncConnection.connect(
-            dsn, autocommit=autocommit, connect_timeout=int(timeout), **application_name(dsn, name)
+            dsn,
+            autocommit=autocommit,
+            connect_timeout=int(timeout),
+            prepare_threshold=prepare_threshold(),
+            **application_name(dsn, name),
         )
     except psycopg.OperationalError as exc:
         raise unavailable(dsn, exc) from None
@@ -92,10 +121,12 @@ async def open_pool(
     max_size: int = 10,
     name: str = "tenure",
     timeout: float = 10.0,
-    prepare_threshold: int | None = 5,
+    prepare: int | str | None = "env",
 ) -> AsyncConnectionPool[Any]:
     """A pool of autocommit connections. Nothing on them depends on session state, so they work
-    through PgBouncer in transaction mode (set prepare_threshold=None for PgBouncer < 1.21)."""
+    through PgBouncer in transaction mode (prepare=None, or $TENURE_PREPARE_THRESHOLD=none,
+    for PgBouncer < 1.21). `prepare="env"` takes the threshold from the environment."""
+    threshold = prepare_threshold() if prepare == "env" else prepare
     # One direct attempt first: an unreachable server fails here at once, instead of after the
     # pool has retried in the background for the whole timeout.
     probe = await connect(dsn, timeout=timeout)
@@ -107,7 +138,7 @@ async def open_pool(
         name=name,
         open=False,
         timeout=timeout,
-        kwargs={"autocommit": True, "prepare_threshold": prepare_threshold, **application_name(dsn, name)},
+        kwargs={"autocommit": True, "prepare_threshold": threshold, **application_name(dsn, name)},
     )
     try:
         await pool.open(wait=True, timeout=timeout)

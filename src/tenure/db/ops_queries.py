@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from psycopg import AsyncConnection, Connection
+from psycopg.types.json import Jsonb
 
 from tenure.db._sqlfiles import named_queries
 from tenure.db.queries import Row, _fetch, _fetch_sync, notify_channel
@@ -50,6 +51,7 @@ class WorkerGauges:
     busy: int
     capacity: int
     lease_owners: int
+    failing: int
     db_now: datetime
 
 
@@ -247,6 +249,7 @@ class OpsQueries:
         queues: Sequence[str],
         concurrency: int,
         busy: int,
+        failing: dict[str, Any] | None = None,
         now: datetime | None = None,
     ) -> None:
         params = {
@@ -254,6 +257,7 @@ class OpsQueries:
             "queues": list(queues),
             "concurrency": concurrency,
             "busy": max(0, min(busy, concurrency)),
+            "failing": Jsonb(failing) if failing else None,
             "now": now,
         }
         await _fetch(conn, self._sql["worker_seen"], params)

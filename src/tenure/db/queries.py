@@ -17,6 +17,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from tenure.db._sqlfiles import named_queries
+from tenure.db.text import storable_text
 from tenure.jobs import ClaimedJob, EnqueuedJob, Job, JobEvent, JobSpec, JobState, Lease
 
 Row = dict[str, Any]
@@ -32,6 +33,16 @@ class TaskLeasePolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class TaskBackoffPolicy:
+    """The retry backoff recovery applies to one task name's expired leases."""
+
+    task: str
+    base: float
+    cap: float
+    jitter: float
+
+
+@dataclass(frozen=True, slots=True)
 class RecoveredLease:
     job_id: int
     state: JobState
@@ -42,14 +53,18 @@ class RecoveredLease:
 
 @dataclass(frozen=True, slots=True)
 class FailOutcome:
-    job_id: int
-    state: JobState
-    available_at: datetime
+    """What a fenced failure write did: 'failed' (the job moved to `state`), 'busy' (its row was
+    locked elsewhere; nothing changed, try again) or 'lost' (the fence did not hold)."""
+
+    outcome: str
+    state: JobState | None
+    available_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
 class LeaseExtension:
     job_id: int
+    token: int
     expires_at: datetime
     db_now: datetime
 
@@ -262,10 +277,11 @@ class Queries:
         owner: str,
         leases: Sequence[tuple[int, int]],
         now: datetime | None = None,
-    ) -> dict[int, bool]:
-        """Fenced success for (job id, token) pairs; maps each id to whether its fence held."""
+    ) -> dict[tuple[int, int], str]:
+        """Fenced success for (job id, token) pairs: each pair's outcome, 'done', 'busy' (locked
+        elsewhere, try again) or 'lost' (the fence did not hold)."""
         rows = await _fetch(conn, self._sql["job_complete_many"], self._complete_params(owner, leases, now))
-        return {r["id"]: r["fenced_ok"] for r in rows}
+        return {(r["id"], r["token"]): r["outcome"] for r in rows}
 
     def job_complete_many_sync(
         self,
@@ -274,9 +290,9 @@ class Queries:
         owner: str,
         leases: Sequence[tuple[int, int]],
         now: datetime | None = None,
-    ) -> dict[int, bool]:
+    ) -> dict[tuple[int, int], str]:
         rows = _fetch_sync(conn, self._sql["job_complete_many"], self._complete_params(owner, leases, now))
-        return {r["id"]: r["fenced_ok"] for r in rows}
+        return {(r["id"], r["token"]): r["outcome"] for r in rows}
 
     async def job_fail(
         self,
@@ -288,23 +304,22 @@ class Queries:
         error_code: str,
         error: str,
         retry_delay: float | None,
+        at_deadline: bool = False,
         now: datetime | None = None,
-    ) -> FailOutcome | None:
-        """Fenced failure; None when the fence did not hold."""
+    ) -> FailOutcome:
+        """Fenced failure. `at_deadline`: the job's max runtime ended it (see job_fail)."""
         params = {
             "id": job_id,
             "owner": owner,
             "token": token,
-            "error_code": error_code[:100],
-            "error": error,
+            "error_code": storable_text(error_code, 100),
+            "error": storable_text(error, 2000),
             "retry_delay": retry_delay,
+            "at_deadline": at_deadline,
             "now": now,
         }
-        rows = await _fetch(conn, self._sql["job_fail"], params)
-        if not rows:
-            return None
-        r = rows[0]
-        return FailOutcome(r["id"], JobState(r["state"]), r["available_at"])
+        r = (await _fetch(conn, self._sql["job_fail"], params))[0]
+        return FailOutcome(r["outcome"], JobState(r["state"]) if r["state"] else None, r["available_at"])
 
     async def lease_extend_many(
         self,
@@ -325,7 +340,7 @@ class Queries:
             "now": now,
         }
         rows = await _fetch(conn, self._sql["lease_extend_many"], params)
-        return [LeaseExtension(r["id"], r["lease_expires_at"], r["db_now"]) for r in rows]
+        return [LeaseExtension(r["id"], r["lease_token"], r["lease_expires_at"], r["db_now"]) for r in rows]
 
     async def lease_release_many(
         self,
@@ -344,6 +359,32 @@ class Queries:
         params = {"id": job_id, "token": token, "owner": owner, "error_code": error_code}
         await _fetch(conn, self._sql["fencing_lost_record"], params)
 
+    async def session_reset(self, conn: AsyncConnection[Any]) -> None:
+        """Undoes session settings a handler's unit of work may have made (SET ...)."""
+        await _fetch(conn, self._sql["session_reset"], {})
+
+    def session_reset_sync(self, conn: Connection[Any]) -> None:
+        _fetch_sync(conn, self._sql["session_reset"], {})
+
+    async def lease_lost_record(
+        self,
+        conn: AsyncConnection[Any],
+        *,
+        job_id: int,
+        token: int,
+        owner: str,
+        error_code: str,
+        error: str,
+    ) -> None:
+        params = {
+            "id": job_id,
+            "token": token,
+            "owner": owner,
+            "error_code": storable_text(error_code, 100),
+            "error": storable_text(error, 2000),
+        }
+        await _fetch(conn, self._sql["lease_lost_record"], params)
+
     async def lease_get(
         self, conn: AsyncConnection[Any], job_id: int, now: datetime | None = None
     ) -> Row | None:
@@ -358,6 +399,7 @@ class Queries:
         backoff_base: float,
         backoff_cap: float,
         jitter: float,
+        policies: Sequence[TaskBackoffPolicy] = (),
         now: datetime | None = None,
     ) -> list[RecoveredLease]:
         params = {
@@ -365,6 +407,10 @@ class Queries:
             "backoff_base": backoff_base,
             "backoff_cap": backoff_cap,
             "jitter": jitter,
+            "policy_tasks": [p.task for p in policies],
+            "policy_bases": [float(p.base) for p in policies],
+            "policy_caps": [float(p.cap) for p in policies],
+            "policy_jitters": [float(p.jitter) for p in policies],
             "now": now,
         }
         rows = await _fetch(conn, self._sql["lease_recover_expired"], params)

@@ -72,12 +72,13 @@ CREATE TABLE __schema__.job_events (
     error_code text,
     error      text,
     at         timestamptz NOT NULL DEFAULT now(),
-    CONSTRAINT job_events_event_known CHECK (event IN (
-        'retry', 'lease_expired', 'fencing_lost', 'dead', 'released', 'reprocess', 'cancel'
-    )),
     CONSTRAINT job_events_error_bounded CHECK (char_length(error) <= 2000 AND char_length(error_code) <= 100)
 );
 CREATE INDEX job_events_job_idx ON __schema__.job_events (job_id, id);
+-- NOT VALID, as the service-health migration adds it (a test proves the two schemas equal).
+ALTER TABLE __schema__.job_events ADD CONSTRAINT job_events_event_known CHECK (event IN (
+    'retry', 'lease_expired', 'fencing_lost', 'dead', 'released', 'reprocess', 'cancel', 'lease_lost'
+)) NOT VALID;
 
 -- The claim's "is this the head of its key?" probe, and the operators' blocked-key listing.
 CREATE INDEX jobs_ordering_idx ON __schema__.jobs (ordering_key, id)
@@ -131,6 +132,7 @@ CREATE TABLE __schema__.workers (
     busy        integer NOT NULL DEFAULT 0,
     started_at  timestamptz NOT NULL DEFAULT now(),
     seen_at     timestamptz NOT NULL DEFAULT now(),
+    failing     jsonb,
     CONSTRAINT workers_id_length CHECK (char_length(id) BETWEEN 1 AND 200),
     CONSTRAINT workers_busy_in_range CHECK (concurrency >= 1 AND busy BETWEEN 0 AND concurrency)
 );

@@ -7,13 +7,17 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+import psycopg
+from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from tenure.db.ops_queries import OpsQueries
 from tenure.maintenance.retention import RetentionPolicy, prune
+from tenure.runtime.supervisor import ServiceHealth, describe_error
 
 log = logging.getLogger("tenure.worker")
 
@@ -33,8 +37,10 @@ class WorkerPresence:
         concurrency: int,
         busy: Callable[[], int],
         retention: RetentionPolicy | None,
+        failing: Callable[[], dict[str, Any]] = dict,
         seen_every: float = 5.0,
         prune_every: float = 300.0,
+        connection: Callable[[], AbstractAsyncContextManager[AsyncConnection[Any]]] | None = None,
     ) -> None:
         self.pool = pool
         self.schema = schema
@@ -43,39 +49,64 @@ class WorkerPresence:
         self.queues = list(queues)
         self.concurrency = concurrency
         self.busy = busy
+        self.failing = failing
         self.retention = retention
+        self.connection = connection or pool.connection
+        self.health = ServiceHealth("registry refresh", critical=False)
+        self.retention_health = ServiceHealth("retention", critical=False)
         self.seen_every = seen_every
         self.prune_every = prune_every
 
     async def seen(self) -> None:
-        async with self.pool.connection() as conn:
+        async with self.connection() as conn:
             await self.ops.worker_seen(
                 conn,
                 worker_id=self.worker_id,
                 queues=self.queues,
                 concurrency=self.concurrency,
                 busy=self.busy(),
+                failing=self.failing() or None,
             )
+
+    async def prune_once(self) -> None:
+        if self.retention is None:
+            return
+        try:
+            report = await prune(self.pool, self.schema, self.retention)
+        except psycopg.errors.InsufficientPrivilege:
+            log.warning(
+                "retention is off in this worker: its role may not DELETE finished jobs "
+                "(run `tenure prune` from a role that may, or grant DELETE on the jobs table)"
+            )
+            self.retention = None
+            return
+        if any(report.as_dict().values()):
+            log.info("retention pass: %s", report.as_dict())
 
     async def run(self) -> None:
         next_prune = time.monotonic() + random.uniform(0.1, 1.0) * self.prune_every
         try:
             while True:
-                try:
-                    await self.seen()
-                except Exception as exc:
-                    log.warning("could not refresh the worker registry: %s", type(exc).__name__)
+                await self._guarded(self.health, self.seen)
                 if self.retention is not None and time.monotonic() >= next_prune:
                     next_prune = time.monotonic() + self.prune_every
-                    try:
-                        report = await prune(self.pool, self.schema, self.retention)
-                        if any(report.as_dict().values()):
-                            log.info("retention pass: %s", report.as_dict())
-                    except Exception as exc:
-                        log.warning("retention pass failed: %s", type(exc).__name__)
+                    await self._guarded(self.retention_health, self.prune_once)
                 await asyncio.sleep(self.seen_every)
         finally:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(2.0):
                     async with self.pool.connection() as conn:
                         await self.ops.worker_forget(conn, self.worker_id)
+
+    @staticmethod
+    async def _guarded(health: ServiceHealth, work: Callable[[], Awaitable[None]]) -> None:
+        """One pass of a maintenance duty; its failure is logged and counted, never raised."""
+        try:
+            await work()
+        except Exception as exc:
+            health.failed(exc)
+            log.warning(
+                "%s failed (%s in a row): %s", health.name, health.consecutive_failures, describe_error(exc)
+            )
+        else:
+            health.succeeded()

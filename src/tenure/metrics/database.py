@@ -125,6 +125,11 @@ class DatabaseCollector(Collector):
                 workers.stale,
             ),
             ("tenure_workers_lease_owners", "Distinct owners of running leases", workers.lease_owners),
+            (
+                "tenure_workers_failing",
+                "Registered workers reporting a service that keeps failing",
+                workers.failing,
+            ),
             ("tenure_workers_busy_slots", "Busy slots over all registered workers", workers.busy),
             ("tenure_workers_capacity_slots", "Slots over all registered workers", workers.capacity),
             ("tenure_db_lock_waits", "Sessions on Tenure's database waiting for a lock now", snap.lock_waits),

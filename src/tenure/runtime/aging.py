@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import psycopg
 
 from tenure.db.fairness_queries import FairnessQueries
 from tenure.runtime.services import WorkerServices
+from tenure.runtime.supervisor import supervise
 
 log = logging.getLogger("tenure.worker")
 
@@ -25,7 +25,7 @@ class PriorityAging:
         assert options.priority_aging_seconds is not None
         aged = 0
         while True:
-            async with self.services.pool.connection() as conn:
+            async with self.services.connection() as conn:
                 rows = await self.queries.priority_age(
                     conn,
                     step_seconds=options.priority_aging_seconds,
@@ -40,7 +40,9 @@ class PriorityAging:
         step = self.services.options.priority_aging_seconds
         if step is None:
             return
-        while True:
+        health = self.services.health.service("priority aging", critical=False)
+
+        async def run_once() -> None:
             try:
                 await self.run_once()
             except psycopg.errors.InsufficientPrivilege:
@@ -49,7 +51,13 @@ class PriorityAging:
                     "priority aging is off in this worker: its role may not UPDATE jobs.priority "
                     "and jobs.priority_boost (grant them, or run workers with aging elsewhere)"
                 )
-                return
-            except Exception as exc:
-                log.warning("priority aging failed: %s", exc)
-            await asyncio.sleep(max(0.05, min(30.0, step / 4)))
+                raise _AgingOff() from None
+
+        try:
+            await supervise(health, run_once, lambda: max(0.05, min(30.0, step / 4)))
+        except _AgingOff:
+            return
+
+
+class _AgingOff(BaseException):
+    """Ends the aging service for good (its role may not do the work); not a failure."""

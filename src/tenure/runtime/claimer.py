@@ -12,6 +12,7 @@ import psycopg
 from tenure.db.queries import TaskLeasePolicy
 from tenure.runtime.executor import Executor
 from tenure.runtime.services import WorkerServices
+from tenure.runtime.supervisor import describe_error
 
 log = logging.getLogger("tenure.worker")
 
@@ -28,6 +29,7 @@ class Claimer:
         self._refill_at = max(1, min(services.options.claim_batch, services.options.concurrency // 2))
         self._refill_timer: asyncio.TimerHandle | None = None
         self._next_queue = 0
+        self.health = services.health.service("claimer")
         self.policies = [
             TaskLeasePolicy(
                 t.name,
@@ -77,7 +79,8 @@ class Claimer:
             if free <= 0:
                 break
             want = min(free, options.claim_batch, room)
-            async with services.pool.connection() as conn:
+            async with services.connection() as conn:
+                sent_at = time.monotonic()
                 claim_started = time.perf_counter()
                 jobs = await services.queries.job_claim(
                     conn,
@@ -93,7 +96,7 @@ class Claimer:
             claimed += len(jobs)
             saturated_queue = saturated_queue or len(jobs) == want
             for job in jobs:
-                self.executor.start(job, self._slot_freed)
+                self.executor.start(job, self._slot_freed, sent_at)
         if saturated_queue:  # there is more where that came from
             self._refill_soon()
         return claimed
@@ -114,21 +117,33 @@ class Claimer:
         self._refill_timer = None
         self._wake.set()
 
+    def may_claim(self) -> bool:
+        """Claims wait while completions cannot be written: a job claimed now would run and
+        then lose its result, spending an attempt for nothing."""
+        return self.free_slots() > 0 and not self.services.health.service("completer").failing
+
     async def run(self, stopping: asyncio.Event) -> None:
-        failures = 0
+        """Claims until `stopping` is set; no exception ends the loop (each is logged, backed
+        off and counted in the claimer's health)."""
         while not stopping.is_set():
             self._wake.clear()
-            if self.free_slots() > 0:
+            if self.may_claim():
                 try:
                     await self.claim_once()
-                    failures = 0
-                except psycopg.Error as exc:
-                    failures += 1
+                except Exception as exc:
+                    self.health.failed(exc)
                     self.services.stats.claim_errors += 1
-                    log.warning("claim failed: %s", exc)
-                    await asyncio.sleep(min(5.0, 0.1 * 2**failures))
+                    log.warning(
+                        "claim failed (%s in a row): %s",
+                        self.health.consecutive_failures,
+                        describe_error(exc),
+                        exc_info=self.health.consecutive_failures == 1 and not isinstance(exc, psycopg.Error),
+                    )
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stopping.wait(), self.health.backoff())
                     continue
-            if self._wake.is_set() and self.free_slots() > 0:
+                self.health.succeeded()
+            if self._wake.is_set() and self.may_claim():
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self.services.options.poll_interval)

@@ -4,67 +4,159 @@ from __future__ import annotations
 
 import asyncio
 import logging
-
-import psycopg
+import time
+from dataclasses import dataclass, field
 
 from tenure.jobs import ClaimedJob
 from tenure.runtime.services import WorkerServices
+from tenure.runtime.supervisor import describe_error
 
 log = logging.getLogger("tenure.worker")
+
+#: How long a row locked elsewhere waits before its completion is tried again, at first.
+BUSY_RETRY = 0.05
+#: How often a failing completer tests the write path when it has nothing to write.
+PROBE_EVERY = 1.0
+
+
+class CompletionOutcome:
+    DONE = "done"
+    """Succeeded under this lease."""
+    LOST = "lost"
+    """The fence refused it: another worker holds or has finished the job."""
+    EXPIRED = "expired"
+    """The lease ran out (by the local estimate) before the write could be made."""
+
+
+@dataclass
+class _Pending:
+    job: ClaimedJob
+    expires: float  # local monotonic estimate of the lease's end: past it, writing is pointless
+    done: asyncio.Future[str]
+    busy_tries: int = 0
+    not_before: float = field(default=0.0)
 
 
 class Completer:
     """Collects completions and writes them in one fenced statement per batch.
 
-    Under load many jobs finish while a write is in flight; the next write takes them all.
-    Each caller learns whether its own fence held.
+    Under load many jobs finish while a write is in flight; the next write takes them all. Each
+    caller learns its own outcome. A write that fails (connection lost, server read-only,
+    permission revoked, any error) is retried with backoff until each job's lease runs out, and
+    the completer goes on: one bad write can never stop completions for good. A row locked
+    elsewhere is retried alone, without holding up the rest of the batch.
     """
 
     def __init__(self, services: WorkerServices) -> None:
         self.services = services
-        self._queue: asyncio.Queue[tuple[ClaimedJob, asyncio.Future[bool]]] = asyncio.Queue()
+        self.health = services.health.service("completer")
+        self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
+        self._retry: list[_Pending] = []
 
-    async def complete(self, job: ClaimedJob) -> bool:
-        """True if the job is now succeeded under our lease; False if the fence refused it."""
-        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait((job, done))
+    async def complete(self, job: ClaimedJob, expires: float) -> str:
+        """A CompletionOutcome; `expires` is the local monotonic estimate of the lease's end."""
+        done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(_Pending(job, expires, done))
         return await done
 
     async def run(self) -> None:
+        """Writes batches for ever; every exception is contained in `run_once`."""
         while True:
-            batch = [await self._queue.get()]
-            while len(batch) < self.services.options.completion_batch and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
-            await self._write(batch)
+            await self.run_once()
 
-    async def drain(self) -> None:
-        """Writes whatever is queued (used at shutdown)."""
-        batch = []
-        while not self._queue.empty():
-            batch.append(self._queue.get_nowait())
+    async def run_once(self) -> None:
+        """Waits for completions (or a retry falling due) and writes one batch."""
+        batch = await self._next_batch()
         if batch:
             await self._write(batch)
+        elif self.health.failing:
+            await self._probe()
 
-    async def _write(self, batch: list[tuple[ClaimedJob, asyncio.Future[bool]]]) -> None:
-        services = self.services
-        leases = [(job.id, job.lease.token) for job, _ in batch]
-        result: dict[int, bool] | None = None
-        for attempt in range(1, 6):
+    async def drain(self) -> None:
+        """Writes whatever is queued or waiting for a retry (used at shutdown)."""
+        batch = self._retry + self._take_queued([])
+        self._retry = []
+        if batch:
+            await self._write(batch, final=True)
+
+    def _take_queued(self, batch: list[_Pending]) -> list[_Pending]:
+        limit = self.services.options.completion_batch
+        while len(batch) < limit and not self._queue.empty():
+            batch.append(self._queue.get_nowait())
+        return batch
+
+    async def _next_batch(self) -> list[_Pending]:
+        """Queued completions and retries that are due; waits for either when there are none."""
+        now = time.monotonic()
+        if not any(p.not_before <= now for p in self._retry):
+            waits = [p.not_before - now for p in self._retry]
+            timeout = min(waits) if waits else (PROBE_EVERY if self.health.failing else None)
             try:
-                async with services.pool.connection() as conn:
-                    result = await services.queries.job_complete_many(
-                        conn, owner=services.owner, leases=leases
-                    )
-                break
-            except (
-                psycopg.OperationalError,
-                psycopg.errors.SerializationFailure,
-                psycopg.errors.DeadlockDetected,
-            ) as exc:
-                services.stats.write_errors += 1
-                log.warning("completion write failed (attempt %s): %s", attempt, exc)
-                await asyncio.sleep(min(2.0, 0.1 * 2**attempt))
-        for job, done in batch:
-            held = bool(result and result.get(job.id))
-            if not done.done():
-                done.set_result(held)
+                first = await asyncio.wait_for(self._queue.get(), timeout)
+            except TimeoutError:
+                return self._due()
+            return self._due() + self._take_queued([first])
+        return self._due() + self._take_queued([])
+
+    def _due(self) -> list[_Pending]:
+        now = time.monotonic()
+        due = [p for p in self._retry if p.not_before <= now]
+        self._retry = [p for p in self._retry if p.not_before > now]
+        return due
+
+    async def _write(self, batch: list[_Pending], *, final: bool = False) -> None:
+        """One attempt at the batch. Whatever happens, every entry is either settled or put back
+        for a retry: no caller is ever left waiting on a write nobody will make."""
+        services = self.services
+        try:
+            async with services.connection() as conn:
+                result = await services.queries.job_complete_many(
+                    conn, owner=services.owner, leases=[(p.job.id, p.job.lease.token) for p in batch]
+                )
+        except Exception as exc:
+            services.stats.write_errors += 1
+            self.health.failed(exc)
+            log.warning(
+                "completion write of %s jobs failed (%s in a row): %s",
+                len(batch),
+                self.health.consecutive_failures,
+                describe_error(exc),
+            )
+            delay = self.health.backoff()
+            for pending in batch:
+                self._again(pending, delay, final)
+            if not final:
+                await asyncio.sleep(min(delay, 0.5))
+            return
+        self.health.succeeded()
+        for pending in batch:
+            outcome = result.get((pending.job.id, pending.job.lease.token), CompletionOutcome.LOST)
+            if outcome == "busy":
+                pending.busy_tries += 1
+                self._again(pending, min(1.0, BUSY_RETRY * 2 ** min(pending.busy_tries, 5)), final)
+            else:
+                self._settle(pending, outcome)
+
+    def _again(self, pending: _Pending, delay: float, final: bool) -> None:
+        if final or time.monotonic() + delay >= pending.expires:
+            self._settle(pending, CompletionOutcome.EXPIRED)
+            return
+        pending.not_before = time.monotonic() + delay
+        self._retry.append(pending)
+
+    @staticmethod
+    def _settle(pending: _Pending, outcome: str) -> None:
+        if not pending.done.done():
+            pending.done.set_result(outcome)
+
+    async def _probe(self) -> None:
+        """An empty fenced completion: it changes no row but needs everything a real one does
+        (a connection, a writable server, UPDATE on jobs), so it tells when writes work again."""
+        services = self.services
+        try:
+            async with services.connection() as conn:
+                await services.queries.job_complete_many(conn, owner=services.owner, leases=[])
+        except Exception as exc:
+            self.health.failed(exc)
+            return
+        self.health.succeeded()

@@ -15,12 +15,13 @@ import psycopg
 
 from tenure.context import JobContext
 from tenure.errors import JobFailure, LeaseLost, Transient
-from tenure.jobs import ClaimedJob
+from tenure.jobs import ClaimedJob, JobState
 from tenure.logging_context import bind_job, job_fields
 from tenure.retry import FailureClass, FailurePolicy, error_code
-from tenure.runtime.completer import Completer
+from tenure.runtime.completer import Completer, CompletionOutcome
 from tenure.runtime.events import Outcome
 from tenure.runtime.services import WorkerServices
+from tenure.runtime.supervisor import describe_error
 from tenure.secrets import has_secret_refs, redact, resolve_secrets, resolved_values
 from tenure.tasks import Task, TaskRegistry
 
@@ -28,23 +29,44 @@ log = logging.getLogger("tenure.worker")
 
 LOST = "lease lost"
 SHUTDOWN = "worker shutting down"
+MAX_RUNTIME = "max runtime reached"
+#: How long a failure write whose lease ended at the job's deadline keeps being retried.
+DEADLINE_WRITE_WINDOW = 5.0
 
 
 @dataclass
 class Execution:
-    """A job this worker is running, with its lease's expiry as measured on the local clock."""
+    """A job this worker is running, with its lease's expiry as measured on the local clock.
+
+    The execution holds a slot until the job's code has stopped: for a plain-function handler
+    that is when its thread returns, which no signal can force (LeaseLost is raised at its next
+    `ctx.check()` or `ctx.progress()`), so a lost lease never lets a second job into its thread.
+    """
 
     job: ClaimedJob
     ctx: JobContext
     task: asyncio.Task[None] | None = None
+    thread: asyncio.Future[Any] | None = None
     local_expiry: float = 0.0
+    local_deadline: float = 0.0
     cancel_reason: str | None = None
+    handler_done: bool = False
+    abandoned: bool = False
     sent_progress_version: int = 0
     started: float = field(default_factory=time.monotonic)
 
-    def set_expiry(self, expires_at: Any, db_now: Any) -> None:
-        # Only a duration crosses from the database clock to ours, never a wall-clock time (L2).
-        self.local_expiry = time.monotonic() + (expires_at - db_now).total_seconds()
+    def set_expiry(self, expires_at: Any, db_now: Any, sent_at: float) -> None:
+        # Only a duration crosses from the database clock to ours, never a wall-clock time (L2),
+        # and it is counted from when the request was sent: the reply's travel time only makes
+        # the estimate earlier than the database's, never later.
+        self.local_expiry = sent_at + (expires_at - db_now).total_seconds()
+
+    @property
+    def code_stopped(self) -> bool:
+        """The handler's code is no longer running (its thread, if any, has returned)."""
+        if self.thread is not None:
+            return self.thread.done()
+        return self.task is None or self.task.done() or self.handler_done
 
 
 class Executor:
@@ -64,15 +86,16 @@ class Executor:
         self.running: dict[tuple[int, int], Execution] = {}
         self._latest_token: dict[int, int] = {}
 
-    def start(self, job: ClaimedJob, on_done: Any) -> Execution:
+    def start(self, job: ClaimedJob, on_done: Any, sent_at: float) -> Execution:
         execution = Execution(job, JobContext(job, self.services))
-        execution.set_expiry(job.lease.expires_at, job.db_now)
+        execution.set_expiry(job.lease.expires_at, job.db_now, sent_at)
+        execution.local_deadline = sent_at + (job.lease.deadline - job.db_now).total_seconds()
         key = (job.id, job.lease.token)
         older = self._latest_token.get(job.id)
         if older is not None and older != job.lease.token and (job.id, older) in self.running:
             # A newer token proves the older lease is gone: stop that attempt now rather than at
             # the watchdog's next tick, so one worker never runs a job twice at once.
-            self.lose(self.running[(job.id, older)], "lease lost: the job was claimed again")
+            self.lose(self.running[(job.id, older)], "lease lost: the job was claimed again", "RECLAIMED")
         self._latest_token[job.id] = job.lease.token
         self.running[key] = execution
         execution.task = asyncio.create_task(self._run(execution), name=f"tenure-job-{job.id}")
@@ -86,23 +109,66 @@ class Executor:
         execution.task.add_done_callback(finished)
         return execution
 
-    def lose(self, execution: Execution, reason: str) -> None:
-        """This worker no longer holds the job: stop its queue writes and, if async, the handler."""
+    def lose(self, execution: Execution, reason: str, code: str = "LEASE_LOST") -> None:
+        """This worker no longer holds the job: stop its queue writes and, if async, the handler.
+
+        The loss is also written to the job's history (best effort, in the background), so the
+        stale holder's side of a takeover shows there even when it never got to write anything.
+        """
         if execution.ctx.lease_lost:
             return
         execution.ctx.mark_lost(reason)
+        job = execution.job
         self.services.stats.leases_lost += 1
-        self.services.events.lease_lost(execution.job, reason)
+        self.services.events.lease_lost(job, reason)
         log.warning(
             "job %s: %s (token %s); stopping it",
-            execution.job.id,
+            job.id,
             reason,
-            execution.job.lease.token,
-            extra=job_fields(execution.job, self.services.owner),
+            job.lease.token,
+            extra=job_fields(job, self.services.owner),
         )
-        if execution.task is not None and execution.cancel_reason is None:
-            execution.cancel_reason = LOST
+        self.services.in_background(self._record_loss(job, code, reason))
+        self._interrupt(execution, LOST)
+
+    def deadline_reached(self, execution: Execution) -> None:
+        """The job ran past its max runtime (L4): stop it and record MAX_RUNTIME for it."""
+        if execution.ctx.lease_lost or execution.handler_done or execution.cancel_reason is not None:
+            return
+        execution.ctx.mark_lost(MAX_RUNTIME)
+        self._interrupt(execution, MAX_RUNTIME)
+
+    def stop_for_shutdown(self, execution: Execution) -> None:
+        execution.ctx.mark_lost(SHUTDOWN)
+        self._interrupt(execution, SHUTDOWN)
+
+    def abandon(self, execution: Execution) -> None:
+        """Stops waiting for a thread that will not return (the worker is exiting)."""
+        execution.abandoned = True
+        if execution.task is not None and not execution.task.done():
             execution.task.cancel()
+
+    @staticmethod
+    def _interrupt(execution: Execution, reason: str) -> None:
+        if execution.cancel_reason is not None or execution.handler_done:
+            return
+        execution.cancel_reason = reason
+        if execution.task is not None:
+            execution.task.cancel()
+
+    async def _record_loss(self, job: ClaimedJob, code: str, reason: str) -> None:
+        try:
+            async with self.services.connection() as conn:
+                await self.services.queries.lease_lost_record(
+                    conn,
+                    job_id=job.id,
+                    token=job.lease.token,
+                    owner=self.services.owner,
+                    error_code=code,
+                    error=reason,
+                )
+        except Exception as exc:
+            log.info("could not record the lease loss of job %s: %s", job.id, type(exc).__name__)
 
     async def _run(self, execution: Execution) -> None:
         job, ctx = execution.job, execution.ctx
@@ -137,58 +203,87 @@ class Executor:
                 await self._fail(execution, task, exc.code, str(exc), FailureClass.PERMANENT)
                 return
             secrets = resolved_values(payload)
-        runtime_left = (job.lease.deadline - job.db_now).total_seconds()
+        error: Exception | None = None
         try:
-            async with asyncio.timeout(runtime_left):
-                if task.is_async:
-                    await task(ctx, **payload)
-                else:
-                    call = functools.partial(task, ctx, **payload)
-                    await asyncio.get_running_loop().run_in_executor(self.threads, call)
+            if task.is_async:
+                await task(ctx, **payload)
+            else:
+                call = functools.partial(task, ctx, **payload)
+                execution.thread = asyncio.get_running_loop().run_in_executor(self.threads, call)
+                # Shielded: cancelling this task must not forget the thread, which runs on.
+                await asyncio.shield(execution.thread)
         except asyncio.CancelledError:
             if execution.cancel_reason is None:
                 raise
-            return  # lease lost or shutdown: the job is no longer ours to write
-        except TimeoutError as exc:
-            if ctx.lease_lost:
-                return
+        except Exception as exc:
+            error = exc
+        if execution.thread is None or execution.thread.done():
+            execution.handler_done = True
+        await self._settle(execution, task, error, secrets)
+        await self._until_code_stops(execution)
+
+    async def _until_code_stops(self, execution: Execution) -> None:
+        """Keeps the slot until a thread handler returns, however long it runs on."""
+        thread = execution.thread
+        while thread is not None and not thread.done():
+            try:
+                await asyncio.shield(thread)
+            except asyncio.CancelledError:
+                if execution.abandoned:
+                    raise
+            except Exception:
+                break
+        execution.handler_done = True
+
+    async def _settle(
+        self, execution: Execution, task: Task, error: Exception | None, secrets: list[str]
+    ) -> None:
+        """Writes the attempt's outcome, if it is still this worker's to write."""
+        job, ctx = execution.job, execution.ctx
+        if execution.cancel_reason == MAX_RUNTIME:
+            runtime = (job.lease.deadline - job.db_now).total_seconds()
             await self._fail(
                 execution,
                 task,
                 "MAX_RUNTIME",
-                f"ran past its max runtime of {runtime_left:.1f}s",
+                f"ran past its max runtime of {runtime:.1f}s (max_runtime_seconds)",
                 FailureClass.TRANSIENT,
-                exc,
+                at_deadline=True,
             )
             return
-        except LeaseLost:
+        if execution.cancel_reason is not None:
+            return  # lease lost or shutdown: the job is no longer ours to write
+        if isinstance(error, LeaseLost):
             if not ctx.lease_lost:
                 self.lose(execution, LOST)
             return
-        except Exception as exc:
+        if error is not None:
             if ctx.completed or ctx.lease_lost:
                 # The type only: an exception's text may quote the payload.
-                log.warning("job %s raised %s after its outcome was settled", job.id, type(exc).__name__)
+                log.warning("job %s raised %s after its outcome was settled", job.id, type(error).__name__)
                 if ctx.completed:
                     self._succeeded(execution)  # committed by ctx.atomic: a success
                 return
-            failure = task.policy.failure.classify(exc)
-            detail = redact("".join(traceback.format_exception(exc, limit=8)), secrets)[-1900:]
-            await self._fail(execution, task, error_code(exc), detail, failure, exc)
+            failure = task.policy.failure.classify(error)
+            detail = redact("".join(traceback.format_exception(error, limit=8)), secrets)[-1900:]
+            await self._fail(execution, task, error_code(error), detail, failure, error)
             return
         if ctx.completed:
             self._succeeded(execution)  # completed in the handler's own transaction (E3)
             return
         if ctx.lease_lost:
             return
-        if await self.completer.complete(job):
+        outcome = await self.completer.complete(job, execution.local_expiry)
+        if outcome == CompletionOutcome.DONE:
             self._succeeded(execution)
-        else:
+        elif outcome == CompletionOutcome.LOST:
             self.services.stats.fencing_losses += 1
             self.services.events.fencing_loss(job, "FENCED_COMPLETE")
             self._finished(execution, Outcome.FENCED, "FENCED_COMPLETE")
             ctx.mark_lost("fence refused the completion")
             log.warning("job %s: completion refused by the fence (token %s)", job.id, job.lease.token)
+        else:
+            self.lose(execution, "lease ran out before its completion could be written", "WRITE_FAILED")
 
     def _succeeded(self, execution: Execution) -> None:
         self.services.stats.succeeded += 1
@@ -202,6 +297,8 @@ class Executor:
         detail: str,
         failure: FailureClass,
         exc: BaseException | None = None,
+        *,
+        at_deadline: bool = False,
     ) -> None:
         job, services = execution.job, self.services
         policy = task.policy if task else None
@@ -210,31 +307,53 @@ class Executor:
         requested = exc.delay if isinstance(exc, Transient) else None
         delay = failure_policy.retry_delay(failure, job.attempt, job.max_attempts, backoff, requested)
         services.stats.failures_by_code[code] += 1
-        outcome = None
-        for attempt in range(1, 6):
+        error = f"[{failure}] {detail}"
+        # Worth trying until the lease ends; a failure at the deadline may be written a little
+        # after it, until recovery takes the job.
+        until = time.monotonic() + DEADLINE_WRITE_WINDOW if at_deadline else execution.local_expiry
+        attempt = 0
+        while True:
+            attempt += 1
             try:
-                async with services.pool.connection() as conn:
-                    outcome = await services.queries.job_fail(
+                async with services.connection() as conn:
+                    result = await services.queries.job_fail(
                         conn,
                         job_id=job.id,
                         owner=services.owner,
                         token=job.lease.token,
                         error_code=code,
-                        error=f"[{failure}] {detail}",
+                        error=error,
                         retry_delay=delay,
+                        at_deadline=at_deadline,
                     )
-                break
-            except psycopg.OperationalError as write_exc:
+            except Exception as write_exc:
                 services.stats.write_errors += 1
-                log.warning("failure write for job %s failed (attempt %s): %s", job.id, attempt, write_exc)
-                await asyncio.sleep(min(2.0, 0.1 * 2**attempt))
-        if outcome is None:
+                log.warning(
+                    "failure write for job %s failed (attempt %s): %s",
+                    job.id,
+                    attempt,
+                    describe_error(write_exc),
+                )
+                if not isinstance(write_exc, psycopg.OperationalError | TimeoutError | OSError):
+                    # Not the connection: something about this write itself. Settle the job with
+                    # a minimal record rather than leave it running until its lease expires.
+                    unstorable = type(write_exc).__name__
+                    error = f"[{failure}] {code}: the error text could not be stored ({unstorable})"
+                result = None
+            if result is not None and result.outcome != "busy":
+                break
+            pause = min(2.0, 0.05 * 2**attempt)
+            if time.monotonic() + pause >= until:
+                self.lose(execution, "lease ran out before its failure could be written", "WRITE_FAILED")
+                return
+            await asyncio.sleep(pause)
+        if result.outcome == "lost":
             services.stats.fencing_losses += 1
             services.events.fencing_loss(job, "FENCED_FAIL")
             self._finished(execution, Outcome.FENCED, code)
             execution.ctx.mark_lost("fence refused the failure")
             return
-        if outcome.state.value == "dead":
+        if result.state is JobState.DEAD:
             services.stats.dead += 1
             self._finished(execution, Outcome.DEAD, code)
             log.warning("job %s is dead after attempt %s: %s", job.id, job.attempt, code)

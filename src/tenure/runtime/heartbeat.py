@@ -9,6 +9,7 @@ import time
 
 from tenure.runtime.executor import Execution, Executor
 from tenure.runtime.services import WorkerServices
+from tenure.runtime.supervisor import describe_error
 
 log = logging.getLogger("tenure.worker")
 
@@ -17,6 +18,8 @@ class Heartbeat:
     def __init__(self, services: WorkerServices, executor: Executor) -> None:
         self.services = services
         self.executor = executor
+        self.health = services.health.service("heartbeat")
+        self.watchdog_health = services.health.service("watchdog")
 
     async def run(self) -> None:
         last_beat = time.monotonic()
@@ -24,7 +27,12 @@ class Heartbeat:
         try:
             while True:
                 await asyncio.sleep(self.services.options.watchdog_every)
-                self.watchdog()
+                try:
+                    self.watchdog()
+                    self.watchdog_health.succeeded()
+                except Exception as exc:  # never let one bad execution end the watchdog
+                    self.watchdog_health.failed(exc)
+                    log.exception("watchdog pass failed")
                 # The beat runs beside the watchdog, never in its way: a beat stuck on an
                 # unreachable database must not stop the watchdog from ending expired jobs (X5).
                 if (beat is None or beat.done()) and (
@@ -41,20 +49,29 @@ class Heartbeat:
         try:
             await self.beat_once()
         except Exception as exc:
+            self.health.failed(exc)
             self.services.stats.heartbeat_failures += 1
             self.services.events.heartbeat_failed()
-            log.warning("heartbeat failed: %s", exc)
+            log.warning("heartbeat failed: %s", describe_error(exc))
+        else:
+            self.health.succeeded()
 
     def watchdog(self) -> None:
+        """Stops jobs past their max runtime, and jobs whose lease ran out by the local clock."""
         now = time.monotonic()
         for execution in list(self.executor.running.values()):
-            if not execution.ctx.lease_lost and now >= execution.local_expiry:
-                self.executor.lose(execution, "lease expired before it was renewed")
+            ctx = execution.ctx
+            if ctx.lease_lost or ctx.completed or execution.handler_done:
+                continue  # stopped already, or its outcome is being (or has been) written
+            if now >= execution.local_deadline:
+                self.executor.deadline_reached(execution)
+            elif now >= execution.local_expiry:
+                self.executor.lose(execution, "lease expired before it was renewed", "LEASE_EXPIRED")
 
     async def beat_once(self) -> None:
         """Renews the leases of running jobs whose progress marker moved since the last beat."""
         services = self.services
-        due: dict[int, tuple[Execution, int]] = {}
+        due: dict[tuple[int, int], tuple[Execution, int]] = {}
         renewals = []
         for execution in list(self.executor.running.values()):
             if execution.ctx.lease_lost:
@@ -63,30 +80,30 @@ class Heartbeat:
             if version == execution.sent_progress_version:
                 continue
             lease_seconds = self._lease_seconds(execution)
-            due[execution.job.id] = (execution, version)
+            due[(execution.job.id, execution.job.lease.token)] = (execution, version)
             renewals.append((execution.job.id, execution.job.lease.token, marker, lease_seconds))
         if not renewals:
             return
-        async with services.pool.connection() as conn:
+        sent_at = time.monotonic()
+        async with services.connection() as conn:
             extended = await services.queries.lease_extend_many(conn, owner=services.owner, renewals=renewals)
             services.stats.heartbeats_sent += len(renewals)
             for ext in extended:
-                execution, version = due.pop(ext.job_id)
+                execution, version = due.pop((ext.job_id, ext.token))
                 execution.sent_progress_version = version
-                execution.set_expiry(ext.expires_at, ext.db_now)
-            for job_id, (execution, _) in due.items():
+                execution.set_expiry(ext.expires_at, ext.db_now, sent_at)
+            for (job_id, token), (execution, _) in due.items():
                 lease = await services.queries.lease_get(conn, job_id)
-                held = (
+                ours = (
                     lease is not None
                     and lease["state"] == "running"
                     and lease["lease_owner"] == services.owner
-                    and lease["lease_token"] == execution.job.lease.token
-                    and lease["lease_expires_at"] > lease["db_now"]
+                    and lease["lease_token"] == token
                 )
-                if not held:
-                    self.executor.lose(execution, "lease lost (heartbeat refused)")
-                elif lease is not None and lease["lease_deadline"] <= lease["db_now"]:
-                    self.executor.lose(execution, "max runtime reached; lease not renewed")
+                if ours and lease is not None and lease["lease_deadline"] <= lease["db_now"]:
+                    self.executor.deadline_reached(execution)
+                elif not ours or lease is None or lease["lease_expires_at"] <= lease["db_now"]:
+                    self.executor.lose(execution, "lease lost (heartbeat refused)", "HEARTBEAT_REFUSED")
 
     def _lease_seconds(self, execution: Execution) -> float:
         task = self.executor.registry.get(execution.job.task)

@@ -1,45 +1,112 @@
-"""LISTEN on its own direct connection; a notification only wakes the claimer (N1, N2)."""
+"""LISTEN on its own direct connection; a notification only wakes the claimer (N1, N2).
+
+Behind a transaction pooler (PgBouncer in transaction mode) a LISTEN lands on whichever server
+session the pooler lends for that one statement, and notifications never come back. So after
+each LISTEN the listener sends itself a probe notification through the worker's pool; when the
+probe does not arrive it says so, once, naming the fix (a direct `listen_dsn`), and the worker
+goes on by polling.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+import uuid
+from collections.abc import Awaitable, Callable
 
 import psycopg
 from psycopg import sql
 
+from tenure.db.connect import application_name, describe_dsn, prepare_threshold
 from tenure.db.queries import notify_channel
+from tenure.runtime.supervisor import ServiceHealth, describe_error
 
 log = logging.getLogger("tenure.worker")
 
+#: How long the probe notification may take before wake-ups are declared not to work.
+PROBE_TIMEOUT = 5.0
+
 
 class Listener:
-    def __init__(self, dsn: str, schema: str, queues: set[str], wake: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        schema: str,
+        queues: set[str],
+        wake: Callable[[], None],
+        *,
+        health: ServiceHealth | None = None,
+        send_probe: Callable[[str], Awaitable[None]] | None = None,
+        poll_interval: float = 1.0,
+    ) -> None:
         self.dsn = dsn
         self.channel = notify_channel(schema)
         self.queues = queues
         self.wake = wake
+        self.health = health or ServiceHealth("listener", critical=False)
+        self.send_probe = send_probe
+        self.poll_interval = poll_interval
         self.connected = asyncio.Event()
+        self.probe_arrived = asyncio.Event()
+        self._probe_payload = f"probe:{uuid.uuid4().hex}"
+        self._warned = False
 
     async def run(self) -> None:
-        delay = 0.1
         while True:
             try:
-                async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
-                    await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
-                    self.connected.set()
-                    delay = 0.1
-                    self.wake()  # anything committed while we were not listening
-                    async for note in conn.notifies():
-                        if note.payload in self.queues:
-                            self.wake()
-            except psycopg.Error as exc:
+                await self._listen()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
                 self.connected.clear()
+                self.health.failed(exc)
                 log.warning(
-                    "listener connection lost (%s); polling continues, reconnecting in %.1fs",
-                    exc,
-                    delay,
+                    "listener connection lost (%s); polling every %.1fs continues, reconnecting in %.1fs",
+                    describe_error(exc),
+                    self.poll_interval,
+                    self.health.backoff(),
                 )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+            await asyncio.sleep(self.health.backoff())
+
+    async def _listen(self) -> None:
+        async with await psycopg.AsyncConnection.connect(
+            self.dsn,
+            autocommit=True,
+            prepare_threshold=prepare_threshold(),
+            **application_name(self.dsn, "tenure-listen"),
+        ) as conn:
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+            self.connected.set()
+            self.health.succeeded()
+            self.wake()  # anything committed while we were not listening
+            probe = asyncio.create_task(self._probe()) if self.send_probe is not None else None
+            try:
+                async for note in conn.notifies():
+                    if note.payload in self.queues:
+                        self.wake()
+                    elif note.payload == self._probe_payload:
+                        self.probe_arrived.set()
+            finally:
+                if probe is not None:
+                    probe.cancel()
+
+    async def _probe(self) -> None:
+        """Checks that a notification sent through the pool comes back on this connection."""
+        assert self.send_probe is not None
+        self.probe_arrived.clear()
+        try:
+            await self.send_probe(self._probe_payload)
+            async with asyncio.timeout(PROBE_TIMEOUT):
+                await self.probe_arrived.wait()
+        except TimeoutError:
+            if not self._warned:
+                self._warned = True
+                log.warning(
+                    "LISTEN on %s receives no notifications (a transaction pooler such as PgBouncer "
+                    "in front?): wake-ups fall back to polling every %.1fs. Give workers a direct "
+                    "connection for LISTEN with --listen-dsn or TENURE_LISTEN_DSN",
+                    describe_dsn(self.dsn),
+                    self.poll_interval,
+                )
+        except Exception as exc:
+            log.info("could not send the listener's probe notification: %s", describe_error(exc))

@@ -29,6 +29,14 @@ class WorkerOptions:
         weigh 1. A queue always gets its share back as slots free; idle shares are lent out.
     priority_aging_seconds: a pending job gains one priority step per this many seconds of
         waiting (O3), at most priority_aging_max steps; None turns aging off.
+    statement_timeout: the bound on every statement the worker's own services run (claims,
+        completions, heartbeats, recovery, ...), in seconds; past it the statement is cancelled
+        on the server and retried. None derives it from the lease (a third, at most 10 s).
+    service_failure_limit: how long a critical service (claimer, completer, heartbeat,
+        recovery) may keep failing without one success before the worker stops and exits
+        non-zero, so that a process supervisor restarts it.
+    listen_dsn: where LISTEN connects, when the pool's DSN goes through a transaction pooler
+        (PgBouncer) that cannot deliver notifications; None uses the pool's DSN.
     """
 
     queues: list[str] | None = None
@@ -48,6 +56,9 @@ class WorkerOptions:
     queue_weights: dict[str, int] | None = None
     priority_aging_seconds: float | None = 60.0
     priority_aging_max: int = 100
+    statement_timeout: float | None = None
+    service_failure_limit: float = 120.0
+    listen_dsn: str | None = None
 
     def __post_init__(self) -> None:
         if self.queues is not None:
@@ -57,10 +68,23 @@ class WorkerOptions:
                 check_queue(queue)
         if not isinstance(self.concurrency, int) or self.concurrency < 1:
             raise ConfigurationError(f"concurrency must be an integer >= 1, got {self.concurrency!r}")
-        for name in ("lease_seconds", "max_runtime_seconds", "poll_interval", "shutdown_grace"):
+        for name in (
+            "lease_seconds",
+            "max_runtime_seconds",
+            "poll_interval",
+            "shutdown_grace",
+            "service_failure_limit",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int | float) or value <= 0:
                 raise ConfigurationError(f"{name} must be a positive number of seconds, got {value!r}")
+        timeout = self.statement_timeout
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+        ):
+            raise ConfigurationError(
+                f"statement_timeout must be a positive number of seconds or None, got {timeout!r}"
+            )
         if self.claim_batch < 1:
             raise ConfigurationError(f"claim_batch must be >= 1, got {self.claim_batch!r}")
         for queue, weight in (self.queue_weights or {}).items():
@@ -89,6 +113,11 @@ class WorkerOptions:
     @property
     def recovery_every(self) -> float:
         return self.recovery_interval or max(0.1, min(5.0, self.lease_seconds / 2))
+
+    @property
+    def statement_bound(self) -> float:
+        """Seconds any one statement of the worker's services may take."""
+        return self.statement_timeout or max(0.5, min(10.0, self.lease_seconds / 3))
 
     @property
     def watchdog_every(self) -> float:

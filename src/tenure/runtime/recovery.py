@@ -2,33 +2,39 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from datetime import datetime
 
-from tenure.db.queries import RecoveredLease
+from tenure.db.queries import RecoveredLease, TaskBackoffPolicy
 from tenure.jobs import JobState
 from tenure.runtime.services import WorkerServices
+from tenure.runtime.supervisor import supervise
+from tenure.tasks import TaskRegistry
 
 log = logging.getLogger("tenure.worker")
 
 
 class Recovery:
-    def __init__(self, services: WorkerServices) -> None:
+    def __init__(self, services: WorkerServices, registry: TaskRegistry | None = None) -> None:
         self.services = services
+        self.policies = [
+            TaskBackoffPolicy(t.name, t.policy.backoff.base, t.policy.backoff.cap, t.policy.backoff.jitter)
+            for t in (registry or [])
+        ]
 
     async def run_once(self, *, now: datetime | None = None) -> list[RecoveredLease]:
         """Recovers every lease expired at `now` (database time by default), in batches."""
         services, options = self.services, self.services.options
         recovered: list[RecoveredLease] = []
         while True:
-            async with services.pool.connection() as conn:
+            async with services.connection() as conn:
                 batch = await services.queries.lease_recover_expired(
                     conn,
                     limit=options.recovery_batch,
                     backoff_base=options.recovery_backoff.base,
                     backoff_cap=options.recovery_backoff.cap,
                     jitter=options.recovery_backoff.jitter,
+                    policies=self.policies,
                     now=now,
                 )
             recovered.extend(batch)
@@ -45,9 +51,8 @@ class Recovery:
         return recovered
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self.run_once()
-            except Exception as exc:
-                log.warning("lease recovery failed: %s", exc)
-            await asyncio.sleep(self.services.options.recovery_every)
+        await supervise(
+            self.services.health.service("recovery"),
+            self.run_once,
+            lambda: self.services.options.recovery_every,
+        )

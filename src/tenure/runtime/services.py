@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
+from collections.abc import AsyncIterator
 from typing import Any
 
+from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from tenure.db.connect import application_name, prepare_threshold
 from tenure.db.queries import Queries
 from tenure.jobs import ClaimedJob
 from tenure.logging_context import job_fields
 from tenure.runtime.events import Events
 from tenure.runtime.options import WorkerOptions
 from tenure.runtime.stats import WorkerStats
+from tenure.runtime.supervisor import ServiceHealthBoard
 
 log = logging.getLogger("tenure.worker")
 
@@ -37,8 +42,27 @@ class WorkerServices:
         self.events = events or Events()
         self.dsn = dsn
         self.loop = asyncio.get_running_loop()
+        self.health = ServiceHealthBoard(options.service_failure_limit)
         self._sync_pool: ConnectionPool[Any] | None = None
         self._sync_lock = threading.Lock()
+        self._background: set[asyncio.Task[None]] = set()
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[AsyncConnection[Any]]:
+        """A pooled connection for one of the worker's own statements, bounded in time.
+
+        The bound covers the wait for a pool slot and the statement: past it the statement is
+        cancelled on the server and TimeoutError raised, so no write of the worker can hang on
+        a lock held elsewhere, a hung server or a black-holed connection (T5).
+        """
+        async with asyncio.timeout(self.options.statement_bound), self.pool.connection() as conn:
+            yield conn
+
+    def in_background(self, work: Any) -> None:
+        """Runs a best-effort coroutine (an audit record) without making its caller wait."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def sync_pool(self) -> ConnectionPool[Any]:
         """A blocking pool for plain-function handlers' transactions, opened on first use."""
@@ -49,7 +73,11 @@ class WorkerServices:
                     min_size=1,
                     max_size=self.options.concurrency,
                     name="tenure-sync",
-                    kwargs={"autocommit": True},
+                    kwargs={
+                        "autocommit": True,
+                        "prepare_threshold": prepare_threshold(),
+                        **application_name(self.dsn, "tenure-sync"),
+                    },
                     open=True,
                 )
             return self._sync_pool
@@ -65,7 +93,7 @@ class WorkerServices:
             extra=job_fields(job, self.owner),
         )
         try:
-            async with self.pool.connection() as conn:
+            async with self.connection() as conn:
                 await self.queries.fencing_lost_record(
                     conn, job_id=job.id, token=job.lease.token, owner=self.owner, error_code=code
                 )
@@ -76,5 +104,7 @@ class WorkerServices:
         asyncio.run_coroutine_threadsafe(self.record_fencing_loss(job, code), self.loop).result()
 
     async def close(self) -> None:
+        if self._background:
+            await asyncio.wait(self._background, timeout=1.0)
         if self._sync_pool is not None:
             await asyncio.to_thread(self._sync_pool.close)

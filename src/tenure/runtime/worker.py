@@ -19,13 +19,14 @@ from tenure.runtime.aging import PriorityAging
 from tenure.runtime.claimer import Claimer
 from tenure.runtime.completer import Completer
 from tenure.runtime.events import Events
-from tenure.runtime.executor import SHUTDOWN, Executor
+from tenure.runtime.executor import Executor
 from tenure.runtime.heartbeat import Heartbeat
 from tenure.runtime.listener import Listener
 from tenure.runtime.options import WorkerOptions
 from tenure.runtime.recovery import Recovery
 from tenure.runtime.services import WorkerServices
 from tenure.runtime.stats import WorkerStats
+from tenure.runtime.supervisor import describe_error
 from tenure.tasks import TaskRegistry
 from tenure.validation import check_schema_name
 
@@ -57,6 +58,11 @@ class Worker:
         self.recovery: Recovery | None = None
         self.listener: Listener | None = None
         self._force = False
+        #: Why the worker stopped on its own (a critical service kept failing), else None.
+        self.failure: str | None = None
+        #: Thread handlers still running when the worker stopped: their threads cannot be
+        #: stopped from outside, and their jobs keep their leases until those expire.
+        self.stuck_threads = 0
 
     @property
     def stats(self) -> WorkerStats:
@@ -92,13 +98,14 @@ class Worker:
         completer = Completer(services)
         self.executor = executor = Executor(services, self.registry, completer, threads)
         self.claimer = claimer = Claimer(services, executor, self.queues)
-        self.recovery = Recovery(services)
+        self.recovery = Recovery(services, self.registry)
         heartbeat = Heartbeat(services, executor)
         background = [
             asyncio.create_task(completer.run(), name="tenure-completer"),
             asyncio.create_task(heartbeat.run(), name="tenure-heartbeat"),
             asyncio.create_task(self.recovery.run(), name="tenure-recovery"),
             asyncio.create_task(PriorityAging(services).run(), name="tenure-priority-aging"),
+            asyncio.create_task(self._watch_health(services), name="tenure-health"),
         ]
         presence = WorkerPresence(
             pool,
@@ -108,10 +115,22 @@ class Worker:
             concurrency=self.options.concurrency,
             busy=lambda: len(executor.running),
             retention=self.retention,
+            failing=services.health.failing,
+            connection=services.connection,
         )
+        presence.health = services.health.service("registry refresh", critical=False)
+        presence.retention_health = services.health.service("retention", critical=False)
         background.append(asyncio.create_task(presence.run(), name="tenure-presence"))
         if self.options.listen:
-            self.listener = Listener(dsn, self.schema, set(self.queues), claimer.wake)
+            self.listener = Listener(
+                self.options.listen_dsn or dsn,
+                self.schema,
+                set(self.queues),
+                claimer.wake,
+                health=services.health.service("listener", critical=False),
+                send_probe=lambda payload: self._notify(services, payload),
+                poll_interval=self.options.poll_interval,
+            )
             background.append(asyncio.create_task(self.listener.run(), name="tenure-listener"))
         if handle_signals:
             self._install_signal_handlers()
@@ -134,42 +153,81 @@ class Worker:
                     await task
             threads.shutdown(wait=False, cancel_futures=True)
             await services.close()
+        if self.failure:
+            log.error("worker %s stopped: %s", services.owner, self.failure)
         log.info("worker %s stopped: %s", services.owner, services.stats.as_dict())
         return services.stats
 
+    @staticmethod
+    async def _notify(services: WorkerServices, payload: str) -> None:
+        async with services.connection() as conn:
+            await services.queries.queue_notify(conn, [payload])
+
+    async def _watch_health(self, services: WorkerServices) -> None:
+        """Stops the worker when a critical service has failed for too long (exit non-zero)."""
+        while not self.stopping.is_set():
+            await asyncio.sleep(min(1.0, services.options.service_failure_limit / 4))
+            reason = services.health.fatal()
+            if reason is not None:
+                self.failure = reason
+                log.error("%s; stopping this worker so that its supervisor can restart it", reason)
+                self.stop()
+                return
+
     async def _shutdown(self, executor: Executor, completer: Completer) -> None:
+        options = self.options
         if executor.running and not self._force:
-            log.info(
-                "waiting up to %ss for %s running jobs",
-                self.options.shutdown_grace,
-                len(executor.running),
-            )
+            log.info("waiting up to %ss for %s running jobs", options.shutdown_grace, len(executor.running))
             pending = [e.task for e in executor.running.values() if e.task is not None]
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.options.shutdown_grace):
+                async with asyncio.timeout(options.shutdown_grace):
                     while pending and not self._force:
                         _, still = await asyncio.wait(pending, timeout=0.05)
                         pending = list(still)
-        leftovers = [e for e in executor.running.values() if not e.ctx.lease_lost]
-        for execution in leftovers:
-            execution.ctx.mark_lost(SHUTDOWN)
-            if execution.task is not None:
-                execution.cancel_reason = SHUTDOWN
-                execution.task.cancel()
-        await completer.drain()
-        if leftovers and self.services is not None:
-            services = self.services
-            async with services.pool.connection() as conn:
-                released = await services.queries.lease_release_many(
-                    conn,
-                    owner=services.owner,
-                    leases=[(e.job.id, e.job.lease.token) for e in leftovers],
-                )
-            services.stats.released += len(released)
-            log.info("gave back %s unfinished jobs", len(released))
-        tasks = [e.task for e in leftovers if e.task is not None]
+        # Jobs still running after the grace period: async handlers are cancelled; thread
+        # handlers are told (LeaseLost at their next ctx.check/ctx.progress) and given a moment.
+        unfinished = [e for e in executor.running.values() if not e.ctx.lease_lost and not e.handler_done]
+        for execution in unfinished:
+            executor.stop_for_shutdown(execution)
+        tasks = [e.task for e in unfinished if e.task is not None]
         if tasks:
-            await asyncio.wait(tasks, timeout=1.0)
+            await asyncio.wait(tasks, timeout=min(2.0, options.shutdown_grace))
+        await completer.drain()
+        # Only a job whose code has stopped may be given back: another worker could otherwise
+        # run it while this one's thread still does. The rest keep their lease until it expires.
+        stopped = [e for e in unfinished if e.code_stopped]
+        if stopped and self.services is not None:
+            services = self.services
+            try:
+                async with services.connection() as conn:
+                    released = await services.queries.lease_release_many(
+                        conn,
+                        owner=services.owner,
+                        leases=[(e.job.id, e.job.lease.token) for e in stopped],
+                    )
+                services.stats.released += len(released)
+                log.info("gave back %s unfinished jobs", len(released))
+            except Exception as exc:
+                log.warning(
+                    "could not give back %s unfinished jobs (%s): their leases expire and recovery "
+                    "gives them back",
+                    len(stopped),
+                    describe_error(exc),
+                )
+        stuck = [e for e in executor.running.values() if not e.code_stopped]
+        self.stuck_threads = len(stuck)
+        if stuck:
+            log.warning(
+                "%s thread handlers are still running and cannot be stopped from outside; their "
+                "jobs keep their leases until they expire: %s",
+                len(stuck),
+                ", ".join(str(e.job.id) for e in stuck[:20]),
+            )
+        for execution in list(executor.running.values()):
+            executor.abandon(execution)
+        remaining = [e.task for e in executor.running.values() if e.task is not None]
+        if remaining:
+            await asyncio.wait(remaining, timeout=1.0)
 
     def _install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()

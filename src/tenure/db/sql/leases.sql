@@ -55,11 +55,26 @@ RETURNING j.id, j.queue, j.task, j.payload, j.priority, j.attempt_count, j.max_a
           j.available_at, j.created_at, clock.now AS db_now;
 
 -- name: job_complete_many
--- Fenced success for a batch. Jobs whose fence fails are returned as lost and logged.
+-- Fenced success for a batch. Rows are locked with SKIP LOCKED, so a row lock held elsewhere
+-- (an operator's open SELECT ... FOR UPDATE) costs only that row: it comes back as 'busy' and
+-- the worker tries it again alone, while the rest of the batch completes (T5, X7).
+-- Outcomes, per (id, token): 'done' (succeeded under this token, now or by an earlier write of
+-- ours whose reply was lost), 'busy' (the fence holds but the row is locked elsewhere), 'lost'
+-- (the fence does not hold: logged as fencing_lost).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), input AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS u(id, token)
+), locked AS (
+    SELECT j.id, i.token
+    FROM __schema__.jobs j
+    JOIN input i ON i.id = j.id AND i.token = j.lease_token
+    CROSS JOIN clock
+    WHERE j.state = 'running'
+      AND j.lease_owner = %(owner)s
+      AND j.lease_expires_at > clock.now
+    ORDER BY j.id
+    FOR UPDATE OF j SKIP LOCKED
 ), done AS (
     UPDATE __schema__.jobs j
     SET state = 'succeeded',
@@ -67,29 +82,48 @@ WITH clock AS (
         lease_owner = NULL,
         lease_expires_at = NULL,
         lease_deadline = NULL
-    FROM input i CROSS JOIN clock
-    WHERE j.id = i.id
-      AND j.state = 'running'
-      AND j.lease_owner = %(owner)s
-      AND j.lease_token = i.token
-      AND j.lease_expires_at > clock.now
-    RETURNING j.id
+    FROM locked l CROSS JOIN clock
+    WHERE j.id = l.id
+      AND j.lease_token = l.token
+    RETURNING j.id, j.lease_token AS token
+), others AS (
+    SELECT i.id, i.token,
+           CASE WHEN j.state = 'succeeded' AND j.lease_token = i.token THEN 'done'
+                WHEN j.state = 'running' AND j.lease_token = i.token AND j.lease_owner = %(owner)s
+                     AND j.lease_expires_at > clock.now THEN 'busy'
+                ELSE 'lost' END AS outcome
+    FROM input i
+    CROSS JOIN clock
+    LEFT JOIN __schema__.jobs j ON j.id = i.id
+    WHERE NOT EXISTS (SELECT 1 FROM locked l WHERE l.id = i.id AND l.token = i.token)
 ), lost AS (
     INSERT INTO __schema__.job_events (job_id, event, from_state, token, worker, error_code, at)
-    SELECT i.id, 'fencing_lost', 'running', i.token, %(owner)s, 'FENCED_COMPLETE', clock.now
-    FROM input i CROSS JOIN clock
-    WHERE i.id NOT IN (SELECT id FROM done)
-    RETURNING job_id
+    SELECT o.id, 'fencing_lost', 'running', o.token, %(owner)s, 'FENCED_COMPLETE', clock.now
+    FROM others o CROSS JOIN clock
+    WHERE o.outcome = 'lost'
 )
-SELECT id, true AS fenced_ok FROM done
+SELECT id, token, 'done' AS outcome FROM done
 UNION ALL
-SELECT job_id, false FROM lost;
+SELECT id, token, outcome FROM others;
 
 -- name: job_fail
 -- Fenced failure: back to pending after %(retry_delay)s seconds, or dead when the delay is NULL
--- or the attempt budget is spent. Logged either way (S3).
+-- or the attempt budget is spent. Logged either way (S3). Outcome 'failed' (with the new state),
+-- 'busy' (the row is locked elsewhere: try again; SKIP LOCKED, so this never waits on it) or
+-- 'lost' (logged as fencing_lost). %(at_deadline)s: the job's max runtime is what ended it; the
+-- holder may then write the failure even though its lease, capped at the deadline, has run out,
+-- as long as the database agrees the deadline has passed and nobody has taken the job since.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+), target AS (
+    SELECT j.id
+    FROM __schema__.jobs j CROSS JOIN clock
+    WHERE j.id = %(id)s
+      AND j.state = 'running'
+      AND j.lease_owner = %(owner)s
+      AND j.lease_token = %(token)s
+      AND (j.lease_expires_at > clock.now OR (%(at_deadline)s::boolean AND j.lease_deadline <= clock.now))
+    FOR UPDATE OF j SKIP LOCKED
 ), failed AS (
     UPDATE __schema__.jobs j
     SET state = CASE WHEN %(retry_delay)s::float8 IS NOT NULL AND j.attempt_count < j.max_attempts
@@ -104,53 +138,77 @@ WITH clock AS (
         lease_deadline = NULL,
         last_error_code = %(error_code)s,
         last_error = left(%(error)s, 2000)
-    FROM clock
-    WHERE j.id = %(id)s
-      AND j.state = 'running'
-      AND j.lease_owner = %(owner)s
-      AND j.lease_token = %(token)s
-      AND j.lease_expires_at > clock.now
+    FROM target t CROSS JOIN clock
+    WHERE j.id = t.id
     RETURNING j.id, j.state, j.available_at
 ), logged AS (
     INSERT INTO __schema__.job_events (job_id, event, from_state, to_state, token, worker, error_code, error, at)
     SELECT f.id, CASE WHEN f.state = 'dead' THEN 'dead' ELSE 'retry' END, 'running', f.state,
            %(token)s, %(owner)s, %(error_code)s, left(%(error)s, 2000), clock.now
     FROM failed f CROSS JOIN clock
+), verdict AS (
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM failed) THEN 'failed'
+                WHEN EXISTS (
+                    SELECT 1 FROM __schema__.jobs j CROSS JOIN clock
+                    WHERE j.id = %(id)s AND j.state = 'running' AND j.lease_owner = %(owner)s
+                      AND j.lease_token = %(token)s
+                      AND (j.lease_expires_at > clock.now
+                           OR (%(at_deadline)s::boolean AND j.lease_deadline <= clock.now))) THEN 'busy'
+                ELSE 'lost' END AS outcome
 ), lost AS (
     INSERT INTO __schema__.job_events (job_id, event, from_state, token, worker, error_code, at)
     SELECT %(id)s, 'fencing_lost', 'running', %(token)s, %(owner)s, 'FENCED_FAIL', clock.now
-    FROM clock
-    WHERE NOT EXISTS (SELECT 1 FROM failed)
+    FROM clock CROSS JOIN verdict
+    WHERE verdict.outcome = 'lost'
 )
-SELECT id, state::text AS state, available_at FROM failed;
+SELECT v.outcome, f.state::text AS state, f.available_at
+FROM verdict v LEFT JOIN failed f ON true;
 
 -- name: lease_extend_many
 -- Heartbeat: renews only leases whose progress marker moved (L3), never past the deadline (L4).
+-- SKIP LOCKED: a row locked elsewhere is left for the next beat instead of stalling the others.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), input AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(progress)s::jsonb[],
                          %(lease_seconds)s::float8[]) AS u(id, token, progress, lease_seconds)
+), locked AS (
+    SELECT j.id, i.progress, i.lease_seconds
+    FROM __schema__.jobs j
+    JOIN input i ON i.id = j.id AND i.token = j.lease_token
+    CROSS JOIN clock
+    WHERE j.state = 'running'
+      AND j.lease_owner = %(owner)s
+      AND j.lease_expires_at > clock.now
+      AND j.lease_deadline > clock.now
+      AND j.progress IS DISTINCT FROM i.progress
+    ORDER BY j.id
+    FOR UPDATE OF j SKIP LOCKED
 )
 UPDATE __schema__.jobs j
-SET lease_expires_at = least(clock.now + make_interval(secs => i.lease_seconds), j.lease_deadline),
-    progress = i.progress
-FROM input i CROSS JOIN clock
-WHERE j.id = i.id
-  AND j.state = 'running'
-  AND j.lease_owner = %(owner)s
-  AND j.lease_token = i.token
-  AND j.lease_expires_at > clock.now
-  AND j.lease_deadline > clock.now
-  AND j.progress IS DISTINCT FROM i.progress
-RETURNING j.id, j.lease_expires_at, clock.now AS db_now;
+SET lease_expires_at = least(clock.now + make_interval(secs => l.lease_seconds), j.lease_deadline),
+    progress = l.progress
+FROM locked l CROSS JOIN clock
+WHERE j.id = l.id
+RETURNING j.id, j.lease_token, j.lease_expires_at, clock.now AS db_now;
 
 -- name: lease_release_many
 -- Graceful shutdown: give unfinished jobs back at once; the interrupted attempt is not counted.
+-- A row locked elsewhere is skipped: its lease expires and recovery gives it back instead.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), input AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS u(id, token)
+), locked AS (
+    SELECT j.id
+    FROM __schema__.jobs j
+    JOIN input i ON i.id = j.id AND i.token = j.lease_token
+    CROSS JOIN clock
+    WHERE j.state = 'running'
+      AND j.lease_owner = %(owner)s
+      AND j.lease_expires_at > clock.now
+    ORDER BY j.id
+    FOR UPDATE OF j SKIP LOCKED
 ), released AS (
     UPDATE __schema__.jobs j
     SET state = 'pending',
@@ -159,12 +217,8 @@ WITH clock AS (
         lease_owner = NULL,
         lease_expires_at = NULL,
         lease_deadline = NULL
-    FROM input i CROSS JOIN clock
-    WHERE j.id = i.id
-      AND j.state = 'running'
-      AND j.lease_owner = %(owner)s
-      AND j.lease_token = i.token
-      AND j.lease_expires_at > clock.now
+    FROM locked l CROSS JOIN clock
+    WHERE j.id = l.id
     RETURNING j.id, j.lease_token, j.queue
 ), logged AS (
     INSERT INTO __schema__.job_events (job_id, event, from_state, to_state, token, worker, error_code, at)
@@ -187,3 +241,15 @@ WHERE id = %(id)s;
 -- the evidence of the stale write in the audit log.
 INSERT INTO __schema__.job_events (job_id, event, from_state, token, worker, error_code)
 VALUES (%(id)s, 'fencing_lost', 'running', %(token)s, %(owner)s, %(error_code)s);
+
+-- name: lease_lost_record
+-- The holder of token %(token)s learned that its lease was gone (its watchdog, a refused
+-- heartbeat, a newer claim) and stopped the job: the stale holder's side of the history, written
+-- when it can reach the database again. It changes nothing but the audit log.
+INSERT INTO __schema__.job_events (job_id, event, from_state, token, worker, error_code, error)
+VALUES (%(id)s, 'lease_lost', 'running', %(token)s, %(owner)s, %(error_code)s, left(%(error)s, 2000));
+
+-- name: session_reset
+-- After a handler's own transaction (ctx.atomic): its SETs must not follow the connection back
+-- into the pool. RESET ALL returns every setting to the session's defaults, startup ones included.
+RESET ALL;

@@ -2,13 +2,14 @@
 -- any number of processes may run the maintenance pass at once without waiting on each other.
 
 -- name: worker_seen
--- A worker's periodic "still here", with how many of its slots are busy.
-INSERT INTO __schema__.workers AS w (id, queues, concurrency, busy, started_at, seen_at)
+-- A worker's periodic "still here", with how many of its slots are busy and which of its
+-- services are failing (NULL when none is).
+INSERT INTO __schema__.workers AS w (id, queues, concurrency, busy, started_at, seen_at, failing)
 VALUES (%(id)s, %(queues)s::text[], %(concurrency)s, %(busy)s,
-        coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()))
+        coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()), %(failing)s::jsonb)
 ON CONFLICT (id) DO UPDATE
 SET queues = excluded.queues, concurrency = excluded.concurrency, busy = excluded.busy,
-    seen_at = excluded.seen_at;
+    seen_at = excluded.seen_at, failing = excluded.failing;
 
 -- name: worker_forget
 DELETE FROM __schema__.workers WHERE id = %(id)s;

@@ -72,6 +72,7 @@ SELECT count(w.id) AS registered,
        coalesce(sum(w.busy), 0)::bigint AS busy,
        coalesce(sum(w.concurrency), 0)::bigint AS capacity,
        (SELECT count(DISTINCT lease_owner) FROM __schema__.jobs WHERE state = 'running') AS lease_owners,
+       count(w.id) FILTER (WHERE w.failing IS NOT NULL) AS failing,
        clock.now AS db_now
 FROM clock
 LEFT JOIN __schema__.workers w ON true
@@ -81,7 +82,7 @@ GROUP BY clock.now;
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 )
-SELECT id, queues, concurrency, busy, started_at, seen_at,
+SELECT id, queues, concurrency, busy, started_at, seen_at, failing,
        extract(epoch FROM clock.now - seen_at)::float8 AS silent_seconds
 FROM __schema__.workers CROSS JOIN clock
 ORDER BY id;

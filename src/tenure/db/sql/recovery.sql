@@ -1,10 +1,15 @@
 -- name: lease_recover_expired
 -- Expired leases go back to pending with backoff, or to dead when the budget is spent (R1).
--- SKIP LOCKED makes it safe for every worker to run this at once (R5).
+-- SKIP LOCKED makes it safe for every worker to run this at once (R5). The retry backoff is the
+-- task's own where this worker knows the task (the policy arrays), else the worker's default.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+), policy AS (
+    SELECT *
+    FROM unnest(%(policy_tasks)s::text[], %(policy_bases)s::float8[], %(policy_caps)s::float8[],
+                %(policy_jitters)s::float8[]) AS p(task, base, cap, jitter)
 ), expired AS (
-    SELECT id, lease_owner, lease_token, lease_expires_at
+    SELECT id, task, lease_owner, lease_token, lease_expires_at
     FROM __schema__.jobs
     WHERE state = 'running'
       AND lease_expires_at <= (SELECT now FROM clock)
@@ -19,9 +24,9 @@ WITH clock AS (
                     ::__schema__.job_state,
         available_at = CASE WHEN j.attempt_count >= j.max_attempts THEN j.available_at
                             ELSE clock.now + make_interval(secs => least(
-                                %(backoff_cap)s::float8,
-                                %(backoff_base)s::float8 * power(2, j.attempt_count - 1))
-                                * (1 - %(jitter)s::float8 * random()))
+                                coalesce(p.cap, %(backoff_cap)s::float8),
+                                coalesce(p.base, %(backoff_base)s::float8) * power(2, least(j.attempt_count - 1, 60)))
+                                * (1 - coalesce(p.jitter, %(jitter)s::float8) * random()))
                        END,
         finished_at = CASE WHEN j.attempt_count >= j.max_attempts THEN clock.now END,
         lease_owner = NULL,
@@ -29,8 +34,10 @@ WITH clock AS (
         lease_deadline = NULL,
         last_error_code = 'LEASE_EXPIRED',
         last_error = 'lease of ' || left(e.lease_owner, 200) || ' (token ' || e.lease_token
-                     || ') expired at ' || e.lease_expires_at
-    FROM expired e CROSS JOIN clock
+                     || ') expired at ' || e.lease_expires_at || ' without a renewal: the worker died, '
+                     || 'hung, lost the database, or the job reported no progress; call ctx.progress() '
+                     || 'as work advances, or give the task a longer lease_seconds'
+    FROM expired e CROSS JOIN clock LEFT JOIN policy p ON p.task = e.task
     WHERE j.id = e.id
       AND j.state = 'running'
       AND j.lease_token = e.lease_token
