@@ -65,3 +65,18 @@ async def wait_state(
         if time.monotonic() > deadline:
             raise AssertionError(f"job {job_id} stayed {row['state']} (wanted {states}): {row}")
         await asyncio.sleep(0.02)
+
+
+async def eventually(condition: Any, timeout: float = 10.0, what: str = "the condition") -> None:
+    """Waits until `condition()` (sync or async) is true, or fails naming `what`."""
+    deadline = time.monotonic() + timeout
+    for _ in range(100_000):
+        result = condition()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        if time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

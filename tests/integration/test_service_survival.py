@@ -18,7 +18,6 @@ from psycopg import AsyncConnection, conninfo
 from tenure import JobContext, Tenure, WorkerOptions
 from tenure.security.roles import Role, grants
 
-
 WORKER_SESSIONS = ["tenure-worker", "tenure-listen", "tenure-sync"]
 
 
