@@ -8,11 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import time
+
+import psycopg
 
 from tenure import Backoff, JobContext, Permanent, Tenure, Transient
+from tenure.demo.bank import TRANSFER_TXN, bank
 from tenure.demo.bank import transfer as bank_transfer
 from tenure.soak.attempts import AttemptLog
 from tenure.soak.ordered_effects import make_handlers
+from tenure.soak.queries import SoakQueries
+from tenure.txn import SyncTransaction
 
 QUEUE = "soak"
 MAX_ATTEMPTS = 25
@@ -28,6 +34,10 @@ class Kind(enum.StrEnum):
     DOOMED = "soak.doomed"
     ORDERED = "soak.ordered"
     EFFECT = "soak.effect"
+    THREAD_SLOW = "soak.thread_slow"
+    OWN_TIMEOUT = "soak.own_timeout"
+    NUL_ERROR = "soak.nul_error"
+    REFUSED = "soak.refused_transfer"
 
 
 app = Tenure()
@@ -70,6 +80,57 @@ async def doomed(ctx: JobContext, reason: str) -> None:
         raise Permanent(reason, code="DOOMED")
 
 
+def thread_slow(ctx: JobContext, steps: int, step_seconds: float) -> None:
+    """`slow` as a plain function: a worker thread, kept alive only by its progress heartbeats,
+    stopped (LeaseLost at ctx.progress) only by its own checks once its lease is gone."""
+    with attempts.running(ctx):
+        for step in range(steps):
+            time.sleep(step_seconds)
+            ctx.progress({"step": step + 1})
+
+
+async def own_timeout(ctx: JobContext, fail_times: int) -> None:
+    """Raises its own TimeoutError (an upstream call timing out) on its first attempts: that is
+    the handler's failure, retried as transient, never Tenure's MAX_RUNTIME."""
+    with attempts.running(ctx):
+        if ctx.attempt <= fail_times:
+            raise TimeoutError(f"the upstream call timed out (attempt {ctx.attempt})")
+
+
+def nul_error(ctx: JobContext) -> None:
+    """Fails once with a NUL in its message (binary data quoted in an error), then succeeds."""
+    with attempts.running(ctx):
+        if ctx.attempt == 1:
+            raise ValueError("record 7 holds a \x00 byte where text was expected")
+
+
+def refused_transfer(ctx: JobContext, source: int, target: int, amount: int) -> None:
+    """A transfer whose unit moves the money, then meets a constraint it expects inside a
+    savepoint and refuses as Permanent: dead at once, and the money movement rolls back."""
+    with attempts.running(ctx):
+
+        def move(tx: SyncTransaction) -> None:
+            bank.lock_pair(tx, source, target)
+            bank.apply(
+                tx,
+                job_id=ctx.job_id,
+                idempotency_key=ctx.idempotency_key,
+                token=ctx.token,
+                source=source,
+                target=target,
+                amount=amount,
+            )
+            try:
+                with tx.savepoint():
+                    _soak_sql.account_reopen(tx, source)
+            except psycopg.errors.UniqueViolation:
+                raise Permanent(f"account {source} is already open", code="ACCOUNT_EXISTS") from None
+
+        ctx.atomic_sync(move, policy=TRANSFER_TXN)
+
+
+_soak_sql = SoakQueries("tenure")
+
 app.task(transfer, name=Kind.TRANSFER.value, **_policy)
 app.task(noop, name=Kind.NOOP.value, **_policy)
 app.task(slow, name=Kind.SLOW.value, **_policy)
@@ -78,3 +139,7 @@ app.task(doomed, name=Kind.DOOMED.value, **_policy)
 ordered, effect = make_handlers(attempts)
 app.task(ordered, name=Kind.ORDERED.value, **_policy)
 app.task(effect, name=Kind.EFFECT.value, **_policy)
+app.task(thread_slow, name=Kind.THREAD_SLOW.value, **_policy)
+app.task(own_timeout, name=Kind.OWN_TIMEOUT.value, **_policy)
+app.task(nul_error, name=Kind.NUL_ERROR.value, **_policy)
+app.task(refused_transfer, name=Kind.REFUSED.value, **_policy)

@@ -23,6 +23,7 @@ from tenure.soak.attempts import host_clock
 from tenure.soak.fleet import SoakFleet
 from tenure.soak.network import WorkerNetwork
 from tenure.soak.queries import SoakQueries
+from tenure.soak.roles import SoakRole, set_read_only
 from tenure.soak.server import SoakServer
 
 PACKET_LOSS_SHARE = 0.3
@@ -36,6 +37,9 @@ class FaultKind(enum.Enum):
     RESTART = "PostgreSQL restart"
     PACKET_LOSS = "packet loss worker <-> database"
     SNAPSHOT = "long-held REPEATABLE READ snapshot"
+    ROW_LOCKS = "foreign session holding running jobs' row locks"
+    READ_ONLY = "database read-only, workers reconnected"
+    REVOKE = "worker role's UPDATE on jobs revoked"
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,9 @@ class FaultSchedule:
         network: WorkerNetwork | None,
         network_missing: str,
         started: float,
+        role: SoakRole | None = None,
+        database: str | None = None,
+        worker_prefix: str = "soak",
     ) -> None:
         self.fleet = fleet
         self.dsn = dsn
@@ -79,6 +86,9 @@ class FaultSchedule:
         self.network = network
         self.network_missing = network_missing
         self.started = started
+        self.role = role
+        self.database = database
+        self.worker_prefix = worker_prefix
         self.records: list[FaultRecord] = []
         #: Host-clock (stop, cont) intervals per worker name: a frozen process executes nothing.
         self.frozen: dict[str, list[tuple[float, float]]] = defaultdict(list)
@@ -132,6 +142,12 @@ class FaultSchedule:
             return await self._restart()
         if kind in (FaultKind.PARTITION, FaultKind.PACKET_LOSS):
             return await self._network(kind)
+        if kind is FaultKind.ROW_LOCKS:
+            return await self._row_locks()
+        if kind is FaultKind.READ_ONLY:
+            return await self._read_only()
+        if kind is FaultKind.REVOKE:
+            return await self._revoke()
         return await self._snapshot()
 
     async def _kill(self, victim: WorkerProcess) -> tuple[str, str, bool]:
@@ -187,3 +203,39 @@ class FaultSchedule:
             await asyncio.sleep(seconds)
             await conn.rollback()
         return "session", f"snapshot (xid {held['xid']}, {held['jobs']} jobs) held {seconds:g}s", False
+
+    async def _row_locks(self) -> tuple[str, str, bool]:
+        seconds = 2.0 * self.lease
+        async with await connect(self.dsn, autocommit=False) as conn:
+            locked = await self.queries.lock_running_jobs(conn, limit=5)
+            await asyncio.sleep(seconds)
+            await conn.rollback()
+        return "session", f"row locks of {len(locked)} running jobs held {seconds:g}s", False
+
+    async def _read_only(self) -> tuple[str, str, bool]:
+        if self.database is None:
+            return "database", "no database name", True
+        seconds = 2.0 * self.lease
+        # One session does both switches: a session opened while the database is read-only
+        # could not write either.
+        async with await connect(self.dsn) as conn:
+            await set_read_only(conn, self.database, True)
+            ended = await self.queries.terminate_workers(conn, self.worker_prefix)
+            try:
+                await asyncio.sleep(seconds)
+            finally:
+                await set_read_only(conn, self.database, False)
+                await self.queries.terminate_workers(conn, self.worker_prefix)
+        return "database", f"read-only for {seconds:g}s ({ended} worker sessions moved to it)", False
+
+    async def _revoke(self) -> tuple[str, str, bool]:
+        if self.role is None:
+            return "role", "workers do not run as the soak's own role", True
+        seconds = 2.0 * self.lease
+        async with await connect(self.dsn) as conn:
+            await self.role.revoke_update(conn)
+            try:
+                await asyncio.sleep(seconds)
+            finally:
+                await self.role.grant(conn)
+        return self.role.name, f"UPDATE on jobs revoked for {seconds:g}s, then granted again", False

@@ -50,11 +50,13 @@ class SoakFleet(Fleet):
         run_dir: Path,
         run_id: str,
         network: WorkerNetwork | None,
+        role: str | None = None,
     ) -> None:
         super().__init__(
             dsn=dsn, schema=schema, lease=lease, concurrency=concurrency, run_dir=run_dir, run_id=run_id
         )
         self.network = network
+        self.role_name = role
         self.replacements = 0
 
     @staticmethod
@@ -82,6 +84,9 @@ class SoakFleet(Fleet):
     def environment(self, name: str, owner: str) -> dict[str, str]:
         params: dict[str, Any] = conninfo.conninfo_to_dict(self.dsn)
         params["application_name"] = owner  # lets a fault find this worker's sessions
+        if self.role_name is not None:
+            params["user"] = self.role_name  # least privilege, so a revoked grant bites
+            params.pop("password", None)
         role = self.role(name)
         if role is Role.PARTITIONABLE and self.network is not None:
             params["host"] = self.network.host_ip

@@ -10,6 +10,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
 from tenure.db._sqlfiles import SCHEMA_PLACEHOLDER, quote_schema, read_sections
+from tenure.txn import SyncTransaction
 
 Row = dict[str, Any]
 
@@ -49,3 +50,16 @@ class SoakQueries:
 
     async def events(self, conn: AsyncConnection[Any]) -> list[Row]:
         return await self._rows(conn, "soak_events")
+
+    async def error_codes(self, conn: AsyncConnection[Any]) -> dict[str, int]:
+        return {r["code"]: int(r["n"]) for r in await self._rows(conn, "soak_error_codes")}
+
+    async def lock_running_jobs(self, conn: AsyncConnection[Any], limit: int) -> list[int]:
+        return [r["id"] for r in await self._rows(conn, "soak_lock_running_jobs", {"limit": limit})]
+
+    async def terminate_workers(self, conn: AsyncConnection[Any], prefix: str) -> int:
+        rows = await self._rows(conn, "soak_terminate_workers", {"prefix": prefix + "%"})
+        return int(rows[0]["terminated"])
+
+    def account_reopen(self, tx: SyncTransaction, account: int) -> None:
+        tx.execute(self._sql["soak_account_reopen"], {"id": account})

@@ -32,6 +32,7 @@ from tenure.soak.fleet import SoakFleet, faketime_available
 from tenure.soak.network import NetworkUnavailable, WorkerNetwork
 from tenure.soak.queries import SoakQueries
 from tenure.soak.report import Check, SoakReport, render
+from tenure.soak.roles import SoakRole
 from tenure.soak.server import SoakServer
 from tenure.soak.workload import Mixer, expected
 
@@ -76,6 +77,7 @@ async def _run(args: argparse.Namespace) -> int:
     network_missing = ""
     server: SoakServer | None = None
     fleet: SoakFleet | None = None
+    role: SoakRole | None = None
     try:
         if args.dsn:
             server_dsn = resolve_dsn(args.dsn).dsn
@@ -94,6 +96,9 @@ async def _run(args: argparse.Namespace) -> int:
         dsn = await recreate_database(server_dsn, args.database)
         workload = make_workload(args.accounts, 0, args.seed)
         await prepare(dsn, args.schema, workload)
+        role = SoakRole(f"tenure_soak_worker_{run_id}", args.schema)
+        async with await connect(dsn) as conn:
+            await role.create(conn)
 
         fleet = SoakFleet(
             dsn=dsn,
@@ -103,6 +108,7 @@ async def _run(args: argparse.Namespace) -> int:
             run_dir=run_dir,
             run_id=run_id,
             network=network,
+            role=role.name,
         )
         fleet.start(args.workers)
         roles = {w.name: fleet.role(w.name).value for w in fleet.workers}
@@ -116,6 +122,9 @@ async def _run(args: argparse.Namespace) -> int:
             network=network,
             network_missing=network_missing,
             started=started,
+            role=role,
+            database=args.database,
+            worker_prefix=f"{fleet.owner_prefix}-{run_id}-",
         )
         acked: dict[str, list[int]] = {k.value: [] for k in Kind}
         failures = await _load_and_drain(args, dsn, fleet, faults, acked, started)
@@ -128,6 +137,16 @@ async def _run(args: argparse.Namespace) -> int:
         report.failures.extend(failures)
         report.faults = [r.as_dict() for r in faults.records]
         report.fault_counts = faults.counts()
+        never = sorted(kind for kind, count in report.fault_counts.items() if count == 0)
+        skipped = {r.kind.name.lower(): r.detail for r in faults.records if r.skipped}
+        report.checks.append(
+            Check(
+                "every kind of fault ran",
+                not never,
+                ", ".join(f"{k} never ran ({skipped.get(k, 'no turn came')})" for k in never)
+                or f"{len(report.fault_counts)} kinds",
+            )
+        )
         files = {w.name: fleet.attempts_path(w.name) for w in fleet.workers}
         window = overlaps(read_intervals(files, faults.killed_at, finished), faults.frozen)
         report.add_window(window, args.lease, _longest_network_fault(faults.records))
@@ -151,6 +170,10 @@ async def _run(args: argparse.Namespace) -> int:
     finally:
         if fleet is not None:
             fleet.abandon()
+        if role is not None:
+            with contextlib.suppress(Exception):
+                async with await connect(dsn) as conn:
+                    await role.drop(conn)
         if network is not None:
             network.destroy()
         if server is not None:
@@ -298,6 +321,7 @@ async def _read_report(
     overdraft = await bank.invariant(conn, "no_overdraft")
     ledger = await bank.invariant(conn, "balances_match_ledger")
     once = await bank.invariant(conn, "applied_once", Kind.TRANSFER.value)
+    codes = await queries.error_codes(conn)
     stray = await bank.invariant(conn, "no_stray_ledger")
 
     states: Counter[str] = Counter()
@@ -362,6 +386,11 @@ async def _read_report(
         ),
         Check("ledger rows carry the completing token", once["wrong_token"] == 0, f"{once['wrong_token']}"),
         Check("jobs that did not succeed wrote nothing", stray["violations"] == 0, f"{stray['violations']}"),
+        Check(
+            "no MAX_RUNTIME recorded (a handler's own TimeoutError is its own failure)",
+            codes.get("MAX_RUNTIME", 0) == 0,
+            f"{codes.get('MAX_RUNTIME', 0)} recorded, {codes.get('TimeoutError', 0)} handler timeouts",
+        ),
     ]
     return report
 

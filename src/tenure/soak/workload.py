@@ -12,13 +12,17 @@ from tenure.soak.ordered_effects import ORDERING_KEYS
 
 #: Share of each kind in the mix; transfers dominate, as in the demo.
 MIX = {
-    Kind.TRANSFER: 0.60,
-    Kind.NOOP: 0.10,
-    Kind.SLOW: 0.05,
-    Kind.FLAKY: 0.10,
-    Kind.DOOMED: 0.05,
+    Kind.TRANSFER: 0.50,
+    Kind.NOOP: 0.08,
+    Kind.SLOW: 0.04,
+    Kind.THREAD_SLOW: 0.04,
+    Kind.FLAKY: 0.08,
+    Kind.DOOMED: 0.04,
     Kind.ORDERED: 0.05,
     Kind.EFFECT: 0.05,
+    Kind.OWN_TIMEOUT: 0.04,
+    Kind.NUL_ERROR: 0.04,
+    Kind.REFUSED: 0.04,
 }
 
 
@@ -36,13 +40,13 @@ class Mixer:
         return [(kind, self.payload(kind)) for kind in kinds]
 
     def payload(self, kind: Kind) -> dict[str, Any]:
-        if kind is Kind.TRANSFER:
+        if kind in (Kind.TRANSFER, Kind.REFUSED):
             source, target = self.rng.sample(range(1, self.accounts + 1), 2)
             return {"source": source, "target": target, "amount": self.rng.randint(1, MAX_AMOUNT)}
-        if kind is Kind.SLOW:
+        if kind in (Kind.SLOW, Kind.THREAD_SLOW):
             # Twice the lease in all: it lives only if its heartbeats renew the lease.
             return {"steps": 6, "step_seconds": round(self.lease / 3, 3)}
-        if kind is Kind.FLAKY:
+        if kind in (Kind.FLAKY, Kind.OWN_TIMEOUT):
             return {"fail_times": self.rng.randint(1, 3)}
         if kind is Kind.ORDERED:
             return {"key": f"k{self.rng.randint(1, ORDERING_KEYS)}"}
@@ -55,6 +59,9 @@ def expected(kind: str, state: str, code: str) -> bool:
     """Whether a job of this kind may end in this state with this error code."""
     if kind == Kind.DOOMED:
         return state == "dead" and code == "DOOMED"
+    if kind == Kind.REFUSED:
+        # Its own Permanent stands, raised from a savepoint: not the constraint's SQLSTATE.
+        return state == "dead" and code == "ACCOUNT_EXISTS"
     if kind == Kind.TRANSFER:
         return state == "succeeded" or (state == "dead" and code == "INSUFFICIENT_FUNDS")
     return state == "succeeded"

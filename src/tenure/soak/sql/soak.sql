@@ -43,3 +43,31 @@ SELECT event, coalesce(error_code, '') AS code, count(*) AS n
 FROM __schema__.job_events
 GROUP BY 1, 2
 ORDER BY 1, 2;
+
+-- name: soak_error_codes
+-- Error codes written anywhere in the history: MAX_RUNTIME must never appear (no soak job runs
+-- anywhere near its max runtime), whatever the handlers raise themselves.
+SELECT coalesce(error_code, '') AS code, count(*) AS n
+FROM __schema__.job_events
+GROUP BY 1;
+
+-- name: soak_account_reopen
+-- Inside a transfer's own transaction: opens an account that already exists, which the primary
+-- key refuses. The refused-transfer job turns that into Permanent from inside a savepoint.
+INSERT INTO bank.accounts (id, opening_balance, balance) VALUES (%(id)s, 0, 0);
+
+-- name: soak_lock_running_jobs
+-- A foreign session (an operator's SELECT ... FOR UPDATE) takes the row locks of running jobs
+-- and holds them while its transaction stays open.
+SELECT id FROM __schema__.jobs
+WHERE state = 'running'
+ORDER BY id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: soak_terminate_workers
+-- Ends every session of the soak's workers (their application_name is their worker id), as a
+-- failover does: they reconnect and get the database as it now is.
+SELECT count(pg_terminate_backend(pid)) AS terminated
+FROM pg_stat_activity
+WHERE datname = current_database() AND application_name LIKE %(prefix)s AND pid <> pg_backend_pid();
