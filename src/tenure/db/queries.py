@@ -220,8 +220,9 @@ class Queries:
             "default_lease_seconds": default_lease_seconds,
             "default_runtime_seconds": default_runtime_seconds,
             "policy_tasks": [p.task for p in policies],
-            "policy_leases": [p.lease_seconds for p in policies],
-            "policy_runtimes": [p.max_runtime_seconds for p in policies],
+            # float8[]: psycopg refuses a list that mixes int and float, so make them one type.
+            "policy_leases": [float(p.lease_seconds) for p in policies],
+            "policy_runtimes": [float(p.max_runtime_seconds) for p in policies],
             "now": now,
         }
         rows = await _fetch(conn, self._sql["job_claim"], params)
