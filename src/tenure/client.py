@@ -206,10 +206,12 @@ class Client:
         return len(checked)
 
     async def get_job(self, job_id: int) -> Job | None:
+        """The job as stored now, or None when there is no job with that id."""
         async with self._conn(None) as c:
             return await self.queries.job_get(c, job_id)
 
     async def job_history(self, job_id: int) -> list[JobEvent]:
+        """The job's audit events (retries, expiries, dead, reprocess, ...), oldest first."""
         async with self._conn(None) as c:
             return await self.queries.job_events_list(c, job_id)
 
@@ -311,3 +313,13 @@ class SyncClient:
                     copy.write_row(values)
             self.queries.queue_notify_sync(c, sorted({s.queue for s in checked}))
         return len(checked)
+
+    def get_job(self, job_id: int) -> Job | None:
+        """The job as stored now, or None when there is no job with that id."""
+        with self._conn(None) as c:
+            return self.queries.job_get_sync(c, job_id)
+
+    def job_history(self, job_id: int) -> list[JobEvent]:
+        """The job's audit events (retries, expiries, dead, reprocess, ...), oldest first."""
+        with self._conn(None) as c:
+            return self.queries.job_events_list_sync(c, job_id)

@@ -376,3 +376,49 @@ def test_malformed_dsn_is_reported_without_the_password() -> None:
     with pytest.raises(tenure.DatabaseUnavailable) as port_info:
         SyncClient("postgresql://alice:hunter2secret@127.0.0.1:notaport/db").enqueue("t", {})
     assert "hunter2secret" not in str(port_info.value) and "notaport" in str(port_info.value)
+
+
+# -- inspection: get_job and job_history, async and blocking ---------------------------------
+
+
+async def test_sync_client_reads_a_job_and_its_history_like_the_async_client(
+    dsn: str, db: AsyncConnection[Any]
+) -> None:
+    """SyncClient.get_job and job_history return what Client's do: the row, and its audit events."""
+    from tenure.db.queries import Queries
+
+    q = Queries("tenure")
+    [job] = await q.job_insert_many(db, [JobSpec(task="t", queue="default", max_attempts=3)])
+    [claimed] = await q.job_claim(
+        db, queue="default", owner="w1", limit=1, default_lease_seconds=30, default_runtime_seconds=60
+    )
+    await q.job_fail(
+        db,
+        job_id=job.id,
+        owner="w1",
+        token=claimed.lease.token,
+        error_code="TIMEOUT",
+        error="upstream timed out",
+        retry_delay=0,
+    )
+    async with Client(dsn) as client:
+        expected_job, expected_history = await client.get_job(job.id), await client.job_history(job.id)
+        assert await client.get_job(job.id + 1000) is None
+    with SyncClient(dsn) as sync_client:
+        stored = sync_client.get_job(job.id)
+        history = sync_client.job_history(job.id)
+        assert sync_client.get_job(job.id + 1000) is None
+        assert sync_client.job_history(job.id + 1000) == []
+    assert stored == expected_job and history == expected_history
+    assert stored is not None and stored.state is tenure.JobState.PENDING and stored.attempt_count == 1
+    assert [(e.event, e.to_state, e.error_code) for e in history] == [
+        ("retry", tenure.JobState.PENDING, "TIMEOUT")
+    ]
+
+
+def test_sync_client_inspection_on_an_unmigrated_schema_names_the_fix(empty_dsn: str) -> None:
+    """SyncClient.get_job and job_history on a database without the schema raise SchemaNotMigrated."""
+    with SyncClient(empty_dsn) as client:
+        for call in (lambda: client.get_job(1), lambda: client.job_history(1)):
+            with pytest.raises(tenure.SchemaNotMigrated, match="tenure migrate"):
+                call()

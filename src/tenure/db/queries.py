@@ -85,6 +85,16 @@ def _job(row: Row) -> Job:
     return Job(**{**row, "state": JobState(row["state"])})
 
 
+def _event(row: Row) -> JobEvent:
+    return JobEvent(
+        **{
+            **row,
+            "from_state": JobState(row["from_state"]) if row["from_state"] else None,
+            "to_state": JobState(row["to_state"]) if row["to_state"] else None,
+        }
+    )
+
+
 class Queries:
     """Typed access to the named queries of one Tenure schema."""
 
@@ -134,18 +144,17 @@ class Queries:
         rows = await _fetch(conn, self._sql["job_get"], {"id": job_id})
         return _job(rows[0]) if rows else None
 
+    def job_get_sync(self, conn: Connection[Any], job_id: int) -> Job | None:
+        rows = _fetch_sync(conn, self._sql["job_get"], {"id": job_id})
+        return _job(rows[0]) if rows else None
+
     async def job_events_list(self, conn: AsyncConnection[Any], job_id: int) -> list[JobEvent]:
         rows = await _fetch(conn, self._sql["job_events_list"], {"job_id": job_id})
-        return [
-            JobEvent(
-                **{
-                    **r,
-                    "from_state": JobState(r["from_state"]) if r["from_state"] else None,
-                    "to_state": JobState(r["to_state"]) if r["to_state"] else None,
-                }
-            )
-            for r in rows
-        ]
+        return [_event(r) for r in rows]
+
+    def job_events_list_sync(self, conn: Connection[Any], job_id: int) -> list[JobEvent]:
+        rows = _fetch_sync(conn, self._sql["job_events_list"], {"job_id": job_id})
+        return [_event(r) for r in rows]
 
     async def dead_list(
         self, conn: AsyncConnection[Any], *, queue: str | None = None, limit: int = 100
