@@ -15,6 +15,7 @@ from tenure.errors import (
     SchemaNotMigrated,
     TenureError,
     Transient,
+    UnknownTask,
     ValidationError,
 )
 from tenure.jobs import ClaimedJob, EnqueuedJob, Job, JobEvent, JobSpec, JobState, Lease
@@ -76,6 +77,7 @@ __all__ = [
     "TenureError",
     "TransactionPolicy",
     "Transient",
+    "UnknownTask",
     "ValidationError",
     "Worker",
     "WorkerOptions",

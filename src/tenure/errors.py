@@ -26,6 +26,10 @@ class ValidationError(ConfigurationError):
     """A job, queue, task or payload was rejected before anything was written."""
 
 
+class UnknownTask(ValidationError):
+    """A job names a task the client's registry does not know, and no queue to send it to."""
+
+
 class DatabaseUnavailable(TenureError):
     """The database could not be reached."""
 

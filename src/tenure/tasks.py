@@ -112,6 +112,14 @@ class Task:
             return str(exc)
         return None
 
+    def parameters(self) -> str:
+        """The handler's payload arguments as a caller writes them: `order_id, email=...`."""
+        shown = []
+        for p in list(self._signature.parameters.values())[1:]:
+            prefix = "*" if p.kind is p.VAR_POSITIONAL else "**" if p.kind is p.VAR_KEYWORD else ""
+            shown.append(prefix + p.name + ("=..." if p.default is not p.empty else ""))
+        return ", ".join(shown) or "no arguments"
+
     def __call__(self, ctx: JobContext, **payload: Any) -> Any:
         return self.handler(ctx, **payload)
 

@@ -3,36 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import importlib
-import os
-import sys
 from typing import Any
 
-from tenure.app import Tenure
-from tenure.cli._common import emit_json, resolve
+from tenure.cli._apps import connect_app, load_app
+from tenure.cli._common import emit_json
 from tenure.cli.ops import add_worker_options, prepare_worker
 from tenure.errors import TenureError
 from tenure.runtime.options import WorkerOptions
-
-
-def load_app(target: str) -> Tenure:
-    """`module` (with a Tenure instance in it) or `module:attribute`."""
-    module_name, _, attr = target.partition(":")
-    sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise TenureError(f"cannot import {module_name!r} ({exc}); give an importable module path") from None
-    if attr:
-        app = getattr(module, attr, None)
-    else:
-        apps = [v for v in vars(module).values() if isinstance(v, Tenure)]
-        app = apps[0] if len(apps) == 1 else None
-        if len(apps) > 1:
-            raise TenureError(f"{module_name} defines several Tenure apps; name one as {module_name}:NAME")
-    if not isinstance(app, Tenure):
-        raise TenureError(f"no Tenure app found in {target!r}; define `app = tenure.Tenure()` there")
-    return app
 
 
 def parse_queues(spec: str | None) -> tuple[list[str] | None, dict[str, int] | None]:
@@ -55,10 +32,7 @@ def parse_queues(spec: str | None) -> tuple[list[str] | None, dict[str, int] | N
 
 async def cmd_worker(args: argparse.Namespace) -> int:
     app = load_app(args.app)
-    app.dsn = args.dsn or app.dsn
-    app.dsn = resolve(argparse.Namespace(dsn=app.dsn, json=False)).dsn
-    if args.schema_given:
-        app.schema = args.schema
+    dsn = connect_app(app, args)
     queues, weights = parse_queues(args.queues)
     options = WorkerOptions(
         queues=queues,
@@ -72,7 +46,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         **({"worker_id": args.worker_id} if args.worker_id else {}),
     )
     worker = app.worker(options)
-    metrics = prepare_worker(worker, args, app.dsn)  # logs, retention, metrics port
+    metrics = prepare_worker(worker, args, dsn)  # logs, retention, metrics port
     try:
         stats = await worker.run(handle_signals=True)
     finally:

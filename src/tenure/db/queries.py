@@ -17,7 +17,17 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from tenure.db._sqlfiles import named_queries
-from tenure.jobs import ClaimedJob, EnqueuedJob, Job, JobEvent, JobSpec, JobState, Lease
+from tenure.jobs import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_PRIORITY,
+    ClaimedJob,
+    EnqueuedJob,
+    Job,
+    JobEvent,
+    JobSpec,
+    JobState,
+    Lease,
+)
 
 Row = dict[str, Any]
 
@@ -106,14 +116,19 @@ class Queries:
     # -- producers --------------------------------------------------------------------------
 
     def _insert_params(self, specs: Sequence[JobSpec], now: datetime | None) -> dict[str, Any]:
+        # The client hands over complete specs (it resolves them against the task registry and
+        # refuses an unknown task without a queue). A spec written here directly, as tests and
+        # internal tools do, takes the 'default' queue and the columns' defaults.
         return {
-            "queues": [s.queue for s in specs],
+            "queues": [s.queue or "default" for s in specs],
             "tasks": [s.task for s in specs],
             "payloads": [Jsonb(s.payload) for s in specs],
-            "priorities": [s.priority for s in specs],
+            "priorities": [DEFAULT_PRIORITY if s.priority is None else s.priority for s in specs],
             "run_ats": [s.run_at for s in specs],
             "delays": [s.delay for s in specs],
-            "max_attempts": [s.max_attempts for s in specs],
+            "max_attempts": [
+                DEFAULT_MAX_ATTEMPTS if s.max_attempts is None else s.max_attempts for s in specs
+            ],
             "ordering_keys": [s.ordering_key for s in specs],
             "ordering_lock_space": f"tenure.ordering:{self.schema}",
             "channel": self.channel,
