@@ -7,6 +7,7 @@ takes ``now``: None means the database clock, a datetime lets tests move time wi
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -95,6 +96,11 @@ def _job(row: Row) -> Job:
     return Job(**{**row, "state": JobState(row["state"])})
 
 
+def _enqueued(rows: list[Row], keys: list[uuid.UUID]) -> list[EnqueuedJob]:
+    """Rows come back in input order (see job_insert_many), so they pair with the keys sent."""
+    return [EnqueuedJob(r["id"], key, r["available_at"]) for r, key in zip(rows, keys, strict=True)]
+
+
 def _event(row: Row) -> JobEvent:
     return JobEvent(
         **{
@@ -115,7 +121,9 @@ class Queries:
 
     # -- producers --------------------------------------------------------------------------
 
-    def _insert_params(self, specs: Sequence[JobSpec], now: datetime | None) -> dict[str, Any]:
+    def _insert_params(
+        self, specs: Sequence[JobSpec], keys: list[uuid.UUID], now: datetime | None
+    ) -> dict[str, Any]:
         # The client hands over complete specs (it resolves them against the task registry and
         # refuses an unknown task without a queue). A spec written here directly, as tests and
         # internal tools do, takes the 'default' queue and the columns' defaults.
@@ -130,6 +138,7 @@ class Queries:
                 DEFAULT_MAX_ATTEMPTS if s.max_attempts is None else s.max_attempts for s in specs
             ],
             "ordering_keys": [s.ordering_key for s in specs],
+            "idempotency_keys": keys,
             "ordering_lock_space": f"tenure.ordering:{self.schema}",
             "channel": self.channel,
             "now": now,
@@ -138,14 +147,16 @@ class Queries:
     async def job_insert_many(
         self, conn: AsyncConnection[Any], specs: Sequence[JobSpec], now: datetime | None = None
     ) -> list[EnqueuedJob]:
-        rows = await _fetch(conn, self._sql["job_insert_many"], self._insert_params(specs, now))
-        return [EnqueuedJob(**r) for r in rows]
+        keys = [uuid.uuid4() for _ in specs]
+        rows = await _fetch(conn, self._sql["job_insert_many"], self._insert_params(specs, keys, now))
+        return _enqueued(rows, keys)
 
     def job_insert_many_sync(
         self, conn: Connection[Any], specs: Sequence[JobSpec], now: datetime | None = None
     ) -> list[EnqueuedJob]:
-        rows = _fetch_sync(conn, self._sql["job_insert_many"], self._insert_params(specs, now))
-        return [EnqueuedJob(**r) for r in rows]
+        keys = [uuid.uuid4() for _ in specs]
+        rows = _fetch_sync(conn, self._sql["job_insert_many"], self._insert_params(specs, keys, now))
+        return _enqueued(rows, keys)
 
     async def queue_notify(self, conn: AsyncConnection[Any], queues: Sequence[str]) -> None:
         await _fetch(conn, self._sql["queue_notify"], {"channel": self.channel, "queues": list(queues)})
