@@ -57,6 +57,11 @@ class Tenure:
         self.registry.secret_resolver = resolver
         return resolver
 
+    def resolved_dsn(self) -> str:
+        """The database this app uses: its `dsn`, else $TENURE_DSN, else the embedded server
+        (started if needed). Connect with it to enqueue inside your own transactions."""
+        return resolve_dsn(self.dsn).dsn
+
     @property
     def client(self) -> Client:
         if self._client is None:

@@ -8,7 +8,9 @@ only after it does (NOTIFY is delivered at commit).
 from __future__ import annotations
 
 import contextlib
+import difflib
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,8 +21,15 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from tenure.db._sqlfiles import named_queries
 from tenure.db.connect import open_pool, resolve_dsn, unavailable
 from tenure.db.queries import Queries
-from tenure.errors import SchemaNotMigrated
-from tenure.jobs import EnqueuedJob, Job, JobEvent, JobSpec
+from tenure.errors import SchemaNotMigrated, UnknownTask, ValidationError
+from tenure.jobs import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_PRIORITY,
+    EnqueuedJob,
+    Job,
+    JobEvent,
+    JobSpec,
+)
 from tenure.secrets import CredentialPolicy, check_credentials, credential_policy_from
 from tenure.tasks import Task, TaskRegistry
 from tenure.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_schema_name, check_spec
@@ -34,7 +43,13 @@ _MISSING_SCHEMA = (
 
 
 class JobBuilder:
-    """Turns an enqueue call into a validated JobSpec, applying the task's policy defaults."""
+    """Turns enqueue calls into complete, validated JobSpecs.
+
+    A task the registry knows gives its queue, priority and max_attempts to every option left
+    as None, and its handler's signature is checked against the payload. A task it does not know
+    is enqueued by name only when the caller names the queue: nothing is sent to a default
+    queue no worker may serve.
+    """
 
     def __init__(
         self,
@@ -46,11 +61,50 @@ class JobBuilder:
         self.max_payload_bytes = max_payload_bytes
         self.credential_policy = credential_policy_from(credential_policy)
 
-    def check(self, spec: JobSpec) -> JobSpec:
-        """Validates a spec before it is written, and applies the credential policy (E4)."""
+    def check(self, spec: JobSpec, task: Task | None = None) -> JobSpec:
+        """The spec completed from its task's policy and validated, ready to write (a copy: the
+        caller's spec is not changed). Applies the credential policy (E4)."""
         check_spec(spec, max_payload_bytes=self.max_payload_bytes)
-        check_credentials(spec.payload, self.credential_policy)
-        return spec
+        known = task or (self.registry.get(spec.task) if self.registry is not None else None)
+        if known is not None:
+            mismatch = known.accepts(spec.payload)
+            if mismatch:
+                raise ValidationError(
+                    f"payload does not fit task {spec.task!r}: {mismatch}; "
+                    f"pass the handler's keyword arguments ({known.parameters()})"
+                )
+            policy = known.policy
+            complete = replace(
+                spec,
+                queue=policy.queue if spec.queue is None else spec.queue,
+                priority=policy.priority if spec.priority is None else spec.priority,
+                max_attempts=policy.max_attempts if spec.max_attempts is None else spec.max_attempts,
+            )
+        elif spec.queue is None:
+            raise self._unknown(spec.task)
+        else:
+            complete = replace(
+                spec,
+                priority=DEFAULT_PRIORITY if spec.priority is None else spec.priority,
+                max_attempts=DEFAULT_MAX_ATTEMPTS if spec.max_attempts is None else spec.max_attempts,
+            )
+        check_credentials(complete.payload, self.credential_policy)
+        return complete
+
+    def _unknown(self, name: str) -> UnknownTask:
+        by_name = (
+            "or pass queue=... to enqueue it by name (the queue a worker that has the task serves; "
+            "no task policy is applied and the payload is not checked)"
+        )
+        if self.registry is None or not len(self.registry):
+            return UnknownTask(
+                f"task {name!r} is unknown to this client, which has no registered tasks: enqueue "
+                f"through the tenure.Tenure app that registers it, {by_name}"
+            )
+        return UnknownTask(
+            f"task {name!r} is not registered in this app ({known_tasks_hint(self.registry, name)}): "
+            f"import the module that defines it before enqueueing, {by_name}"
+        )
 
     def spec(
         self,
@@ -64,31 +118,30 @@ class JobBuilder:
         max_attempts: int | None = None,
         ordering_key: str | None = None,
     ) -> JobSpec:
-        known = task if isinstance(task, Task) else (self.registry.get(task) if self.registry else None)
+        """A complete spec for one job; options left as None come from the task's policy."""
         name = task.name if isinstance(task, Task) else task
-        payload = {} if payload is None else payload
-        if known is not None and isinstance(payload, dict):
-            mismatch = known.accepts(payload)
-            if mismatch:
-                from tenure.errors import ValidationError
-
-                raise ValidationError(
-                    f"payload does not fit task {name!r}: {mismatch}; pass the handler's keyword arguments"
-                )
-        policy = known.policy if known else None
         spec = JobSpec(
             task=name,
-            payload=payload,
-            queue=queue if queue is not None else (policy.queue if policy else "default"),
-            priority=priority if priority is not None else (policy.priority if policy else 0),
+            payload={} if payload is None else payload,
+            queue=queue,
+            priority=priority,
             run_at=run_at,
             delay=delay.total_seconds() if isinstance(delay, timedelta) else delay,
-            max_attempts=max_attempts
-            if max_attempts is not None
-            else (policy.max_attempts if policy else 20),
+            max_attempts=max_attempts,
             ordering_key=ordering_key,
         )
-        return check_spec(spec, max_payload_bytes=self.max_payload_bytes)
+        return self.check(spec, task if isinstance(task, Task) else None)
+
+
+def known_tasks_hint(registry: TaskRegistry, name: str) -> str:
+    """'did you mean ...' with the closest registered names, else the registered names."""
+    names = sorted(t.name for t in registry)
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    if close:
+        return "did you mean " + " or ".join(map(repr, close)) + "?"
+    shown = ", ".join(map(repr, names[:10]))
+    more = f" and {len(names) - 10} more" if len(names) > 10 else ""
+    return f"registered: {shown}{more}"
 
 
 def _copy_rows(specs: Sequence[JobSpec], db_now: datetime) -> Iterator[tuple[Any, ...]]:
@@ -99,11 +152,13 @@ def _copy_rows(specs: Sequence[JobSpec], db_now: datetime) -> Iterator[tuple[Any
         yield (s.queue, s.task, Jsonb(s.payload), s.priority, available, s.max_attempts)
 
 
+def _queues(specs: Sequence[JobSpec]) -> list[str]:
+    return sorted({s.queue for s in specs if s.queue is not None})
+
+
 def _refuse_ordering_keys(specs: Sequence[JobSpec]) -> None:
     """COPY cannot take the per-key enqueue locks that keep a key's ids in commit order (O2)."""
     if any(s.ordering_key is not None for s in specs):
-        from tenure.errors import ValidationError
-
         raise ValidationError(
             "enqueue_copy does not accept jobs with an ordering_key; enqueue them with enqueue_many"
         )
@@ -175,14 +230,19 @@ class Client:
         conn: AsyncConnection[Any] | None = None,
         **options: Any,
     ) -> EnqueuedJob:
-        """Enqueues one job; with `conn`, inside that connection's current transaction."""
-        return (await self.enqueue_many([self.builder.spec(task, payload, **options)], conn=conn))[0]
+        """Enqueues one job; with `conn`, inside that connection's current transaction.
+
+        Options left out come from the task's policy; see JobBuilder for names it does not know.
+        """
+        return (await self._insert([self.builder.spec(task, payload, **options)], conn))[0]
 
     async def enqueue_many(
         self, specs: Iterable[JobSpec], *, conn: AsyncConnection[Any] | None = None
     ) -> list[EnqueuedJob]:
-        """Enqueues many jobs in one statement, all or none."""
-        checked = [self.builder.check(s) for s in specs]
+        """Enqueues many jobs in one statement, all or none, each checked like `enqueue`'s."""
+        return await self._insert([self.builder.check(s) for s in specs], conn)
+
+    async def _insert(self, checked: list[JobSpec], conn: AsyncConnection[Any] | None) -> list[EnqueuedJob]:
         if not checked:
             return []
         async with self._conn(conn) as c:
@@ -202,14 +262,16 @@ class Client:
                 copy.set_types(_COPY_TYPES)
                 for values in _copy_rows(checked, row[0]):
                     await copy.write_row(values)
-            await self.queries.queue_notify(c, sorted({s.queue for s in checked}))
+            await self.queries.queue_notify(c, _queues(checked))
         return len(checked)
 
     async def get_job(self, job_id: int) -> Job | None:
+        """The job as stored now, or None when there is no job with that id."""
         async with self._conn(None) as c:
             return await self.queries.job_get(c, job_id)
 
     async def job_history(self, job_id: int) -> list[JobEvent]:
+        """The job's audit events (retries, expiries, dead, reprocess, ...), oldest first."""
         async with self._conn(None) as c:
             return await self.queries.job_events_list(c, job_id)
 
@@ -285,12 +347,16 @@ class SyncClient:
         conn: Connection[Any] | None = None,
         **options: Any,
     ) -> EnqueuedJob:
-        return self.enqueue_many([self.builder.spec(task, payload, **options)], conn=conn)[0]
+        """Blocking `Client.enqueue`."""
+        return self._insert([self.builder.spec(task, payload, **options)], conn)[0]
 
     def enqueue_many(
         self, specs: Iterable[JobSpec], *, conn: Connection[Any] | None = None
     ) -> list[EnqueuedJob]:
-        checked = [self.builder.check(s) for s in specs]
+        """Blocking `Client.enqueue_many`."""
+        return self._insert([self.builder.check(s) for s in specs], conn)
+
+    def _insert(self, checked: list[JobSpec], conn: Connection[Any] | None) -> list[EnqueuedJob]:
         if not checked:
             return []
         with self._conn(conn) as c:
@@ -309,5 +375,15 @@ class SyncClient:
                 copy.set_types(_COPY_TYPES)
                 for values in _copy_rows(checked, row[0]):
                     copy.write_row(values)
-            self.queries.queue_notify_sync(c, sorted({s.queue for s in checked}))
+            self.queries.queue_notify_sync(c, _queues(checked))
         return len(checked)
+
+    def get_job(self, job_id: int) -> Job | None:
+        """The job as stored now, or None when there is no job with that id."""
+        with self._conn(None) as c:
+            return self.queries.job_get_sync(c, job_id)
+
+    def job_history(self, job_id: int) -> list[JobEvent]:
+        """The job's audit events (retries, expiries, dead, reprocess, ...), oldest first."""
+        with self._conn(None) as c:
+            return self.queries.job_events_list_sync(c, job_id)

@@ -26,12 +26,31 @@ class ValidationError(ConfigurationError):
     """A job, queue, task or payload was rejected before anything was written."""
 
 
+class UnknownTask(ValidationError):
+    """A job names a task the client's registry does not know, and no queue to send it to."""
+
+
 class DatabaseUnavailable(TenureError):
     """The database could not be reached."""
 
 
 class SchemaNotMigrated(TenureError):
     """The Tenure schema is missing or older than this code expects."""
+
+
+class MigrationFailed(SchemaNotMigrated):
+    """A migration's SQL failed; it was not recorded, and the migrations before it stay applied."""
+
+    def __init__(self, version: int, name: str, cause: psycopg.Error, applied: list[int]) -> None:
+        first_line, *detail = str(cause).splitlines()
+        extra = f" ({' '.join(line.strip() for line in detail)})" if detail else ""
+        kept = f"; migrations {applied} were applied before it" if applied else ""
+        super().__init__(
+            f"migration {version:04d} ({name}) failed: {cause.sqlstate}: {first_line}{extra}{kept}. "
+            "Fix the cause (docs/operations.md, 'Upgrading') and run `tenure migrate` again"
+        )
+        self.version = version
+        self.sqlstate = cause.sqlstate
 
 
 class LeaseLost(TenureError):

@@ -119,16 +119,26 @@ class EnqueuedJob:
     available_at: datetime
 
 
+#: What `priority` and `max_attempts` left as None become for a task the client does not know.
+DEFAULT_PRIORITY = 0
+DEFAULT_MAX_ATTEMPTS = 20
+
+
 @dataclass(slots=True)
 class JobSpec:
-    """A job to enqueue, validated before anything is written."""
+    """A job to enqueue, validated before anything is written.
+
+    `queue`, `priority` and `max_attempts` left as None come from the task's policy when the
+    client's registry knows the task. For a task it does not know, `queue` must be given (the
+    queue a worker that has the task serves) and the others default to 0 and 20.
+    """
 
     task: str
     payload: dict[str, Any] = field(default_factory=dict)
-    queue: str = "default"
-    priority: int = 0
+    queue: str | None = None
+    priority: int | None = None
     run_at: datetime | None = None
     delay: float | None = None
-    max_attempts: int = 20
+    max_attempts: int | None = None
     ordering_key: str | None = None
     """Jobs sharing a key run one at a time, in enqueue order (O2); None: no ordering."""

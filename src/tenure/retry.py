@@ -42,20 +42,26 @@ class Backoff:
     def __post_init__(self) -> None:
         for name in ("base", "cap"):
             value = getattr(self, name)
-            if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+            if not _is_number(value) or not math.isfinite(value) or value < 0:
                 raise ConfigurationError(
                     f"backoff {name} must be a finite number of seconds >= 0, got {value!r}"
                 )
-        if not isinstance(self.jitter, int | float) or not 0 <= self.jitter <= 1:
+            object.__setattr__(self, name, float(value))
+        if not _is_number(self.jitter) or not 0 <= self.jitter <= 1:
             raise ConfigurationError(
                 f"backoff jitter must be between 0 (none) and 1 (full jitter), got {self.jitter!r}"
             )
+        object.__setattr__(self, "jitter", float(self.jitter))
 
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
         # The exponent is bounded so that a large attempt number cannot overflow a float.
         raw = min(self.cap, self.base * 2.0 ** min(max(0, attempt - 1), 1000))
         draw: float = (rng or random).random()
         return raw * (1 - self.jitter * draw)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 Classifier = Callable[[BaseException], FailureClass | None]

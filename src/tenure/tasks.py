@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
+import numbers
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from tenure.errors import ConfigurationError
 from tenure.retry import Backoff, FailurePolicy
 from tenure.secrets import SecretResolver
-from tenure.validation import check_queue, check_task_name
+from tenure.validation import (
+    MAX_ATTEMPTS_LIMIT,
+    PRIORITY_RANGE,
+    check_queue,
+    check_task_name,
+)
 
 if TYPE_CHECKING:
     from tenure.context import JobContext
@@ -23,7 +30,9 @@ Handler = Callable[..., Any]
 class TaskPolicy:
     """Defaults for a task's jobs and how its failures are treated.
 
-    `lease_seconds` and `max_runtime_seconds` of None take the worker's defaults.
+    `lease_seconds` and `max_runtime_seconds` of None take the worker's defaults. Numbers are
+    checked and normalised here, at registration, so a bad value fails at import time with the
+    field named, never later in a claim.
     """
 
     queue: str = "default"
@@ -36,12 +45,46 @@ class TaskPolicy:
 
     def __post_init__(self) -> None:
         check_queue(self.queue)
-        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
-            raise ConfigurationError(f"max_attempts must be an integer >= 1, got {self.max_attempts!r}")
+        _check_int("priority", self.priority, *PRIORITY_RANGE, "higher runs first")
+        _check_int("max_attempts", self.max_attempts, 1, MAX_ATTEMPTS_LIMIT, "runs before a job is dead")
         for name in ("lease_seconds", "max_runtime_seconds"):
             value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ConfigurationError(f"{name} must be a positive number of seconds, got {value!r}")
+            if value is not None:
+                # One type for every task: the claim sends all tasks' leases as one float8 array.
+                object.__setattr__(self, name, _seconds(name, value))
+        if not isinstance(self.backoff, Backoff):
+            raise ConfigurationError(
+                f"backoff must be a tenure.Backoff, got {self.backoff!r}; "
+                "for example backoff=tenure.Backoff(base=1, cap=300)"
+            )
+        if not isinstance(self.failure, FailurePolicy):
+            raise ConfigurationError(
+                f"failure must be a tenure.FailurePolicy, got {self.failure!r}; "
+                "for example failure=tenure.FailurePolicy(unknown_budget=5)"
+            )
+
+
+#: The keyword arguments `app.task(...)` takes besides `name`.
+POLICY_FIELDS = tuple(f.name for f in fields(TaskPolicy))
+
+
+def _check_int(name: str, value: object, low: int, high: int, meaning: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigurationError(f"{name} must be an integer from {low} to {high} ({meaning}), got {value!r}")
+
+
+def _seconds(name: str, value: object) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ConfigurationError(
+            f"{name} must be a positive, finite number of seconds (for example 30), got {value!r}; "
+            "leave it out to use the worker's setting"
+        )
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -69,8 +112,29 @@ class Task:
             return str(exc)
         return None
 
+    def parameters(self) -> str:
+        """The handler's payload arguments as a caller writes them: `order_id, email=...`."""
+        shown = []
+        for p in list(self._signature.parameters.values())[1:]:
+            prefix = "*" if p.kind is p.VAR_POSITIONAL else "**" if p.kind is p.VAR_KEYWORD else ""
+            shown.append(prefix + p.name + ("=..." if p.default is not p.empty else ""))
+        return ", ".join(shown) or "no arguments"
+
     def __call__(self, ctx: JobContext, **payload: Any) -> Any:
         return self.handler(ctx, **payload)
+
+
+def _policy(task_name: str, options: dict[str, Any]) -> TaskPolicy:
+    unknown = sorted(set(options) - set(POLICY_FIELDS))
+    if unknown:
+        raise ConfigurationError(
+            f"task {task_name!r}: unknown policy option(s) {', '.join(map(repr, unknown))}; "
+            f"the options are {', '.join(POLICY_FIELDS)}"
+        )
+    try:
+        return TaskPolicy(**options)
+    except ConfigurationError as exc:
+        raise type(exc)(f"task {task_name!r}: {exc}") from None
 
 
 class TaskRegistry:
@@ -94,7 +158,7 @@ class TaskRegistry:
                 f"task {task_name!r}: the handler must take the job context as its first positional "
                 "argument, e.g. `def handler(ctx, **payload)`"
             )
-        task = Task(task_name, handler, TaskPolicy(**policy))
+        task = Task(task_name, handler, _policy(task_name, policy))
         self._tasks[task_name] = task
         return task
 
@@ -103,7 +167,8 @@ class TaskRegistry:
 
     def with_policy(self, name: str, **changes: Any) -> Task:
         task = self._tasks[name]
-        self._tasks[name] = replace(task, policy=replace(task.policy, **changes))
+        options = {f: getattr(task.policy, f) for f in POLICY_FIELDS}
+        self._tasks[name] = replace(task, policy=_policy(name, {**options, **changes}))
         return self._tasks[name]
 
     def __iter__(self) -> Iterator[Task]:

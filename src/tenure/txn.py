@@ -3,8 +3,9 @@
 A unit of work is a function of a `Transaction`. The runner opens the transaction, bounds lock
 waits, and on a serialization failure (40001) or deadlock (40P01) rolls back and runs the WHOLE
 unit again, with jittered backoff, up to a bound. Whatever fails, the connection is rolled back
-before it is reused, and the error reported is the FIRST one the unit hit: never the 25P02
-("current transaction is aborted") that PostgreSQL raises for every statement after it.
+before it is reused. A 25P02 ("current transaction is aborted"), which PostgreSQL raises for
+every statement after an error, is reported as the error that aborted the transaction; every
+other exception, the caller's own included, is reported as raised.
 """
 
 from __future__ import annotations
@@ -164,8 +165,9 @@ class AsyncTransaction(Transaction[AsyncConnection[Any]]):
         try:
             async with self.conn.transaction():
                 yield
-        except psycopg.Error:
-            self.first_error = recorded  # handled here, so not the unit's first error
+        except Exception:
+            # Rolled back to the savepoint: whatever failed inside no longer aborts the unit.
+            self.first_error = recorded
             raise
 
 
@@ -185,25 +187,29 @@ class SyncTransaction(Transaction[Connection[Any]]):
         try:
             with self.conn.transaction():
                 yield
-        except psycopg.Error:
+        except Exception:
             self.first_error = recorded
             raise
 
 
 def first_error(exc: BaseException, tx: Transaction[Any]) -> BaseException:
-    """The error to report: the earliest real database error behind `exc`, and when `exc` is
-    only the 25P02 that follows a caught error, the error that aborted the transaction."""
-    chain: list[BaseException] = []
-    seen: BaseException | None = exc
-    while seen is not None and seen not in chain:
-        chain.append(seen)
-        seen = seen.__cause__ or seen.__context__
-    for candidate in reversed(chain):
-        if isinstance(candidate, psycopg.Error) and candidate.sqlstate != IN_FAILED_TRANSACTION:
-            return candidate
-    aborted = any(isinstance(c, psycopg.Error) and c.sqlstate == IN_FAILED_TRANSACTION for c in chain)
-    if aborted and tx.first_error is not None:
+    """The error to report for `exc`: `exc` itself, except when it is the 25P02 ("current
+    transaction is aborted") that follows an earlier error, which it then stands in for.
+
+    Only a 25P02 is replaced. Any other exception, and above all the caller's own (`raise
+    AlreadyThere() from None` in an `except UniqueViolation`, in a savepoint or not), is what
+    the caller decided to raise, and is reported as it is.
+    """
+    if not (isinstance(exc, psycopg.Error) and exc.sqlstate == IN_FAILED_TRANSACTION):
+        return exc
+    if tx.first_error is not None:
         return tx.first_error
+    # Statements run through a cursor class the runner does not record: look behind the 25P02.
+    seen: BaseException | None = exc.__cause__ or exc.__context__
+    while seen is not None and seen is not exc:
+        if isinstance(seen, psycopg.Error) and seen.sqlstate != IN_FAILED_TRANSACTION:
+            return seen
+        seen = seen.__cause__ or seen.__context__
     return exc
 
 

@@ -125,10 +125,12 @@ def check_payload(payload: object, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
 
 
 def check_spec(spec: JobSpec, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> JobSpec:
+    """Checks every value a spec sets; None options are the task policy's to fill in (tenure.client)."""
     check_task_name(spec.task)
-    check_queue(spec.queue)
+    if spec.queue is not None:
+        check_queue(spec.queue)
     check_payload(spec.payload, max_bytes=max_payload_bytes)
-    if (
+    if spec.priority is not None and (
         isinstance(spec.priority, bool)
         or not isinstance(spec.priority, int)
         or not (PRIORITY_RANGE[0] <= spec.priority <= PRIORITY_RANGE[1])
@@ -137,7 +139,7 @@ def check_spec(spec: JobSpec, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BY
             f"priority {spec.priority!r} is out of range: give an integer from "
             f"{PRIORITY_RANGE[0]} to {PRIORITY_RANGE[1]} (higher runs first)"
         )
-    if (
+    if spec.max_attempts is not None and (
         isinstance(spec.max_attempts, bool)
         or not isinstance(spec.max_attempts, int)
         or not (1 <= spec.max_attempts <= MAX_ATTEMPTS_LIMIT)

@@ -150,6 +150,7 @@ def test_cli_enqueue_round_trips_or_fails_with_nothing_written(
         "--dsn",
         dsn,
         "--json",
+        "--by-name",
         "--queue",
         queue,
         "--payload",
@@ -177,7 +178,11 @@ def test_cli_enqueue_round_trips_or_fails_with_nothing_written(
 def test_cli_rejects_invalid_utf8_arguments_cleanly(dsn: str) -> None:
     """Invalid UTF-8 bytes in argv (a real process) give a clear error, exit non-zero, write nothing."""
     before = _jobs(dsn)
-    for argv in ([b"enqueue", b"bad\xff\xfetask"], [b"enqueue", b"--queue", b"q\xff", b"task"]):
+    for argv in (
+        [b"enqueue", b"bad\xff\xfetask"],
+        [b"enqueue", b"--by-name", b"--queue", b"q", b"bad\xff\xfetask"],
+        [b"enqueue", b"--by-name", b"--queue", b"q\xff", b"task"],
+    ):
         done = subprocess.run(
             [sys.executable.encode(), b"-m", b"tenure.cli", *argv],
             env={**os.environ, "TENURE_DSN": dsn},

@@ -14,7 +14,7 @@ import pytest
 from psycopg import conninfo
 
 from tenure.cli import EXIT_NOT_MIGRATED, EXIT_UNAVAILABLE, EXIT_USAGE, main
-from tenure.db.migrate import latest_version
+from tenure.db.migrate import known_versions
 from tenure.db.queries import Queries
 from tenure.jobs import JobSpec
 
@@ -61,7 +61,7 @@ def test_migrate_twice_is_idempotent(empty_dsn: str, capsys: pytest.CaptureFixtu
     """`tenure migrate` applies the schema once; the second run reports it up to date and applies nothing."""
     dsn = with_password(empty_dsn)
     code, out, _ = cli(capsys, "migrate", "--dsn", dsn, "--json")
-    assert code == 0 and json.loads(out)["applied"] == list(range(1, latest_version() + 1))
+    assert code == 0 and json.loads(out)["applied"] == known_versions()
     code, out, _ = cli(capsys, "migrate", "--dsn", dsn, "--json")
     assert code == 0 and json.loads(out)["applied"] == []
     code, out, _ = cli(capsys, "migrate", "--dsn", dsn)
@@ -84,9 +84,12 @@ def test_two_concurrent_migrate_processes_both_succeed(empty_dsn: str) -> None:
     ]
     results = [p.communicate(timeout=60) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], results
-    all_versions = list(range(1, latest_version() + 1))
+    all_versions = known_versions()
     assert sorted(json.loads(out)["applied"] for out, _ in results) == [[], all_versions]
     assert sql(empty_dsn, "SELECT count(*) FROM tenure.schema_migrations") == [(len(all_versions),)]
+
+
+SEND = "tests.apps.shop_app.send"
 
 
 def test_enqueue_writes_a_job_and_bad_input_writes_nothing(
@@ -94,18 +97,16 @@ def test_enqueue_writes_a_job_and_bad_input_writes_nothing(
 ) -> None:
     """`tenure enqueue` stores a valid job; bad input exits 2 with a clear stderr and writes nothing."""
     secret_dsn = with_password(dsn)
-    code, out, _ = cli(
-        capsys, "enqueue", "mail.send", "--dsn", secret_dsn, "--payload", '{"to": "a@b.c"}', "--json"
-    )
+    code, out, _ = cli(capsys, "enqueue", SEND, "--dsn", secret_dsn, "--payload", '{"to": "a@b.c"}', "--json")
     assert code == 0
     job_id = json.loads(out)["id"]
     assert sql(dsn, "SELECT task, payload FROM tenure.jobs WHERE id = %s", (job_id,)) == [
-        ("mail.send", {"to": "a@b.c"})
+        (SEND, {"to": "a@b.c"})
     ]
     bad = [
         (["--payload", "{not json"], "--payload is not valid JSON"),
         (["--payload", "[1, 2]"], "payload must be a JSON object"),
-        (["--payload", '{"a": "\\u0000"}'], "NUL character"),
+        (["--payload", '{"to": "\\u0000"}'], "NUL character"),
         (["--queue", "bad queue"], "invalid queue name"),
         (["--max-attempts", "0"], "max_attempts 0 is invalid"),
         (["--priority", "70000"], "priority 70000 is out of range"),
@@ -113,18 +114,99 @@ def test_enqueue_writes_a_job_and_bad_input_writes_nothing(
         (["--count", "0"], "--count"),
     ]
     for extra, message in bad:
-        code, out, err = cli(capsys, "enqueue", "mail.send", "--dsn", secret_dsn, *extra)
+        code, out, err = cli(capsys, "enqueue", SEND, "--dsn", secret_dsn, "--payload", '{"to": "x"}', *extra)
         assert code == EXIT_USAGE, (extra, out, err)
         assert message in err, (extra, err)
     assert job_count(dsn) == 1
 
 
+def stored(dsn: str) -> list[tuple[Any, ...]]:
+    return sql(dsn, "SELECT task, queue, priority, max_attempts FROM tenure.jobs ORDER BY id")
+
+
+def test_enqueue_loads_the_tasks_app_and_applies_its_policy(
+    dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """TASK's app is found from its name (or --app); the job gets the task's queue, priority and
+    attempts, and --queue, --priority and --max-attempts override them."""
+    code, out, err = cli(capsys, "enqueue", SEND, "--dsn", dsn, "--payload", '{"to": "a@b.c"}', "--json")
+    assert code == 0, err
+    assert json.loads(out)["queue"] == "emails" and json.loads(out)["max_attempts"] == 3
+    overrides = ["--queue", "urgent", "--priority", "2", "--max-attempts", "9"]
+    assert cli(capsys, "enqueue", SEND, "--dsn", dsn, "--payload", '{"to": "a"}', *overrides)[0] == 0
+    code, _, err = cli(
+        capsys,
+        "enqueue",
+        "reports.build",
+        "--app",
+        "tests.apps.shop_app",
+        "--dsn",
+        dsn,
+        "--payload",
+        '{"report_id": 4}',
+    )
+    assert code == 0, err
+    assert cli(capsys, "enqueue", SEND, "--dsn", dsn, "--payload", '{"to": "b"}', "--count", "2")[0] == 0
+    assert stored(dsn) == [
+        (SEND, "emails", 0, 3),
+        (SEND, "urgent", 2, 9),
+        ("reports.build", "reports", 5, 20),
+        (SEND, "emails", 0, 3),
+        (SEND, "emails", 0, 3),
+    ]
+
+
+def test_enqueue_refuses_what_no_worker_of_the_app_would_run(
+    dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An unknown task, a payload that does not fit the handler, an app that cannot be found, and
+    --by-name without a queue each exit 2 with the reason and the fix, and write nothing."""
+    refused = [
+        (
+            [f"{SEND}x", "--payload", '{"to": "a"}'],
+            [
+                f"task '{SEND}x' is not registered in the app of 'tests.apps.shop_app'",
+                f"did you mean '{SEND}'?",
+            ],
+        ),
+        ([SEND, "--payload", '{"too": "a"}'], [f"payload does not fit task '{SEND}'", "(to, subject=...)"]),
+        ([SEND], ["missing a required argument: 'to'"]),
+        (
+            ["reports.build", "--payload", '{"report_id": 1}'],
+            ["cannot import 'reports'", "give an importable"],
+        ),
+        (["reports.build", "--app", "tests.apps.shop_app", "--payload", "{}"], ["payload does not fit"]),
+        (["build", "--payload", "{}"], ["no module part", "--app MODULE[:APP]", "--by-name --queue QUEUE"]),
+        (["shop.send", "--app", "not a module"], ["is not a module path"]),
+        (["shop.send", "--by-name"], ["--by-name needs --queue"]),
+        (["shop.send", "--by-name", "--queue", "q", "--app", "tests.apps.shop_app"], ["drop --app"]),
+    ]
+    for argv, messages in refused:
+        code, out, err = cli(capsys, "enqueue", *argv, "--dsn", dsn)
+        assert code == EXIT_USAGE, (argv, out, err)
+        for message in messages:
+            assert message in err, (argv, err)
+    assert job_count(dsn) == 0
+
+
+def test_enqueue_by_name_writes_to_the_named_queue_without_an_app(
+    dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--by-name --queue Q enqueues a task no local app registers, to Q with priority 0 and 20 attempts."""
+    code, _, err = cli(
+        capsys, "enqueue", "billing.charge", "--by-name", "--queue", "billing", "--dsn", dsn, "--json"
+    )
+    assert code == 0, err
+    assert stored(dsn) == [("billing.charge", "billing", 0, 20)]
+
+
 def test_enqueue_count_loads_copies_through_copy(dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
     """`tenure enqueue --count N` writes N identical jobs."""
+    by_name = ["--by-name", "--queue", "default"]
     code, out, _ = cli(
-        capsys, "enqueue", "t", "--dsn", dsn, "--payload", '{"n": 1}', "--count", "25", "--json"
+        capsys, "enqueue", "t", *by_name, "--dsn", dsn, "--payload", '{"n": 1}', "--count", "25", "--json"
     )
-    assert code == 0 and json.loads(out) == {"enqueued": 25}
+    assert code == 0 and json.loads(out)["enqueued"] == 25
     assert sql(dsn, "SELECT count(*), count(DISTINCT payload) FROM tenure.jobs") == [(25, 1)]
 
 
@@ -156,7 +238,7 @@ def test_status_json_reports_counts_per_queue_and_state(dsn: str, capsys: pytest
     """`tenure status --json` gives per-queue counts by state and the oldest claimable job's age."""
     make_dead(dsn)
     for queue in ("a", "a", "b"):
-        assert cli(capsys, "enqueue", "t", "--dsn", dsn, "--queue", queue)[0] == 0
+        assert cli(capsys, "enqueue", "t", "--by-name", "--dsn", dsn, "--queue", queue)[0] == 0
     code, out, _ = cli(capsys, "status", "--dsn", with_password(dsn), "--json")
     assert code == 0
     report = {q["queue"]: q for q in json.loads(out)["queues"]}
@@ -223,7 +305,7 @@ def test_reprocess_is_refused_for_jobs_that_are_not_dead(
 ) -> None:
     """Reprocessing a pending or missing job, or granting no attempts, exits non-zero and changes nothing."""
     dead_id = make_dead(dsn)
-    code, out, _ = cli(capsys, "enqueue", "t", "--dsn", dsn, "--json")
+    code, out, _ = cli(capsys, "enqueue", "t", "--by-name", "--queue", "default", "--dsn", dsn, "--json")
     pending_id = json.loads(out)["id"]
     before = sql(dsn, "SELECT * FROM tenure.jobs ORDER BY id") + sql(dsn, "SELECT * FROM tenure.job_events")
     code, _, err = cli(capsys, "dead", "reprocess", str(pending_id), "--dsn", dsn, "--reason", "x")
@@ -276,7 +358,7 @@ UNREACHABLE = f"postgresql://alice:{SECRET}@127.0.0.1:1/jobs"
     [
         ["migrate"],
         ["status"],
-        ["enqueue", "t"],
+        ["enqueue", "t", "--by-name", "--queue", "q"],
         ["dead", "list"],
         ["dead", "show", "1"],
         ["dead", "reprocess", "1", "--reason", "x"],
@@ -301,7 +383,14 @@ def test_unreachable_database_exits_3_as_a_process() -> None:
 
 @pytest.mark.parametrize(
     "command",
-    [["status"], ["enqueue", "t"], ["dead", "list"], ["dead", "show", "1"], ["recover"]],
+    [
+        ["status"],
+        ["enqueue", "t", "--by-name", "--queue", "q"],
+        ["enqueue", SEND, "--payload", '{"to": "a"}'],
+        ["dead", "list"],
+        ["dead", "show", "1"],
+        ["recover"],
+    ],
 )
 def test_unmigrated_schema_exits_4(
     empty_dsn: str, command: list[str], capsys: pytest.CaptureFixture[str]

@@ -11,9 +11,10 @@ import psycopg
 import pytest
 from psycopg import AsyncConnection
 
-from tenure.db.migrate import latest_version, migrate, schema_version
+import tenure
+from tenure.db.migrate import known_versions, latest_version, migrate, schema_version
 
-ALL_VERSIONS = list(range(1, latest_version() + 1))
+ALL_VERSIONS = known_versions()
 
 
 async def fetch(conn: AsyncConnection[Any], query: str, params: Any = None) -> list[tuple[Any, ...]]:
@@ -53,9 +54,11 @@ async def test_concurrent_migrations_both_succeed_and_apply_once(empty_dsn: str)
         racing = asyncio.gather(migrate(a, "tenure"), migrate(b, "tenure"))
         pids = (a.info.backend_pid, b.info.backend_pid)
         for _ in range(500):
+            # Waiters poll the lock (see migrate.py): both have tried it while the gate holds it.
             waiting = await fetch(
                 gate,
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND pid = ANY(%s)",
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s) "
+                "AND query LIKE '%%pg_try_advisory_lock%%'",
                 (list(pids),),
             )
             if waiting[0][0] == 2:
@@ -63,6 +66,7 @@ async def test_concurrent_migrations_both_succeed_and_apply_once(empty_dsn: str)
             await asyncio.sleep(0.01)
         else:
             raise AssertionError("the two migrations never waited on the lock together")
+        assert not racing.done()
         await gate.execute("SELECT pg_advisory_unlock(hashtext('tenure.migrate'), hashtext('tenure'))")
         first, second = await racing
         assert sorted([first.applied, second.applied]) == [[], ALL_VERSIONS]
@@ -217,3 +221,93 @@ async def test_schemas_are_independent(empty_dsn: str) -> None:
         assert await fetch(conn, "SELECT count(*) FROM q_two.jobs") == [(0,)]
         with pytest.raises(psycopg.errors.UndefinedTable):
             await conn.execute("SELECT 1 FROM tenure.jobs")
+
+
+# -- upgrading: each migration on its own, one built outside a transaction ----------------------
+
+
+async def downgrade_to_before_0006(conn: AsyncConnection[Any], schema: str) -> None:
+    """Makes a migrated schema look as it did before migration 0006: no unique key index."""
+    await conn.execute(f"DROP INDEX {schema}.jobs_idempotency_key_idx")
+    await conn.execute(f"DELETE FROM {schema}.schema_migrations WHERE version = 6")
+
+
+async def index_validity(conn: AsyncConnection[Any], schema: str) -> list[tuple[Any, ...]]:
+    return await fetch(
+        conn,
+        "SELECT c.relname, i.indisvalid, i.indisunique FROM pg_index i "
+        "JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname = 'jobs_idempotency_key_idx'",
+        (schema,),
+    )
+
+
+async def test_upgrade_builds_the_unique_key_index_concurrently_beside_live_jobs(empty_dsn: str) -> None:
+    """An existing schema with jobs upgrades through 0006 (CREATE UNIQUE INDEX CONCURRENTLY, which
+    fails inside a transaction) and then refuses a second job with the same key."""
+    async with await AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
+        await migrate(conn, "tenure", fresh_snapshot=False)
+        await downgrade_to_before_0006(conn, "tenure")
+        await conn.execute(
+            "INSERT INTO tenure.jobs (queue, task) SELECT 'q', 't' FROM generate_series(1, 50)"
+        )
+        report = await migrate(conn, "tenure")
+        assert report.applied == [6]
+        assert await index_validity(conn, "tenure") == [("jobs_idempotency_key_idx", True, True)]
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            await conn.execute(
+                "INSERT INTO tenure.jobs (queue, task, idempotency_key) "
+                "SELECT 'q', 't', idempotency_key FROM tenure.jobs LIMIT 1"
+            )
+
+
+async def test_duplicate_keys_stop_the_upgrade_with_the_fix_and_a_rerun_finishes_it(empty_dsn: str) -> None:
+    """Duplicated keys make 0006 fail unrecorded, naming the key and where the fix is written; the
+    invalid index left behind is replaced when migrate runs again after the fix."""
+    async with await AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
+        await migrate(conn, "tenure", fresh_snapshot=False)
+        await downgrade_to_before_0006(conn, "tenure")
+        await conn.execute(
+            "INSERT INTO tenure.jobs (queue, task, idempotency_key) VALUES "
+            "('q', 'a', '00000000-0000-4000-8000-000000000001'), "
+            "('q', 'b', '00000000-0000-4000-8000-000000000001')"
+        )
+        with pytest.raises(tenure.MigrationFailed) as info:
+            await migrate(conn, "tenure")
+        message = str(info.value)
+        assert "migration 0006 (unique_idempotency_key) failed: 23505" in message
+        assert "00000000-0000-4000-8000-000000000001" in message and "is duplicated" in message
+        assert "docs/operations.md" in message and "run `tenure migrate` again" in message
+        assert info.value.version == 6
+        assert await schema_version(conn, "tenure") == ALL_VERSIONS[-2]
+        assert await index_validity(conn, "tenure") == [("jobs_idempotency_key_idx", False, True)]
+        await conn.execute(
+            "UPDATE tenure.jobs SET idempotency_key = gen_random_uuid() WHERE id = "
+            "(SELECT max(id) FROM tenure.jobs)"
+        )
+        assert (await migrate(conn, "tenure")).applied == [6]
+        assert await index_validity(conn, "tenure") == [("jobs_idempotency_key_idx", True, True)]
+
+
+async def test_a_schema_missing_any_migration_is_refused_not_only_an_older_one(empty_dsn: str) -> None:
+    """require_current_schema names every missing version, even below the latest applied one."""
+    from tenure.db.migrate import require_current_schema
+
+    async with await AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
+        await migrate(conn, "tenure")
+        await require_current_schema(conn, "tenure")
+        await conn.execute("DELETE FROM tenure.schema_migrations WHERE version = 2")
+        with pytest.raises(tenure.SchemaNotMigrated, match=r"lacks migrations \[2\]"):
+            await require_current_schema(conn, "tenure")
+
+
+async def test_migrate_restores_autocommit_and_refuses_an_open_transaction(empty_dsn: str) -> None:
+    """On a connection without autocommit, migrate runs and gives it back as it was; inside an open
+    transaction it refuses, naming the problem."""
+    async with await AsyncConnection.connect(empty_dsn) as conn:
+        assert not conn.autocommit
+        assert (await migrate(conn, "tenure")).applied == ALL_VERSIONS
+        assert not conn.autocommit
+        await conn.execute("SELECT 1")
+        with pytest.raises(tenure.ConfigurationError, match="not inside a transaction"):
+            await migrate(conn, "tenure")

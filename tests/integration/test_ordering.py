@@ -192,13 +192,13 @@ async def test_bad_ordering_keys_are_refused_before_anything_is_written(
     try:
         for key, needle in (("", "ordering_key"), ("x" * 201, "ordering_key")):
             try:
-                await app.enqueue("t", {}, ordering_key=key)
+                await app.enqueue("t", {}, queue="default", ordering_key=key)
             except ValidationError as exc:
                 assert needle in str(exc)
             else:
                 raise AssertionError(f"ordering_key {key!r} was accepted")
         try:
-            await app.client.enqueue_copy([JobSpec(task="t", ordering_key="k")])
+            await app.client.enqueue_copy([JobSpec(task="t", queue="default", ordering_key="k")])
         except ValidationError as exc:
             assert "enqueue_many" in str(exc)
         else:

@@ -71,12 +71,17 @@ def test_weighted_queues_parse_and_bad_weights_are_refused() -> None:
         WorkerOptions(priority_aging_seconds=0)
 
 
+BY_NAME = ["--by-name", "--queue", "default"]
+
+
 async def test_enqueue_takes_an_ordering_key_and_refuses_it_with_copy(
     dsn: str, db: AsyncConnection[Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`enqueue --ordering-key` stores the key; with `--count` (COPY) it is refused and nothing is written."""
-    assert await cli(["enqueue", "t", "--ordering-key", "acct-1", "--dsn", dsn, "--json"]) == 0
-    assert await cli(["enqueue", "t", "--ordering-key", "acct-1", "--count", "3", "--dsn", dsn]) != 0
+    assert await cli(["enqueue", "t", *BY_NAME, "--ordering-key", "acct-1", "--dsn", dsn, "--json"]) == 0
+    assert (
+        await cli(["enqueue", "t", *BY_NAME, "--ordering-key", "acct-1", "--count", "3", "--dsn", dsn]) != 0
+    )
     assert "enqueue_many" in capsys.readouterr().err
     rows = await (await db.execute("SELECT ordering_key FROM tenure.jobs")).fetchall()
     assert rows == [("acct-1",)]

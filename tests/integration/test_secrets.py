@@ -142,21 +142,23 @@ async def test_credential_looking_keys_warn_by_default_and_refuse_when_configure
     allow pass silently."""
     warn_app = tenure.Tenure(dsn)
     with pytest.warns(CredentialInPayloadWarning, match=r"payload\.auth\.api_key"):
-        await warn_app.enqueue("t", {"auth": {"api_key": VALUE}})
+        await warn_app.enqueue("t", {"auth": {"api_key": VALUE}}, queue="default")
     await warn_app.close()
 
     refuse_app = tenure.Tenure(dsn, credential_policy="refuse")
     with pytest.raises(ValidationError, match=r"payload\.password.*tenure\.secret"):
-        await refuse_app.enqueue("t", {"password": "hunter2", "n": 1})
+        await refuse_app.enqueue("t", {"password": "hunter2", "n": 1}, queue="default")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        await refuse_app.enqueue("t", {"password": tenure.secret("db/password"), "token_count": 3})
+        await refuse_app.enqueue(
+            "t", {"password": tenure.secret("db/password"), "token_count": 3}, queue="default"
+        )
     await refuse_app.close()
 
     allow_app = tenure.Tenure(dsn, credential_policy="allow")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        await allow_app.enqueue("t", {"secret": "not really"})
+        await allow_app.enqueue("t", {"secret": "not really"}, queue="default")
     await allow_app.close()
 
     row = await (await db.execute("SELECT count(*) FROM tenure.jobs WHERE payload ? 'password'")).fetchone()

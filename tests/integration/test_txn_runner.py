@@ -355,3 +355,95 @@ def test_sync_runner_reports_first_error(dsn: str) -> None:
             assert info.value.diag.constraint_name == "uq_pkey"
             assert conn.info.transaction_status == TransactionStatus.IDLE
         assert conn.execute("SELECT count(*) FROM acct").fetchall() == [(2,)]
+
+
+# -- the caller's own exception stands ---------------------------------------------------------
+
+
+class AlreadyThere(Exception):
+    """What a caller raises in place of a unique violation it expected."""
+
+
+async def test_callers_exception_raised_from_none_in_a_savepoint_stands(tables, runner_conn) -> None:
+    """`except UniqueViolation: raise AlreadyThere() from None` in a savepoint surfaces as AlreadyThere,
+    and the unit's writes are rolled back."""
+
+    async def unit(tx: AsyncTransaction) -> None:
+        await tx.execute("INSERT INTO acct VALUES (3, 0)")
+        try:
+            async with tx.savepoint():
+                await tx.execute("INSERT INTO uq VALUES (1)")
+        except psycopg.errors.UniqueViolation:
+            raise AlreadyThere("order 1 exists") from None
+
+    with pytest.raises(AlreadyThere, match="order 1 exists") as info:
+        await run_transaction(runner_conn, unit)
+    assert info.value.__suppress_context__
+    assert await rows(tables, "SELECT id FROM acct ORDER BY id") == [(1,), (2,)]
+    assert runner_conn.info.transaction_status == TransactionStatus.IDLE
+
+
+async def test_callers_exception_raised_from_a_database_error_stands(tables, runner_conn) -> None:
+    """Without a savepoint too, `raise AlreadyThere() from exc` reaches the caller, its cause kept."""
+
+    async def unit(tx: AsyncTransaction) -> None:
+        try:
+            await tx.conn.execute("INSERT INTO uq VALUES (1)")
+        except psycopg.errors.UniqueViolation as exc:
+            raise AlreadyThere("order 1 exists") from exc
+
+    with pytest.raises(AlreadyThere) as info:
+        await run_transaction(runner_conn, unit)
+    assert isinstance(info.value.__cause__, psycopg.errors.UniqueViolation)
+    assert runner_conn.info.transaction_status == TransactionStatus.IDLE
+
+
+async def test_callers_exception_raised_for_an_aborted_transaction_stands(tables, runner_conn) -> None:
+    """Even a caller's exception raised in place of a 25P02 is reported as the caller raised it."""
+
+    async def unit(tx: AsyncTransaction) -> None:
+        with contextlib.suppress(psycopg.errors.UniqueViolation):
+            await tx.execute("INSERT INTO uq VALUES (1)")
+        try:
+            await tx.execute("SELECT 1")
+        except psycopg.errors.InFailedSqlTransaction:
+            raise AlreadyThere("gave up") from None
+
+    with pytest.raises(AlreadyThere, match="gave up"):
+        await run_transaction(runner_conn, unit)
+
+
+async def test_a_database_error_raised_while_handling_another_is_the_one_reported(
+    tables, runner_conn
+) -> None:
+    """A 23502 raised while handling a 23505 that a savepoint absorbed is reported, not the 23505."""
+
+    async def unit(tx: AsyncTransaction) -> None:
+        try:
+            async with tx.savepoint():
+                await tx.execute("INSERT INTO uq VALUES (1)")
+        except psycopg.errors.UniqueViolation:
+            await tx.execute("INSERT INTO uq VALUES (2, NULL)")
+
+    with pytest.raises(psycopg.Error) as info:
+        await run_transaction(runner_conn, unit)
+    assert info.value.sqlstate == "23502"
+
+
+def test_sync_runner_lets_the_callers_exception_stand(dsn: str) -> None:
+    """run_transaction_sync reports a caller's exception raised from a savepoint's 23505 as it is."""
+    _sync_setup(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+
+        def unit(tx: SyncTransaction) -> None:
+            tx.execute("INSERT INTO acct VALUES (3, 0)")
+            try:
+                with tx.savepoint():
+                    tx.execute("INSERT INTO uq VALUES (1)")
+            except psycopg.errors.UniqueViolation:
+                raise AlreadyThere("order 1 exists") from None
+
+        with pytest.raises(AlreadyThere):
+            run_transaction_sync(conn, unit)
+        assert conn.info.transaction_status == TransactionStatus.IDLE
+        assert conn.execute("SELECT count(*) FROM acct").fetchall() == [(2,)]

@@ -60,7 +60,7 @@ async def test_permanent_failures_are_dead_at_once(dsn: str, db: AsyncConnection
     permanent = await app.enqueue(strict, {"version": 9})
     # A producer without the registry cannot check the signature, so the worker must.
     async with tenure.Client(dsn) as producer:
-        misfit = await producer.enqueue("strict", {"versoin": 9}, max_attempts=20)
+        misfit = await producer.enqueue("strict", {"versoin": 9}, queue="default", max_attempts=20)
     async with running(app):
         dead = await wait_state(db, permanent.id, "dead")
         bad = await wait_state(db, misfit.id, "dead")
@@ -162,7 +162,7 @@ async def test_unknown_task_is_retried_then_dead(dsn: str, db: AsyncConnection[A
     @app.task(name="known")
     async def known(ctx: JobContext) -> None: ...
 
-    job = await app.enqueue("not.registered", {}, max_attempts=2)
+    job = await app.enqueue("not.registered", {}, queue="default", max_attempts=2)
     async with running(app):
         row = await wait_state(db, job.id, "dead")
     assert row["attempt_count"] == 2 and row["last_error_code"] == "UNKNOWN_TASK"

@@ -10,7 +10,7 @@ from _ops import cli, sql
 
 
 def enqueue(capsys: pytest.CaptureFixture[str], dsn: str, queue: str) -> int:
-    code, out, err = cli(capsys, "enqueue", "ops.t", "--dsn", dsn, "--queue", queue, "--json")
+    code, out, err = cli(capsys, "enqueue", "ops.t", "--by-name", "--dsn", dsn, "--queue", queue, "--json")
     assert code == 0, err
     return int(json.loads(out)["id"])
 

@@ -99,9 +99,9 @@ def test_reprocess_refuses_jobs_that_are_not_dead_and_changes_nothing(
 ) -> None:
     """A batch naming a pending or missing job is refused as a whole, with a message naming each one;
     a missing reason or target is refused too."""
-    code, out, _ = cli(capsys, "enqueue", "ops.t", "--dsn", dsn, "--json")
+    code, out, _ = cli(capsys, "enqueue", "ops.t", "--by-name", "--queue", "ops", "--dsn", dsn, "--json")
     pending = json.loads(out)["id"]
-    code, out, _ = cli(capsys, "enqueue", "ops.t", "--dsn", dsn, "--json")
+    code, out, _ = cli(capsys, "enqueue", "ops.t", "--by-name", "--queue", "ops", "--dsn", dsn, "--json")
     dead = json.loads(out)["id"]
     sql(
         dsn,
@@ -137,7 +137,7 @@ def test_purge_deletes_only_dead_jobs_past_the_age_and_only_with_yes(
     history, younger dead jobs and every other state stay."""
     ids = []
     for _ in range(4):
-        code, out, _ = cli(capsys, "enqueue", "ops.t", "--dsn", dsn, "--json")
+        code, out, _ = cli(capsys, "enqueue", "ops.t", "--by-name", "--queue", "ops", "--dsn", dsn, "--json")
         ids.append(json.loads(out)["id"])
     old_dead, young_dead, old_succeeded, pending = ids
     for job_id, state, age in (

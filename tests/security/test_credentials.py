@@ -68,7 +68,7 @@ def test_status_and_worker_logs_hide_the_password(
     caplog.set_level(logging.DEBUG)
     secret_dsn = with_password(dsn, login_role)
     assert main(["status", "--dsn", secret_dsn]) == 0
-    assert main(["enqueue", "--dsn", secret_dsn, "cred.task", "--queue", "cred"]) == 0
+    assert main(["enqueue", "--dsn", secret_dsn, "cred.task", "--by-name", "--queue", "cred"]) == 0
     captured = capsys.readouterr()
     assert PASSWORD not in captured.out + captured.err + caplog.text
 

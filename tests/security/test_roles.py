@@ -207,5 +207,153 @@ def test_roles_command_prints_grants_for_the_chosen_schema(capsys: pytest.Captur
     assert main(["roles", "--schema", "billing", "--worker", "jobs_worker"]) == 0
     printed = capsys.readouterr().out
     assert 'GRANT USAGE ON SCHEMA "billing" TO "jobs_worker";' in printed
-    assert 'GRANT INSERT ON "billing".jobs TO "tenure_producer";' in printed
+    assert 'REVOKE ALL ON ALL TABLES IN SCHEMA "billing" FROM "tenure_producer";' in printed
+    assert "GRANT INSERT (queue, task, payload, priority, available_at, max_attempts" in printed
+    assert 'GRANT SELECT (id, available_at) ON "billing".jobs TO "tenure_producer";' in printed
     assert '"tenure"' not in printed
+
+
+# -- the producer cannot forge jobs or read their keys (issue 9, finding 7) --------------------
+
+FORGED_INSERTS = [
+    ("state", "'running'"),
+    ("state", "'succeeded'"),
+    ("state", "'dead'"),
+    ("state", "'cancelled'"),
+    ("lease_token", "7"),
+    ("attempt_count", "1"),
+    ("lease_owner", "'worker-b'"),
+    ("lease_expires_at", "now() + interval '1 hour'"),
+    ("lease_deadline", "now() + interval '1 hour'"),
+    ("finished_at", "now()"),
+    ("attempted_at", "now()"),
+    ("progress", "'{}'"),
+    ("last_error", "'forged'"),
+    ("last_error_code", "'FORGED'"),
+    ("priority_boost", "5"),
+]
+
+
+async def test_producer_cannot_insert_a_job_in_any_state_but_pending_or_set_lease_columns(
+    dsn: str, roles: dict[Role, str]
+) -> None:
+    """A raw INSERT by the producer role naming a state, a lease, an attempt count, an owner, a
+    finish time or any other column an enqueue does not set is refused; nothing is written."""
+    async with await psycopg.AsyncConnection.connect(
+        as_role(dsn, roles[Role.PRODUCER]), autocommit=True
+    ) as conn:
+        for column, value in FORGED_INSERTS:
+            with pytest.raises(errors.InsufficientPrivilege):
+                await conn.execute(
+                    f"INSERT INTO {SCHEMA}.jobs (queue, task, {column}) VALUES ('sec', 't', {value})"
+                )
+        forged_running = (
+            f"INSERT INTO {SCHEMA}.jobs (queue, task, state, lease_owner, lease_token, lease_expires_at, "
+            "lease_deadline, attempt_count, attempted_at) VALUES ('sec', 't', 'running', 'worker-b', 3, "
+            "now() + interval '1 hour', now() + interval '2 hours', 1, now())"
+        )
+        with pytest.raises(errors.InsufficientPrivilege):
+            await conn.execute(forged_running)
+        for statement in (
+            f"INSERT INTO {SCHEMA}.jobs (id, queue, task) OVERRIDING SYSTEM VALUE VALUES (4242, 'sec', 't')",
+            f"UPDATE {SCHEMA}.jobs SET state = 'succeeded'",
+            f"DELETE FROM {SCHEMA}.jobs",
+            f"INSERT INTO {SCHEMA}.job_events (job_id, event, token) VALUES (1, 'retry', 1)",
+        ):
+            with pytest.raises(errors.InsufficientPrivilege):
+                await conn.execute(statement)
+    with psycopg.connect(dsn) as admin:
+        assert admin.execute(f"SELECT count(*) FROM {SCHEMA}.jobs").fetchone() == (0,)
+
+
+async def test_every_row_the_producer_can_write_is_an_unclaimed_pending_job(
+    dsn: str, roles: dict[Role, str]
+) -> None:
+    """With every column it may insert set, the producer's row is pending, unclaimed, token 0, no
+    owner; the CHECK constraints refuse a budget that a pending job cannot have."""
+    async with await psycopg.AsyncConnection.connect(
+        as_role(dsn, roles[Role.PRODUCER]), autocommit=True
+    ) as conn:
+        await conn.execute(
+            f"INSERT INTO {SCHEMA}.jobs (queue, task, payload, priority, available_at, max_attempts, "
+            "created_at, ordering_key, idempotency_key) VALUES ('sec', 't', '{\"a\": 1}', 5, "
+            "now() - interval '1 day', 1, now() - interval '1 year', 'k', gen_random_uuid())"
+        )
+        with pytest.raises(errors.CheckViolation):
+            await conn.execute(
+                f"INSERT INTO {SCHEMA}.jobs (queue, task, max_attempts) VALUES ('sec', 't', 0)"
+            )
+    with psycopg.connect(dsn) as admin:
+        row = admin.execute(
+            f"SELECT state::text, lease_token, attempt_count, lease_owner, lease_expires_at, finished_at "
+            f"FROM {SCHEMA}.jobs"
+        ).fetchall()
+    assert row == [("pending", 0, 0, None, None, None)]
+
+
+async def test_producer_reads_no_idempotency_key_payload_or_error(dsn: str, roles: dict[Role, str]) -> None:
+    """The producer role cannot SELECT jobs' keys, payloads or errors, nor get a key back through
+    RETURNING; it reads only id and available_at."""
+    await _enqueue(dsn, 2)
+    async with await psycopg.AsyncConnection.connect(
+        as_role(dsn, roles[Role.PRODUCER]), autocommit=True
+    ) as conn:
+        for statement in (
+            f"SELECT idempotency_key FROM {SCHEMA}.jobs",
+            f"SELECT * FROM {SCHEMA}.jobs",
+            f"SELECT id FROM {SCHEMA}.jobs WHERE idempotency_key IS NOT NULL",
+            f"SELECT last_error, payload FROM {SCHEMA}.jobs",
+            f"INSERT INTO {SCHEMA}.jobs (queue, task) VALUES ('sec', 't') RETURNING idempotency_key",
+        ):
+            with pytest.raises(errors.InsufficientPrivilege):
+                await conn.execute(statement)
+        cur = await conn.execute(f"SELECT id, available_at FROM {SCHEMA}.jobs")
+        assert len(await cur.fetchall()) == 2
+
+
+async def test_producer_enqueues_with_keys_it_made_and_cannot_reuse_one(
+    dsn: str, roles: dict[Role, str]
+) -> None:
+    """Through the client the producer enqueues (one statement and COPY); each returned key is the
+    stored one, every job's key differs, and a second job with a key already taken is refused."""
+    producer = as_role(dsn, roles[Role.PRODUCER])
+    async with Client(producer, schema=SCHEMA) as client:
+        specs = [JobSpec(task="sec.task", queue="sec", payload={"n": n}) for n in range(40)]
+        enqueued = await client.enqueue_many(specs)
+        assert await client.enqueue_copy(specs[:5]) == 5
+    with psycopg.connect(dsn) as admin:
+        stored = admin.execute(
+            f"SELECT id, idempotency_key, payload FROM {SCHEMA}.jobs ORDER BY id"
+        ).fetchall()
+    assert [(j.id, j.idempotency_key) for j in enqueued] == [(i, k) for i, k, _ in stored[:40]]
+    assert [p for _, _, p in stored[:40]] == [{"n": n} for n in range(40)]
+    assert len({k for _, k, _ in stored}) == 45
+    taken = enqueued[0].idempotency_key
+    async with await psycopg.AsyncConnection.connect(producer, autocommit=True) as conn:
+        with pytest.raises(errors.UniqueViolation):
+            await conn.execute(
+                f"INSERT INTO {SCHEMA}.jobs (queue, task, idempotency_key) VALUES ('sec', 't', %s)", [taken]
+            )
+
+
+async def test_applying_the_grants_again_tightens_an_older_broad_grant(
+    dsn: str, roles: dict[Role, str]
+) -> None:
+    """A producer granted INSERT on every column and SELECT of keys (the old GRANTs) loses both
+    when today's `tenure roles` output is applied."""
+    name = roles[Role.PRODUCER]
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f'GRANT INSERT ON {SCHEMA}.jobs TO "{name}"')
+        admin.execute(f'GRANT SELECT (id, queue, idempotency_key, available_at) ON {SCHEMA}.jobs TO "{name}"')
+    forge = (
+        f"INSERT INTO {SCHEMA}.jobs (queue, task, state, finished_at) VALUES ('sec', 't', 'succeeded', now())"
+    )
+    async with await psycopg.AsyncConnection.connect(as_role(dsn, name), autocommit=True) as conn:
+        await conn.execute(forge)  # the old grant allowed it
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(grants(Role.PRODUCER, name, SCHEMA))
+    async with await psycopg.AsyncConnection.connect(as_role(dsn, name), autocommit=True) as conn:
+        with pytest.raises(errors.InsufficientPrivilege):
+            await conn.execute(forge)
+        with pytest.raises(errors.InsufficientPrivilege):
+            await conn.execute(f"SELECT idempotency_key FROM {SCHEMA}.jobs")

@@ -7,6 +7,8 @@ from collections import Counter
 from importlib import resources
 from pathlib import Path
 
+import pytest
+
 import tenure.db.queries as queries_module
 from tenure.db._sqlfiles import (
     SCHEMA_PLACEHOLDER,
@@ -16,7 +18,7 @@ from tenure.db._sqlfiles import (
     quote_schema,
     schema_file,
 )
-from tenure.db.migrate import latest_version
+from tenure.db.migrate import NO_TRANSACTION, latest_version, statements_of
 
 NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
@@ -81,8 +83,27 @@ def test_ddl_files_substitute_the_schema_everywhere() -> None:
         assert '"s2".jobs' in text or "jobs" not in text, name
 
 
-def test_migrations_are_numbered_from_one_without_gaps() -> None:
-    """Migration versions run 1..N with no gap or duplicate, and the latest is N."""
+def test_migrations_are_numbered_uniquely_from_one() -> None:
+    """Migration versions start at 1 and ascend with no duplicate; the latest is the highest.
+
+    Gaps are allowed: numbers are reserved when work starts, and branches land in any order.
+    """
     versions = [v for v, _, _ in migration_files()]
-    assert versions == list(range(1, len(versions) + 1))
+    assert versions[0] == 1 and versions == sorted(set(versions))
     assert latest_version() == versions[-1]
+
+
+def test_no_transaction_migrations_split_into_plain_statements() -> None:
+    """A migration marked no-transaction splits into its statements, comments dropped; dollar
+    quoting, which the split cannot follow, is refused."""
+    marked = [path for _, _, path in migration_files() if schema_file(path, "s").startswith(NO_TRANSACTION)]
+    assert marked, "migration 0006 builds its index CONCURRENTLY"
+    for path in marked:
+        statements = statements_of(schema_file(path, "s"))
+        assert statements and all(not s.startswith("--") and ";" not in s for s in statements), path
+    assert statements_of("-- c\nDROP INDEX a;\n-- d\nCREATE INDEX b ON t (x);\n") == [
+        "DROP INDEX a",
+        "CREATE INDEX b ON t (x)",
+    ]
+    with pytest.raises(ValueError, match="dollar quoting"):
+        statements_of("DO $$ BEGIN END $$;")

@@ -30,7 +30,7 @@ from tenure.runtime.services import WorkerServices
 
 TENURE_UNFINISHED = unfinished_counter("bench_unfinished")
 PEER_UNFINISHED = {name: unfinished_counter(f"peer_{name}_unfinished") for name in peers.PEERS}
-NOOP = JobSpec(task="noop", queue=QUEUE)
+NOOP = JobSpec(task="noop", queue=QUEUE, priority=0, max_attempts=20)  # complete: also COPYed raw
 PROBE_TIMEOUT = 60.0
 
 

@@ -6,14 +6,18 @@ import argparse
 import json
 from typing import Any
 
+from tenure.app import Tenure
+from tenure.cli._apps import connect_app, load_app, module_of_task
 from tenure.cli._common import EXIT_USAGE, emit_json, err, out, positive_int, resolve
-from tenure.client import Client
+from tenure.client import Client, known_tasks_hint
 from tenure.db.connect import connect, open_pool
 from tenure.db.migrate import migrate, require_current_schema
 from tenure.db.queries import Queries
+from tenure.errors import ConfigurationError, UnknownTask
 from tenure.runtime.options import WorkerOptions
 from tenure.runtime.recovery import Recovery
 from tenure.runtime.services import WorkerServices
+from tenure.tasks import Task
 
 
 async def cmd_migrate(args: argparse.Namespace) -> int:
@@ -37,9 +41,9 @@ async def cmd_enqueue(args: argparse.Namespace) -> int:
     except json.JSONDecodeError as exc:
         err.print(f"error: --payload is not valid JSON ({exc}); give an object like '{{\"n\": 1}}'")
         return EXIT_USAGE
-    client = Client(resolve(args).dsn, schema=args.schema)
+    client, task = _producer_for(args)
     spec = client.builder.spec(
-        args.task,
+        task,
         payload,
         queue=args.queue,
         priority=args.priority,
@@ -52,13 +56,48 @@ async def cmd_enqueue(args: argparse.Namespace) -> int:
             n = await client.enqueue_copy([spec] * args.count)
             result: dict[str, Any] = {"enqueued": n}
         else:
-            job = await client.enqueue_many([spec])
-            result = {"id": job[0].id, "idempotency_key": str(job[0].idempotency_key)}
+            [job] = await client.enqueue_many([spec])
+            result = {"id": job.id, "idempotency_key": str(job.idempotency_key)}
+    result.update(task=spec.task, queue=spec.queue, max_attempts=spec.max_attempts)
     if args.json:
         emit_json(result)
     else:
         out.print(result)
     return 0
+
+
+def _producer_for(args: argparse.Namespace) -> tuple[Client, str | Task]:
+    """A client for TASK's app (loaded as `tenure worker` loads it) and the task it registers;
+    with --by-name, a bare client and the name alone."""
+    if args.by_name:
+        if args.app:
+            raise ConfigurationError("--by-name enqueues without loading an app: drop --app, or --by-name")
+        if args.queue is None:
+            raise ConfigurationError(
+                f"--by-name needs --queue: name the queue a worker that has task {args.task!r} serves"
+            )
+        return Client(resolve(args).dsn, schema=args.schema), args.task
+    app = load_app(args.app or module_of_task(args.task))
+    task = app.registry.get(args.task)
+    if task is None:
+        where = args.app or module_of_task(args.task)
+        raise UnknownTask(
+            f"task {args.task!r} is not registered in the app of {where!r} "
+            f"({_known(app, args.task)}); give the registered name, or --app MODULE[:APP] for the "
+            "app that has it"
+        )
+    client = Client(
+        connect_app(app, args),
+        schema=app.schema,
+        registry=app.registry,
+        max_payload_bytes=app.max_payload_bytes,
+        credential_policy=app.credential_policy,
+    )
+    return client, task
+
+
+def _known(app: Tenure, name: str) -> str:
+    return known_tasks_hint(app.registry, name) if len(app.registry) else "it registers no tasks"
 
 
 async def cmd_recover(args: argparse.Namespace) -> int:
@@ -92,13 +131,35 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("migrate", parents=[common], help="create or upgrade the Tenure schema")
     p.set_defaults(handler=cmd_migrate)
 
-    p = sub.add_parser("enqueue", parents=[common], help="enqueue a job")
-    p.add_argument("task")
+    p = sub.add_parser(
+        "enqueue",
+        parents=[common],
+        help="enqueue a job for a task of an app, with that task's policy",
+        description=(
+            "Loads the app that registers TASK, as `tenure worker` does, and enqueues with the task's "
+            "queue, priority and max_attempts unless the options below say otherwise. The app is "
+            "found in the module named by TASK up to its last dot (shop.tasks.send_receipt -> "
+            "shop.tasks), or given with --app. An unknown task, or a payload that does not fit the "
+            "handler, exits 2 and writes nothing."
+        ),
+    )
+    p.add_argument("task", help="the registered task name, e.g. shop.tasks.send_receipt")
+    p.add_argument(
+        "--app",
+        default=None,
+        metavar="MODULE[:APP]",
+        help="the app that registers TASK, when its module is not TASK's name up to the last dot",
+    )
+    p.add_argument(
+        "--by-name",
+        action="store_true",
+        help="enqueue TASK by name without loading an app (needs --queue; no policy, no payload check)",
+    )
     p.add_argument("--payload", default="{}", help="JSON object of keyword arguments")
-    p.add_argument("--queue", default=None)
-    p.add_argument("--priority", type=int, default=None)
+    p.add_argument("--queue", default=None, help="default: the task's queue")
+    p.add_argument("--priority", type=int, default=None, help="default: the task's priority")
     p.add_argument("--delay", type=float, default=None, help="seconds before the job may run")
-    p.add_argument("--max-attempts", type=int, default=None)
+    p.add_argument("--max-attempts", type=int, default=None, help="default: the task's max_attempts")
     p.add_argument("--ordering-key", default=None, help="run one at a time, in order, with this key's jobs")
     p.add_argument("--count", type=positive_int, default=1, help="enqueue this many copies through COPY")
     p.set_defaults(handler=cmd_enqueue)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import sys
@@ -11,32 +10,12 @@ from typing import Any
 
 from rich.markup import escape
 
-from tenure.app import Tenure
-from tenure.cli._common import emit_json, err, resolve
+from tenure.cli._apps import connect_app, load_app
+from tenure.cli._common import emit_json, err
 from tenure.cli.ops import add_worker_options, prepare_worker
 from tenure.db.connect import LISTEN_DSN_ENV, PREPARE_THRESHOLD_ENV, parse_prepare_threshold
 from tenure.errors import ConfigurationError, TenureError
 from tenure.runtime.options import WorkerOptions
-
-
-def load_app(target: str) -> Tenure:
-    """`module` (with a Tenure instance in it) or `module:attribute`."""
-    module_name, _, attr = target.partition(":")
-    sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise TenureError(f"cannot import {module_name!r} ({exc}); give an importable module path") from None
-    if attr:
-        app = getattr(module, attr, None)
-    else:
-        apps = [v for v in vars(module).values() if isinstance(v, Tenure)]
-        app = apps[0] if len(apps) == 1 else None
-        if len(apps) > 1:
-            raise TenureError(f"{module_name} defines several Tenure apps; name one as {module_name}:NAME")
-    if not isinstance(app, Tenure):
-        raise TenureError(f"no Tenure app found in {target!r}; define `app = tenure.Tenure()` there")
-    return app
 
 
 def parse_queues(spec: str | None) -> tuple[list[str] | None, dict[str, int] | None]:
@@ -69,10 +48,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
             raise TenureError(f"--prepare-threshold: {exc}") from None
         os.environ[PREPARE_THRESHOLD_ENV] = args.prepare_threshold  # every pool of this process
     app = load_app(args.app)
-    app.dsn = args.dsn or app.dsn
-    app.dsn = resolve(argparse.Namespace(dsn=app.dsn, json=False)).dsn
-    if args.schema_given:
-        app.schema = args.schema
+    dsn = connect_app(app, args)
     queues, weights = parse_queues(args.queues)
     options = WorkerOptions(
         queues=queues,
@@ -89,7 +65,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         **({"worker_id": args.worker_id} if args.worker_id else {}),
     )
     worker = app.worker(options)
-    metrics = prepare_worker(worker, args, app.dsn)  # logs, retention, metrics port
+    metrics = prepare_worker(worker, args, dsn)  # logs, retention, metrics port
     try:
         stats = await worker.run(handle_signals=True)
     finally:

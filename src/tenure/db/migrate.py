@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 
 from tenure.db._sqlfiles import migration_files, named_queries, quote_schema, schema_file
-from tenure.errors import SchemaNotMigrated
+from tenure.errors import ConfigurationError, MigrationFailed, SchemaNotMigrated
 
 
 @dataclass(frozen=True)
@@ -20,48 +24,122 @@ class MigrationReport:
     current: int
 
 
+#: First line of a migration that must run outside a transaction (CREATE INDEX CONCURRENTLY).
+#: Its statements run one at a time, in autocommit; each must be safe to run again, because a
+#: failure part-way leaves the earlier ones done and the version unrecorded.
+NO_TRANSACTION = "-- tenure: no-transaction"
+#: How long a waiting `tenure migrate` sleeps between tries of the lock (seconds, doubling).
+LOCK_POLL = (0.02, 0.5)
+
+
 def latest_version() -> int:
     return migration_files()[-1][0]
 
 
+def known_versions() -> list[int]:
+    return [version for version, _, _ in migration_files()]
+
+
+def statements_of(text: str) -> list[str]:
+    """The statements of a no-transaction migration: split at a `;` ending a line. Such files
+    hold simple DDL only: dollar quoting (function bodies, DO blocks) is refused."""
+    if "$$" in text:
+        raise ValueError("a no-transaction migration may not use dollar quoting; split the function out")
+    body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
+    return [part.strip() for part in re.split(r";[ \t]*(?:\n|$)", body) if part.strip()]
+
+
 async def migrate(conn: AsyncConnection[Any], schema: str, *, fresh_snapshot: bool = True) -> MigrationReport:
     """Brings `schema` to the latest version. On an empty schema the current snapshot
-    (schema.sql) is applied in one step unless `fresh_snapshot` is False."""
+    (schema.sql) is applied in one step unless `fresh_snapshot` is False.
+
+    Each migration commits on its own with its version record, so a failure keeps what came
+    before it. Concurrent callers take turns on a session advisory lock, which waiters poll
+    rather than block on: a blocked waiter would hold a snapshot that a concurrent
+    CREATE INDEX CONCURRENTLY waits for, a deadlock. Runs on a direct connection (not through a
+    transaction-mode pooler), outside any transaction.
+    """
+    if conn.info.transaction_status != TransactionStatus.IDLE:
+        raise ConfigurationError("migrate needs a connection that is not inside a transaction")
+    restore_autocommit = not conn.autocommit
+    if restore_autocommit:
+        await conn.set_autocommit(True)
+    try:
+        await _lock(conn, schema)
+        unlock = named_queries(schema)["migrations_unlock"]
+        try:
+            applied = await _apply(conn, schema, fresh_snapshot)
+        except BaseException:
+            with contextlib.suppress(psycopg.Error):  # a lost connection has released it anyway
+                await conn.execute(unlock, {"schema": schema})
+            raise
+        await conn.execute(unlock, {"schema": schema})
+    finally:
+        if restore_autocommit:
+            await conn.set_autocommit(False)
+    return MigrationReport(schema, applied, latest_version())
+
+
+async def _lock(conn: AsyncConnection[Any], schema: str) -> None:
+    query = named_queries(schema)["migrations_try_lock"]
+    pause, longest = LOCK_POLL
+    while True:
+        row = await (await conn.execute(query, {"schema": schema})).fetchone()
+        if row is not None and row[0]:
+            return
+        await asyncio.sleep(pause)
+        pause = min(longest, pause * 2)
+
+
+async def _apply(conn: AsyncConnection[Any], schema: str, fresh_snapshot: bool) -> list[int]:
     q = named_queries(schema)
-    applied_now: list[int] = []
-    async with conn.transaction():
-        await conn.execute(q["migrations_lock"], {"schema": schema})
-        await conn.execute(q["migrations_table_create"])
-        async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(q["migrations_applied"])
-            done = {r["version"] for r in await cur.fetchall()}
-        files = migration_files()
-        if not done and fresh_snapshot:
+    await conn.execute(q["migrations_table_create"])
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(q["migrations_applied"])
+        done = {r["version"] for r in await cur.fetchall()}
+    files = migration_files()
+    if not done and fresh_snapshot:
+        async with conn.transaction():
             await conn.execute(schema_file("schema.sql", schema).encode())
             for version, name, _ in files:
                 await conn.execute(q["migration_record"], {"version": version, "name": name})
-                applied_now.append(version)
-        else:
-            for version, name, path in files:
-                if version in done:
-                    continue
-                await conn.execute(schema_file(path, schema).encode())
+        return [version for version, _, _ in files]
+    applied: list[int] = []
+    for version, name, path in files:
+        if version in done:
+            continue
+        text = schema_file(path, schema)
+        try:
+            if text.startswith(NO_TRANSACTION):
+                for statement in statements_of(text):
+                    await conn.execute(statement.encode())
                 await conn.execute(q["migration_record"], {"version": version, "name": name})
-                applied_now.append(version)
-    return MigrationReport(schema, applied_now, latest_version())
+            else:
+                async with conn.transaction():
+                    await conn.execute(text.encode())
+                    await conn.execute(q["migration_record"], {"version": version, "name": name})
+        except psycopg.Error as exc:
+            raise MigrationFailed(version, name, exc, applied) from exc
+        applied.append(version)
+    return applied
 
 
-async def schema_version(conn: AsyncConnection[Any], schema: str) -> int | None:
-    """The latest applied migration, or None when the schema was never migrated."""
+async def applied_versions(conn: AsyncConnection[Any], schema: str) -> list[int]:
+    """The migrations recorded in `schema`, in order; empty when it was never migrated."""
     table = f"{quote_schema(schema)}.schema_migrations"
     q = named_queries(schema)
     async with conn.cursor() as cur:
         await cur.execute(q["migrations_table_exists"], {"table": table})
         row = await cur.fetchone()
         if not row or not row[0]:
-            return None
+            return []
         await cur.execute(q["migrations_applied"])
-        versions = [r[0] for r in await cur.fetchall()]
+        return [r[0] for r in await cur.fetchall()]
+
+
+async def schema_version(conn: AsyncConnection[Any], schema: str) -> int | None:
+    """The latest applied migration, or None when the schema was never migrated."""
+    versions = await applied_versions(conn, schema)
     return max(versions) if versions else None
 
 
@@ -76,8 +154,9 @@ async def require_current_schema(conn: AsyncConnection[Any], schema: str) -> Non
             f"the Tenure schema {schema!r} does not exist in this database: "
             f"run `tenure migrate --schema {schema}` (with the same --dsn) first"
         )
-    if version < latest_version():
+    missing = sorted(set(known_versions()) - set(await applied_versions(conn, schema)))
+    if missing:
         raise SchemaNotMigrated(
-            f"the Tenure schema {schema!r} is at version {version}, this code needs {latest_version()}: "
+            f"the Tenure schema {schema!r} lacks migrations {missing} that this code needs: "
             "run `tenure migrate` to upgrade it"
         )

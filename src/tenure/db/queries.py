@@ -7,6 +7,7 @@ takes ``now``: None means the database clock, a datetime lets tests move time wi
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,7 +19,17 @@ from psycopg.types.json import Jsonb
 
 from tenure.db._sqlfiles import named_queries
 from tenure.db.text import storable_text
-from tenure.jobs import ClaimedJob, EnqueuedJob, Job, JobEvent, JobSpec, JobState, Lease
+from tenure.jobs import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_PRIORITY,
+    ClaimedJob,
+    EnqueuedJob,
+    Job,
+    JobEvent,
+    JobSpec,
+    JobState,
+    Lease,
+)
 
 Row = dict[str, Any]
 
@@ -100,6 +111,21 @@ def _job(row: Row) -> Job:
     return Job(**{**row, "state": JobState(row["state"])})
 
 
+def _enqueued(rows: list[Row], keys: list[uuid.UUID]) -> list[EnqueuedJob]:
+    """Rows come back in input order (see job_insert_many), so they pair with the keys sent."""
+    return [EnqueuedJob(r["id"], key, r["available_at"]) for r, key in zip(rows, keys, strict=True)]
+
+
+def _event(row: Row) -> JobEvent:
+    return JobEvent(
+        **{
+            **row,
+            "from_state": JobState(row["from_state"]) if row["from_state"] else None,
+            "to_state": JobState(row["to_state"]) if row["to_state"] else None,
+        }
+    )
+
+
 class Queries:
     """Typed access to the named queries of one Tenure schema."""
 
@@ -110,16 +136,24 @@ class Queries:
 
     # -- producers --------------------------------------------------------------------------
 
-    def _insert_params(self, specs: Sequence[JobSpec], now: datetime | None) -> dict[str, Any]:
+    def _insert_params(
+        self, specs: Sequence[JobSpec], keys: list[uuid.UUID], now: datetime | None
+    ) -> dict[str, Any]:
+        # The client hands over complete specs (it resolves them against the task registry and
+        # refuses an unknown task without a queue). A spec written here directly, as tests and
+        # internal tools do, takes the 'default' queue and the columns' defaults.
         return {
-            "queues": [s.queue for s in specs],
+            "queues": [s.queue or "default" for s in specs],
             "tasks": [s.task for s in specs],
             "payloads": [Jsonb(s.payload) for s in specs],
-            "priorities": [s.priority for s in specs],
+            "priorities": [DEFAULT_PRIORITY if s.priority is None else s.priority for s in specs],
             "run_ats": [s.run_at for s in specs],
             "delays": [s.delay for s in specs],
-            "max_attempts": [s.max_attempts for s in specs],
+            "max_attempts": [
+                DEFAULT_MAX_ATTEMPTS if s.max_attempts is None else s.max_attempts for s in specs
+            ],
             "ordering_keys": [s.ordering_key for s in specs],
+            "idempotency_keys": keys,
             "ordering_lock_space": f"tenure.ordering:{self.schema}",
             "channel": self.channel,
             "now": now,
@@ -128,14 +162,16 @@ class Queries:
     async def job_insert_many(
         self, conn: AsyncConnection[Any], specs: Sequence[JobSpec], now: datetime | None = None
     ) -> list[EnqueuedJob]:
-        rows = await _fetch(conn, self._sql["job_insert_many"], self._insert_params(specs, now))
-        return [EnqueuedJob(**r) for r in rows]
+        keys = [uuid.uuid4() for _ in specs]
+        rows = await _fetch(conn, self._sql["job_insert_many"], self._insert_params(specs, keys, now))
+        return _enqueued(rows, keys)
 
     def job_insert_many_sync(
         self, conn: Connection[Any], specs: Sequence[JobSpec], now: datetime | None = None
     ) -> list[EnqueuedJob]:
-        rows = _fetch_sync(conn, self._sql["job_insert_many"], self._insert_params(specs, now))
-        return [EnqueuedJob(**r) for r in rows]
+        keys = [uuid.uuid4() for _ in specs]
+        rows = _fetch_sync(conn, self._sql["job_insert_many"], self._insert_params(specs, keys, now))
+        return _enqueued(rows, keys)
 
     async def queue_notify(self, conn: AsyncConnection[Any], queues: Sequence[str]) -> None:
         await _fetch(conn, self._sql["queue_notify"], {"channel": self.channel, "queues": list(queues)})
@@ -149,18 +185,17 @@ class Queries:
         rows = await _fetch(conn, self._sql["job_get"], {"id": job_id})
         return _job(rows[0]) if rows else None
 
+    def job_get_sync(self, conn: Connection[Any], job_id: int) -> Job | None:
+        rows = _fetch_sync(conn, self._sql["job_get"], {"id": job_id})
+        return _job(rows[0]) if rows else None
+
     async def job_events_list(self, conn: AsyncConnection[Any], job_id: int) -> list[JobEvent]:
         rows = await _fetch(conn, self._sql["job_events_list"], {"job_id": job_id})
-        return [
-            JobEvent(
-                **{
-                    **r,
-                    "from_state": JobState(r["from_state"]) if r["from_state"] else None,
-                    "to_state": JobState(r["to_state"]) if r["to_state"] else None,
-                }
-            )
-            for r in rows
-        ]
+        return [_event(r) for r in rows]
+
+    def job_events_list_sync(self, conn: Connection[Any], job_id: int) -> list[JobEvent]:
+        rows = _fetch_sync(conn, self._sql["job_events_list"], {"job_id": job_id})
+        return [_event(r) for r in rows]
 
     async def dead_list(
         self, conn: AsyncConnection[Any], *, queue: str | None = None, limit: int = 100
@@ -235,8 +270,9 @@ class Queries:
             "default_lease_seconds": default_lease_seconds,
             "default_runtime_seconds": default_runtime_seconds,
             "policy_tasks": [p.task for p in policies],
-            "policy_leases": [p.lease_seconds for p in policies],
-            "policy_runtimes": [p.max_runtime_seconds for p in policies],
+            # float8[]: psycopg refuses a list that mixes int and float, so make them one type.
+            "policy_leases": [float(p.lease_seconds) for p in policies],
+            "policy_runtimes": [float(p.max_runtime_seconds) for p in policies],
             "now": now,
         }
         rows = await _fetch(conn, self._sql["job_claim"], params)

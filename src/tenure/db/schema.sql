@@ -59,6 +59,8 @@ CREATE INDEX jobs_running_expiry_idx ON __schema__.jobs (lease_expires_at)
     WHERE state = 'running';
 CREATE INDEX jobs_dead_idx ON __schema__.jobs (queue, finished_at)
     WHERE state = 'dead';
+-- One job per idempotency key (E1, migration 0006).
+CREATE UNIQUE INDEX jobs_idempotency_key_idx ON __schema__.jobs (idempotency_key);
 
 -- Append-only history of every transition off the happy path.
 CREATE TABLE __schema__.job_events (

@@ -5,13 +5,17 @@
 -- Inserts jobs from parallel arrays and notifies each affected queue once (N1).
 -- Keyed jobs (O2) first take a transaction-scoped advisory lock per ordering key, in key order
 -- (no deadlock between batches), so the ids of one key are drawn in commit order.
+-- The idempotency keys come from the client, which therefore knows them without reading them
+-- back: the producer role may insert these columns but read only id and available_at. Ids are
+-- drawn in input order (the ORDER BY feeds the insert), so the rows come back in that order.
 WITH input AS (
     SELECT *
     FROM unnest(
         %(queues)s::text[], %(tasks)s::text[], %(payloads)s::jsonb[], %(priorities)s::smallint[],
         %(run_ats)s::timestamptz[], %(delays)s::float8[], %(max_attempts)s::integer[],
-        %(ordering_keys)s::text[]
-    ) WITH ORDINALITY AS u(queue, task, payload, priority, run_at, delay, max_attempts, ordering_key, ord)
+        %(ordering_keys)s::text[], %(idempotency_keys)s::uuid[]
+    ) WITH ORDINALITY AS u(queue, task, payload, priority, run_at, delay, max_attempts, ordering_key,
+                           idempotency_key, ord)
 ), clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), ordering_locks AS (
@@ -19,18 +23,18 @@ WITH input AS (
     FROM (SELECT DISTINCT ordering_key FROM input WHERE ordering_key IS NOT NULL ORDER BY 1) k
 ), inserted AS (
     INSERT INTO __schema__.jobs (queue, task, payload, priority, available_at, max_attempts, created_at,
-                                 ordering_key)
+                                 ordering_key, idempotency_key)
     SELECT i.queue, i.task, i.payload, i.priority,
            coalesce(i.run_at, clock.now + make_interval(secs => coalesce(i.delay, 0))),
-           i.max_attempts, clock.now, i.ordering_key
+           i.max_attempts, clock.now, i.ordering_key, i.idempotency_key
     FROM input i CROSS JOIN clock CROSS JOIN ordering_locks
     ORDER BY i.ord
-    RETURNING id, queue, idempotency_key, available_at
+    RETURNING id, available_at
 ), notified AS (
     SELECT count(pg_notify(%(channel)s, q.queue)) AS n
-    FROM (SELECT DISTINCT queue FROM inserted) q
+    FROM (SELECT DISTINCT queue FROM input) q
 )
-SELECT inserted.id, inserted.idempotency_key, inserted.available_at
+SELECT inserted.id, inserted.available_at
 FROM inserted CROSS JOIN notified
 ORDER BY inserted.id;
 

@@ -6,9 +6,13 @@ CREATE TABLE IF NOT EXISTS __schema__.schema_migrations (
     applied_at timestamptz NOT NULL DEFAULT now()
 );
 
--- name: migrations_lock
--- Serialises concurrent `tenure migrate` runs on the same schema; released at commit.
-SELECT pg_advisory_xact_lock(hashtext('tenure.migrate'), hashtext(%(schema)s));
+-- name: migrations_try_lock
+-- Serialises concurrent `tenure migrate` runs on the same schema. Session-scoped, because a
+-- no-transaction migration runs outside any transaction; tried, not waited for (see migrate.py).
+SELECT pg_try_advisory_lock(hashtext('tenure.migrate'), hashtext(%(schema)s));
+
+-- name: migrations_unlock
+SELECT pg_advisory_unlock(hashtext('tenure.migrate'), hashtext(%(schema)s));
 
 -- name: migrations_applied
 SELECT version FROM __schema__.schema_migrations ORDER BY version;

@@ -3,16 +3,24 @@
 -- what only the fencing protocol enforces, is written down in docs/security.md.
 
 -- name: producer
--- Enqueue only: insert jobs (also through COPY) and read back what the insert returns.
+-- Enqueue only: insert the columns an enqueue sets (also through COPY) and read back the two an
+-- insert returns. Every other column takes its default, and the CHECK constraints tie state,
+-- lease, attempts and finish time together, so any row this role can write is a pending job
+-- nobody has claimed: it cannot forge a running or finished job, and it reads no payload,
+-- error or idempotency key. The REVOKE first makes applying this again tighten an older grant.
+REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role};
 GRANT USAGE ON SCHEMA {schema} TO {role};
-GRANT INSERT ON {schema}.jobs TO {role};
-GRANT SELECT (id, queue, idempotency_key, available_at) ON {schema}.jobs TO {role};
+GRANT INSERT (queue, task, payload, priority, available_at, max_attempts, created_at, ordering_key,
+              idempotency_key)
+    ON {schema}.jobs TO {role};
+GRANT SELECT (id, available_at) ON {schema}.jobs TO {role};
 GRANT SELECT ON {schema}.schema_migrations TO {role};
 
 -- name: worker
 -- Claim, heartbeat, complete, fail, recover expired leases. It may rewrite only the lease and
 -- outcome columns of jobs: never a job's payload, queue, task, priority or attempt budget, and it
 -- may not insert or delete jobs. No DDL: no CREATE on the schema, no ownership.
+REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role};
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.jobs TO {role};
 GRANT UPDATE (state, available_at, attempt_count, lease_owner, lease_token, lease_expires_at,
