@@ -12,7 +12,7 @@ import pytest
 from psycopg import AsyncConnection
 
 import tenure
-from tenure.db.migrate import known_versions, latest_version, migrate, schema_version
+from tenure.db.migrate import applied_versions, known_versions, latest_version, migrate, schema_version
 
 ALL_VERSIONS = known_versions()
 
@@ -279,7 +279,7 @@ async def test_duplicate_keys_stop_the_upgrade_with_the_fix_and_a_rerun_finishes
         assert "00000000-0000-4000-8000-000000000001" in message and "is duplicated" in message
         assert "docs/operations.md" in message and "run `tenure migrate` again" in message
         assert info.value.version == 6
-        assert await schema_version(conn, "tenure") == ALL_VERSIONS[-2]
+        assert 6 not in await applied_versions(conn, "tenure")
         assert await index_validity(conn, "tenure") == [("jobs_idempotency_key_idx", False, True)]
         await conn.execute(
             "UPDATE tenure.jobs SET idempotency_key = gen_random_uuid() WHERE id = "
