@@ -10,7 +10,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
 from tenure.db._sqlfiles import migration_files, named_queries, quote_schema, schema_file
-from tenure.errors import SchemaNotMigrated
+from tenure.errors import ConfigurationError, SchemaNotMigrated
 
 
 @dataclass(frozen=True)
@@ -26,29 +26,46 @@ def latest_version() -> int:
 
 async def migrate(conn: AsyncConnection[Any], schema: str, *, fresh_snapshot: bool = True) -> MigrationReport:
     """Brings `schema` to the latest version. On an empty schema the current snapshot
-    (schema.sql) is applied in one step unless `fresh_snapshot` is False."""
+    (schema.sql) is applied in one step unless `fresh_snapshot` is False.
+
+    Each numbered migration runs and commits in a transaction of its own: PostgreSQL refuses to
+    use an enum value in the transaction that added it, so a migration that adds one (0004) must
+    be committed before the next one can use it. `conn` must therefore not be inside a
+    transaction. Each transaction takes the migration lock and re-reads what is applied, so
+    concurrent runs still apply every version exactly once."""
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        raise ConfigurationError(
+            "migrate() needs a connection outside any transaction (each migration commits on its own): "
+            "pass an autocommit connection, or commit first"
+        )
     q = named_queries(schema)
     applied_now: list[int] = []
+    files = migration_files()
     async with conn.transaction():
-        await conn.execute(q["migrations_lock"], {"schema": schema})
-        await conn.execute(q["migrations_table_create"])
-        async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(q["migrations_applied"])
-            done = {r["version"] for r in await cur.fetchall()}
-        files = migration_files()
+        done = await _locked_applied(conn, schema, q)
         if not done and fresh_snapshot:
             await conn.execute(schema_file("schema.sql", schema).encode())
             for version, name, _ in files:
                 await conn.execute(q["migration_record"], {"version": version, "name": name})
                 applied_now.append(version)
-        else:
-            for version, name, path in files:
-                if version in done:
-                    continue
-                await conn.execute(schema_file(path, schema).encode())
-                await conn.execute(q["migration_record"], {"version": version, "name": name})
-                applied_now.append(version)
+            return MigrationReport(schema, applied_now, latest_version())
+    for version, name, path in files:
+        async with conn.transaction():
+            if version in await _locked_applied(conn, schema, q):
+                continue
+            await conn.execute(schema_file(path, schema).encode())
+            await conn.execute(q["migration_record"], {"version": version, "name": name})
+            applied_now.append(version)
     return MigrationReport(schema, applied_now, latest_version())
+
+
+async def _locked_applied(conn: AsyncConnection[Any], schema: str, q: dict[str, str]) -> set[int]:
+    """Takes the transaction's migration lock, then reads the versions already applied."""
+    await conn.execute(q["migrations_lock"], {"schema": schema})
+    await conn.execute(q["migrations_table_create"])
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(q["migrations_applied"])
+        return {r["version"] for r in await cur.fetchall()}
 
 
 async def schema_version(conn: AsyncConnection[Any], schema: str) -> int | None:
