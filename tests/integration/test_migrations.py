@@ -217,3 +217,38 @@ async def test_schemas_are_independent(empty_dsn: str) -> None:
         assert await fetch(conn, "SELECT count(*) FROM q_two.jobs") == [(0,)]
         with pytest.raises(psycopg.errors.UndefinedTable):
             await conn.execute("SELECT 1 FROM tenure.jobs")
+
+
+async def test_upgrade_from_version_3_moves_waiting_jobs_and_restores_aged_priorities(empty_dsn: str) -> None:
+    """A database at version 3 with jobs in it upgrades through 0004 (a new enum value, committed on
+    its own) and 0005 (which uses it): jobs due later become scheduled, due ones stay pending, and an
+    aged job gets back the priority it was enqueued with."""
+    from tenure.db._sqlfiles import migration_files, named_queries, schema_file
+
+    async with await AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
+        q = named_queries("tenure")
+        await conn.execute(q["migrations_table_create"])
+        for version, name, path in migration_files()[:3]:
+            await conn.execute(schema_file(path, "tenure").encode())
+            await conn.execute(q["migration_record"], {"version": version, "name": name})
+        await conn.execute(
+            "INSERT INTO tenure.jobs (queue, task, priority, priority_boost, available_at) VALUES"
+            " ('q', 'due', 7, 5, now() - interval '1 hour'), ('q', 'later', 0, 0, now() + interval '1 hour')"
+        )
+        report = await migrate(conn, "tenure")
+        assert report.applied == [v for v in ALL_VERSIONS if v > 3]
+        rows = await fetch(conn, "SELECT task, state::text, priority FROM tenure.jobs ORDER BY id")
+        assert rows == [("due", "pending", 2), ("later", "scheduled", 0)]
+
+
+async def test_migrate_refuses_a_connection_inside_a_transaction(empty_dsn: str) -> None:
+    """Each migration commits on its own, so a connection already in a transaction is refused with
+    the fix, and nothing is created."""
+    from tenure.errors import ConfigurationError
+
+    async with await AsyncConnection.connect(empty_dsn) as conn:
+        await conn.execute("SELECT 1")
+        with pytest.raises(ConfigurationError, match="outside any transaction"):
+            await migrate(conn, "tenure")
+        await conn.rollback()
+        assert await fetch(conn, "SELECT to_regclass('tenure.jobs')") == [(None,)]

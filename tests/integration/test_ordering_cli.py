@@ -67,8 +67,20 @@ def test_weighted_queues_parse_and_bad_weights_are_refused() -> None:
             parse_queues(bad)
     with pytest.raises(ConfigurationError, match="queue weight"):
         WorkerOptions(queue_weights={"a": 0})
-    with pytest.raises(ConfigurationError, match="priority_aging_seconds"):
-        WorkerOptions(priority_aging_seconds=0)
+
+
+def test_removed_aging_options_and_bad_oldest_every_are_refused_with_the_fix() -> None:
+    """The priority-aging options are gone: setting one names oldest_every instead (None, meaning
+    no aging, is what happens anyway); oldest_every must be an integer >= 1 or None."""
+    for removed in ({"priority_aging_seconds": 60.0}, {"priority_aging_max": 100}):
+        with pytest.raises(ConfigurationError, match=r"were removed.*oldest_every"):
+            WorkerOptions(**removed)  # type: ignore[arg-type]
+    assert WorkerOptions(priority_aging_seconds=None).oldest_every == 10
+    for bad in (0, -1, 2.5, True, "3"):
+        with pytest.raises(ConfigurationError, match="oldest_every must be an integer >= 1"):
+            WorkerOptions(oldest_every=bad)  # type: ignore[arg-type]
+    assert WorkerOptions(oldest_every=None).oldest_every is None
+    assert WorkerOptions(oldest_every=1).oldest_every == 1
 
 
 async def test_enqueue_takes_an_ordering_key_and_refuses_it_with_copy(

@@ -15,7 +15,7 @@ import psycopg
 
 from tenure.context import JobContext
 from tenure.errors import JobFailure, LeaseLost, Transient
-from tenure.jobs import ClaimedJob
+from tenure.jobs import ClaimedJob, JobState
 from tenure.logging_context import bind_job, job_fields
 from tenure.retry import FailureClass, FailurePolicy, error_code
 from tenure.runtime.completer import Completer
@@ -240,6 +240,8 @@ class Executor:
             log.warning("job %s is dead after attempt %s: %s", job.id, job.attempt, code)
         else:
             services.stats.retried += 1
+            if outcome.state is JobState.SCHEDULED:
+                services.scheduled(outcome.available_at)
             self._finished(execution, Outcome.RETRIED, code)
             log.debug("job %s failed with %s; retry scheduled", job.id, code)
 

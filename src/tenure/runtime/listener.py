@@ -5,21 +5,30 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from datetime import datetime
 
 import psycopg
 from psycopg import sql
 
-from tenure.db.queries import notify_channel
+from tenure.db.queries import notify_channel, scheduled_hint
 
 log = logging.getLogger("tenure.worker")
 
 
 class Listener:
-    def __init__(self, dsn: str, schema: str, queues: set[str], wake: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        schema: str,
+        queues: set[str],
+        wake: Callable[[], None],
+        scheduled: Callable[[datetime], None] = lambda due: None,
+    ) -> None:
         self.dsn = dsn
         self.channel = notify_channel(schema)
         self.queues = queues
         self.wake = wake
+        self.scheduled = scheduled  # told the due time of jobs enqueued as scheduled, any queue
         self.connected = asyncio.Event()
 
     async def run(self) -> None:
@@ -34,6 +43,8 @@ class Listener:
                     async for note in conn.notifies():
                         if note.payload in self.queues:
                             self.wake()
+                        elif (due := scheduled_hint(note.payload)) is not None:
+                            self.scheduled(due)
             except psycopg.Error as exc:
                 self.connected.clear()
                 log.warning(

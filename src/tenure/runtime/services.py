@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -39,6 +41,9 @@ class WorkerServices:
         self.loop = asyncio.get_running_loop()
         self._sync_pool: ConnectionPool[Any] | None = None
         self._sync_lock = threading.Lock()
+        #: Told when this worker scheduled a job (a retry's or a recovery's backoff) for a database
+        #: time; the worker points it at its promoter, so the job is promoted when due.
+        self.scheduled: Callable[[datetime], None] = lambda due: None
 
     def sync_pool(self) -> ConnectionPool[Any]:
         """A blocking pool for plain-function handlers' transactions, opened on first use."""

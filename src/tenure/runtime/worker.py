@@ -15,7 +15,6 @@ from tenure.db.connect import open_pool, resolve_dsn
 from tenure.db.migrate import require_current_schema
 from tenure.db.queries import Queries
 from tenure.maintenance import RetentionPolicy, WorkerPresence
-from tenure.runtime.aging import PriorityAging
 from tenure.runtime.claimer import Claimer
 from tenure.runtime.completer import Completer
 from tenure.runtime.events import Events
@@ -23,6 +22,7 @@ from tenure.runtime.executor import SHUTDOWN, Executor
 from tenure.runtime.heartbeat import Heartbeat
 from tenure.runtime.listener import Listener
 from tenure.runtime.options import WorkerOptions
+from tenure.runtime.promoter import Promoter
 from tenure.runtime.recovery import Recovery
 from tenure.runtime.services import WorkerServices
 from tenure.runtime.stats import WorkerStats
@@ -55,6 +55,7 @@ class Worker:
         self.executor: Executor | None = None
         self.claimer: Claimer | None = None
         self.recovery: Recovery | None = None
+        self.promoter: Promoter | None = None
         self.listener: Listener | None = None
         self._force = False
 
@@ -93,12 +94,14 @@ class Worker:
         self.executor = executor = Executor(services, self.registry, completer, threads)
         self.claimer = claimer = Claimer(services, executor, self.queues)
         self.recovery = Recovery(services)
+        self.promoter = promoter = Promoter(services, claimer.wake)
+        services.scheduled = promoter.expect
         heartbeat = Heartbeat(services, executor)
         background = [
             asyncio.create_task(completer.run(), name="tenure-completer"),
             asyncio.create_task(heartbeat.run(), name="tenure-heartbeat"),
             asyncio.create_task(self.recovery.run(), name="tenure-recovery"),
-            asyncio.create_task(PriorityAging(services).run(), name="tenure-priority-aging"),
+            asyncio.create_task(promoter.run(), name="tenure-promoter"),
         ]
         presence = WorkerPresence(
             pool,
@@ -111,7 +114,7 @@ class Worker:
         )
         background.append(asyncio.create_task(presence.run(), name="tenure-presence"))
         if self.options.listen:
-            self.listener = Listener(dsn, self.schema, set(self.queues), claimer.wake)
+            self.listener = Listener(dsn, self.schema, set(self.queues), claimer.wake, promoter.expect)
             background.append(asyncio.create_task(self.listener.run(), name="tenure-listener"))
         if handle_signals:
             self._install_signal_handlers()

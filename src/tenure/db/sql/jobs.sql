@@ -2,7 +2,10 @@
 -- Every query that depends on time takes %(now)s: NULL means the database clock.
 
 -- name: job_insert_many
--- Inserts jobs from parallel arrays and notifies each affected queue once (N1).
+-- Inserts jobs from parallel arrays and notifies each affected queue once (N1). A job whose run
+-- time is later than the database's now is `scheduled`, outside the claim indexes: instead of its
+-- queue, the notification tells promoters the earliest such run time (payload: the prefix
+-- %(scheduled_prefix)s and epoch seconds; no queue name starts with it).
 -- Keyed jobs (O2) first take a transaction-scoped advisory lock per ordering key, in key order
 -- (no deadlock between batches), so the ids of one key are drawn in commit order.
 WITH input AS (
@@ -18,31 +21,42 @@ WITH input AS (
     SELECT count(pg_advisory_xact_lock(hashtext(%(ordering_lock_space)s), hashtext(k.ordering_key))) AS n
     FROM (SELECT DISTINCT ordering_key FROM input WHERE ordering_key IS NOT NULL ORDER BY 1) k
 ), inserted AS (
-    INSERT INTO __schema__.jobs (queue, task, payload, priority, available_at, max_attempts, created_at,
-                                 ordering_key)
-    SELECT i.queue, i.task, i.payload, i.priority,
-           coalesce(i.run_at, clock.now + make_interval(secs => coalesce(i.delay, 0))),
+    INSERT INTO __schema__.jobs (queue, task, payload, priority, available_at, state, max_attempts,
+                                 created_at, ordering_key)
+    SELECT i.queue, i.task, i.payload, i.priority, t.run_at,
+           CASE WHEN t.run_at > clock.now THEN 'scheduled' ELSE 'pending' END::__schema__.job_state,
            i.max_attempts, clock.now, i.ordering_key
     FROM input i CROSS JOIN clock CROSS JOIN ordering_locks
+    CROSS JOIN LATERAL (
+        SELECT coalesce(i.run_at, clock.now + make_interval(secs => coalesce(i.delay, 0))) AS run_at
+    ) t
     ORDER BY i.ord
-    RETURNING id, queue, idempotency_key, available_at
+    RETURNING id, queue, idempotency_key, available_at, state
 ), notified AS (
-    SELECT count(pg_notify(%(channel)s, q.queue)) AS n
-    FROM (SELECT DISTINCT queue FROM inserted) q
+    SELECT count(pg_notify(%(channel)s, w.payload)) AS n
+    FROM (SELECT DISTINCT queue AS payload FROM inserted WHERE state = 'pending'
+          UNION ALL
+          SELECT %(scheduled_prefix)s || extract(epoch FROM min(available_at))::text
+          FROM inserted WHERE state = 'scheduled' HAVING count(*) > 0) w
 )
 SELECT inserted.id, inserted.idempotency_key, inserted.available_at
 FROM inserted CROSS JOIN notified
 ORDER BY inserted.id;
 
 -- name: queue_notify
--- Wakes listeners of the given queues after a COPY load.
-SELECT count(pg_notify(%(channel)s, q)) AS n FROM unnest(%(queues)s::text[]) AS q;
+-- Wakes listeners after a COPY load: each queue given, and promoters when %(first_scheduled)s
+-- (the earliest run time among scheduled jobs) is not NULL, as job_insert_many does.
+SELECT count(pg_notify(%(channel)s, w.payload)) AS n
+FROM (SELECT q AS payload FROM unnest(%(queues)s::text[]) AS q
+      UNION ALL
+      SELECT %(scheduled_prefix)s || extract(epoch FROM %(first_scheduled)s::timestamptz)::text
+      WHERE %(first_scheduled)s::timestamptz IS NOT NULL) w;
 
 -- name: job_get
 SELECT id, queue, task, payload, state::text AS state, priority, available_at, attempt_count,
        max_attempts, lease_owner, lease_token, lease_expires_at, lease_deadline, progress,
        last_error_code, last_error, idempotency_key, created_at, attempted_at, finished_at,
-       ordering_key, priority_boost
+       ordering_key
 FROM __schema__.jobs
 WHERE id = %(id)s;
 
@@ -88,12 +102,13 @@ WITH clock AS (
 SELECT moved.id FROM moved CROSS JOIN notified;
 
 -- name: job_cancel
--- Pending or dead -> cancelled. Running jobs are not cancelled here: their lease owner decides.
+-- Scheduled, pending or dead -> cancelled. Running jobs are not cancelled here: their lease owner
+-- decides.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), target AS (
     SELECT id, state FROM __schema__.jobs
-    WHERE id = %(id)s AND state IN ('pending', 'dead')
+    WHERE id = %(id)s AND state IN ('scheduled', 'pending', 'dead')
     FOR UPDATE
 ), moved AS (
     UPDATE __schema__.jobs j
@@ -112,5 +127,7 @@ SELECT id FROM moved;
 SELECT now() AS now;
 
 -- name: job_copy_in
--- Bulk enqueue (P4); the caller computes available_at from clock_now in the same transaction.
-COPY __schema__.jobs (queue, task, payload, priority, available_at, max_attempts) FROM STDIN (FORMAT BINARY);
+-- Bulk enqueue (P4); the caller computes available_at from clock_now in the same transaction, and
+-- the state from it (scheduled when later than that now), as job_insert_many does.
+COPY __schema__.jobs (queue, task, payload, priority, available_at, state, max_attempts)
+FROM STDIN (FORMAT BINARY);

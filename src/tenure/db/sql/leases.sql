@@ -5,26 +5,54 @@
 
 -- name: job_claim
 -- Claim and transition in one statement (C1); each claim bumps the token and the attempt (C2).
+-- Two lanes, each an ordered scan of its own partial index, with no sort at any backlog:
+-- the %(oldest)s oldest due jobs of the queue whatever their priority (the starvation bound of
+-- O3, docs/ordering.md), then the rest of %(limit)s by priority. Only tasks named in %(tasks)s are
+-- taken (NULL: any task), so a worker never claims a job it cannot run.
 -- Lease length and max runtime come from the worker's task policies, by task name.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
-), candidate AS (
+), oldest AS (
     SELECT c.id, c.task
     FROM __schema__.jobs c
     WHERE c.state = 'pending'
       AND c.queue = %(queue)s
       AND c.available_at <= (SELECT now FROM clock)
+      AND (%(tasks)s::text[] IS NULL OR c.task = ANY(%(tasks)s::text[]))
       -- Per-key ordering (O2): a keyed job is claimable only as the head of its key: nothing
-      -- of its key is running, and nothing earlier is pending or dead. Unkeyed rows skip the probe.
+      -- of its key is running, and nothing earlier is waiting (scheduled or pending) or dead.
+      -- Unkeyed rows skip the probe.
       AND (c.ordering_key IS NULL OR NOT EXISTS (
             SELECT 1 FROM __schema__.jobs o
             WHERE o.ordering_key = c.ordering_key
-              AND o.state IN ('pending', 'running', 'dead')
+              AND o.state IN ('scheduled', 'pending', 'running', 'dead')
               AND o.id <> c.id
               AND (o.state = 'running' OR o.id < c.id)))
-    ORDER BY c.priority DESC, c.available_at, c.id
-    LIMIT %(limit)s
+    ORDER BY c.available_at, c.id
+    LIMIT %(oldest)s
     FOR UPDATE SKIP LOCKED
+), by_priority AS (
+    SELECT c.id, c.task
+    FROM __schema__.jobs c
+    WHERE c.state = 'pending'
+      AND c.queue = %(queue)s
+      AND c.available_at <= (SELECT now FROM clock)
+      AND (%(tasks)s::text[] IS NULL OR c.task = ANY(%(tasks)s::text[]))
+      AND (c.ordering_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM __schema__.jobs o
+            WHERE o.ordering_key = c.ordering_key
+              AND o.state IN ('scheduled', 'pending', 'running', 'dead')
+              AND o.id <> c.id
+              AND (o.state = 'running' OR o.id < c.id)))
+      -- SKIP LOCKED does not skip rows this statement itself locked in the other lane.
+      AND c.id NOT IN (SELECT id FROM oldest)
+    ORDER BY c.priority DESC, c.available_at, c.id
+    LIMIT %(by_priority)s
+    FOR UPDATE SKIP LOCKED
+), candidate AS (
+    SELECT id, task FROM oldest
+    UNION ALL
+    SELECT id, task FROM by_priority
 ), policy AS (
     SELECT *
     FROM unnest(%(policy_tasks)s::text[], %(policy_leases)s::float8[], %(policy_runtimes)s::float8[])
@@ -86,14 +114,16 @@ UNION ALL
 SELECT job_id, false FROM lost;
 
 -- name: job_fail
--- Fenced failure: back to pending after %(retry_delay)s seconds, or dead when the delay is NULL
--- or the attempt budget is spent. Logged either way (S3).
+-- Fenced failure: a retry after %(retry_delay)s seconds (scheduled while it waits out the delay,
+-- pending at once when there is none), or dead when the delay is NULL or the attempt budget is
+-- spent. Logged either way (S3).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), failed AS (
     UPDATE __schema__.jobs j
-    SET state = CASE WHEN %(retry_delay)s::float8 IS NOT NULL AND j.attempt_count < j.max_attempts
-                     THEN 'pending' ELSE 'dead' END::__schema__.job_state,
+    SET state = CASE WHEN %(retry_delay)s::float8 IS NULL OR j.attempt_count >= j.max_attempts THEN 'dead'
+                     WHEN %(retry_delay)s::float8 > 0 THEN 'scheduled'
+                     ELSE 'pending' END::__schema__.job_state,
         available_at = CASE WHEN %(retry_delay)s::float8 IS NOT NULL AND j.attempt_count < j.max_attempts
                             THEN clock.now + make_interval(secs => %(retry_delay)s::float8)
                             ELSE j.available_at END,

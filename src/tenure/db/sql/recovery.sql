@@ -1,10 +1,15 @@
 -- name: lease_recover_expired
--- Expired leases go back to pending with backoff, or to dead when the budget is spent (R1).
--- SKIP LOCKED makes it safe for every worker to run this at once (R5).
+-- Expired leases go back to waiting with backoff (scheduled until it has passed), or to dead when
+-- the budget is spent (R1). SKIP LOCKED makes it safe for every worker to run this at once (R5).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), expired AS (
-    SELECT id, lease_owner, lease_token, lease_expires_at
+    SELECT id, lease_owner, lease_token, lease_expires_at,
+           -- Drawn once per job here, so the state and the run time below agree.
+           (SELECT now FROM clock) + make_interval(secs => least(
+               %(backoff_cap)s::float8,
+               %(backoff_base)s::float8 * power(2, attempt_count - 1))
+               * (1 - %(jitter)s::float8 * random())) AS retry_at
     FROM __schema__.jobs
     WHERE state = 'running'
       AND lease_expires_at <= (SELECT now FROM clock)
@@ -15,14 +20,10 @@ WITH clock AS (
     FOR UPDATE SKIP LOCKED
 ), recovered AS (
     UPDATE __schema__.jobs j
-    SET state = CASE WHEN j.attempt_count >= j.max_attempts THEN 'dead' ELSE 'pending' END
-                    ::__schema__.job_state,
-        available_at = CASE WHEN j.attempt_count >= j.max_attempts THEN j.available_at
-                            ELSE clock.now + make_interval(secs => least(
-                                %(backoff_cap)s::float8,
-                                %(backoff_base)s::float8 * power(2, j.attempt_count - 1))
-                                * (1 - %(jitter)s::float8 * random()))
-                       END,
+    SET state = CASE WHEN j.attempt_count >= j.max_attempts THEN 'dead'
+                     WHEN e.retry_at > clock.now THEN 'scheduled'
+                     ELSE 'pending' END::__schema__.job_state,
+        available_at = CASE WHEN j.attempt_count >= j.max_attempts THEN j.available_at ELSE e.retry_at END,
         finished_at = CASE WHEN j.attempt_count >= j.max_attempts THEN clock.now END,
         lease_owner = NULL,
         lease_expires_at = NULL,
@@ -34,10 +35,10 @@ WITH clock AS (
     WHERE j.id = e.id
       AND j.state = 'running'
       AND j.lease_token = e.lease_token
-    RETURNING j.id, j.state, e.lease_owner, e.lease_token, j.queue
+    RETURNING j.id, j.state, e.lease_owner, e.lease_token, j.queue, j.available_at
 ), logged AS (
     INSERT INTO __schema__.job_events (job_id, event, from_state, to_state, token, worker, error_code, at)
     SELECT r.id, 'lease_expired', 'running', r.state, r.lease_token, r.lease_owner, 'LEASE_EXPIRED', clock.now
     FROM recovered r CROSS JOIN clock
 )
-SELECT id, state::text AS state, lease_owner, lease_token, queue FROM recovered;
+SELECT id, state::text AS state, lease_owner, lease_token, queue, available_at FROM recovered;
