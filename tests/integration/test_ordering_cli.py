@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 from typing import Any
@@ -12,7 +13,7 @@ from psycopg import AsyncConnection
 
 from tenure import JobSpec, WorkerOptions
 from tenure.cli import main
-from tenure.cli.worker import parse_queues
+from tenure.cli.worker import oldest_every, parse_queues
 from tenure.db.queries import Queries
 from tenure.errors import ConfigurationError, TenureError
 
@@ -92,3 +93,11 @@ async def test_enqueue_takes_an_ordering_key_and_refuses_it_with_copy(
     assert "enqueue_many" in capsys.readouterr().err
     rows = await (await db.execute("SELECT ordering_key FROM tenure.jobs")).fetchall()
     assert rows == [("acct-1",)]
+
+
+def test_worker_oldest_every_flag_takes_a_count_or_off() -> None:
+    """`--oldest-every 5` is 5, `off` turns the share off, and 0 or a word is refused with the fix."""
+    assert oldest_every("5") == 5 and oldest_every("off") is None and oldest_every("OFF") is None
+    for bad in ("0", "-3", "often"):
+        with pytest.raises(argparse.ArgumentTypeError, match="integer"):
+            oldest_every(bad)

@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from tenure.app import Tenure
-from tenure.cli._common import emit_json, resolve
+from tenure.cli._common import emit_json, positive_int, resolve
 from tenure.cli.ops import add_worker_options, prepare_worker
 from tenure.errors import TenureError
 from tenure.runtime.options import WorkerOptions
@@ -33,6 +33,11 @@ def load_app(target: str) -> Tenure:
     if not isinstance(app, Tenure):
         raise TenureError(f"no Tenure app found in {target!r}; define `app = tenure.Tenure()` there")
     return app
+
+
+def oldest_every(text: str) -> int | None:
+    """`--oldest-every N` (one claimed job in N is the queue's oldest due job) or `off`."""
+    return None if text.strip().lower() == "off" else positive_int(text)
 
 
 def parse_queues(spec: str | None) -> tuple[list[str] | None, dict[str, int] | None]:
@@ -69,6 +74,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         poll_interval=args.poll_interval,
         shutdown_grace=args.grace,
         listen=not args.no_listen,
+        oldest_every=args.oldest_every,
         **({"worker_id": args.worker_id} if args.worker_id else {}),
     )
     worker = app.worker(options)
@@ -97,6 +103,13 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--poll-interval", type=float, default=1.0)
     p.add_argument("--grace", type=float, default=10.0, help="seconds running jobs get at shutdown")
     p.add_argument("--no-listen", action="store_true", help="poll only, no LISTEN/NOTIFY")
+    p.add_argument(
+        "--oldest-every",
+        type=oldest_every,
+        default=10,
+        help="one claimed job in N is the queue's oldest due job, whatever its priority (the "
+        "starvation bound, docs/ordering.md); 'off' claims by priority only (default: 10)",
+    )
     p.add_argument("--worker-id", default=None)
     add_worker_options(p)
     p.set_defaults(handler=cmd_worker)
