@@ -57,10 +57,10 @@ async def test_delayed_jobs_are_promoted_and_start_on_time(dsn: str, db: AsyncCo
         started[name] = time.monotonic()
 
     t0 = time.monotonic()
-    early = await app.enqueue(stamp, {"name": "early"}, delay=1.0)  # before the worker started
+    early = await app.enqueue(stamp, {"name": "early"}, delay=1.5)  # before the worker started
     assert await state_of(db, early.id) == "scheduled"
     async with running(app):
-        t1 = time.monotonic()
+        t1 = time.monotonic()  # on a loaded machine a worker can take a while to start
         late = await app.enqueue(stamp, {"name": "late"}, delay=0.6)  # the promoter hears of it
         now = await app.enqueue(stamp, {"name": "now"})
         assert await state_of(db, late.id) == "scheduled" and await state_of(db, now.id) == "pending"
@@ -69,7 +69,7 @@ async def test_delayed_jobs_are_promoted_and_start_on_time(dsn: str, db: AsyncCo
                 break
             await asyncio.sleep(0.01)
     assert set(started) == {"early", "late", "now"}, started
-    assert 1.0 <= started["early"] - t0 <= 1.0 + PROMPT, started["early"] - t0
+    assert 1.5 <= started["early"] - t0 <= max(1.5, t1 - t0) + PROMPT, (started["early"] - t0, t1 - t0)
     assert 0.6 <= started["late"] - t1 <= 0.6 + PROMPT, started["late"] - t1
     assert started["now"] - t1 <= PROMPT
 

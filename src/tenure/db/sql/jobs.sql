@@ -31,13 +31,14 @@ WITH input AS (
         SELECT coalesce(i.run_at, clock.now + make_interval(secs => coalesce(i.delay, 0))) AS run_at
     ) t
     ORDER BY i.ord
-    RETURNING id, queue, idempotency_key, available_at, state
+    -- Only columns a producer role may read (docs/security.md): the state follows from available_at.
+    RETURNING id, queue, idempotency_key, available_at
 ), notified AS (
     SELECT count(pg_notify(%(channel)s, w.payload)) AS n
-    FROM (SELECT DISTINCT queue AS payload FROM inserted WHERE state = 'pending'
+    FROM (SELECT DISTINCT i.queue AS payload FROM inserted i CROSS JOIN clock WHERE i.available_at <= clock.now
           UNION ALL
-          SELECT %(scheduled_prefix)s || extract(epoch FROM min(available_at))::text
-          FROM inserted WHERE state = 'scheduled' HAVING count(*) > 0) w
+          SELECT %(scheduled_prefix)s || extract(epoch FROM min(i.available_at))::text
+          FROM inserted i CROSS JOIN clock WHERE i.available_at > clock.now HAVING count(*) > 0) w
 )
 SELECT inserted.id, inserted.idempotency_key, inserted.available_at
 FROM inserted CROSS JOIN notified
