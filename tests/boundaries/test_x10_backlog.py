@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from datetime import datetime
 from typing import Any
@@ -71,6 +72,30 @@ def _plan(conn: psycopg.Connection[Any], statement: str, params: dict[str, Any])
     return plan  # type: ignore[no-any-return]
 
 
+def _generic_plan(conn: psycopg.Connection[Any], statement: str) -> dict[str, Any]:
+    """The plan PostgreSQL (16+) makes for `statement` without its parameters' values, as for a
+    prepared statement on a generic plan: each %(name)s becomes a numbered placeholder."""
+    numbers: dict[str, int] = {}
+
+    def placeholder(match: re.Match[str]) -> str:
+        return f"${numbers.setdefault(match.group(1), len(numbers) + 1)}"
+
+    generic = re.sub(r"%\((\w+)\)s", placeholder, statement)
+    row = conn.execute(f"EXPLAIN (GENERIC_PLAN, FORMAT JSON) {generic}".encode()).fetchone()
+    assert row is not None
+    plan = row[0][0]["Plan"]
+    return plan  # type: ignore[no-any-return]
+
+
+def _plans(conn: psycopg.Connection[Any], statement: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """The plan with these parameters and, on PostgreSQL 16+, the generic one: a worker's pooled
+    connections prepare their statements, and PostgreSQL may then settle on a generic plan."""
+    found = [_plan(conn, statement, params)]
+    if conn.info.server_version >= 160000:
+        found.append(_generic_plan(conn, statement))
+    return found
+
+
 def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
     found = [plan]
     for child in plan.get("Plans", []):
@@ -120,9 +145,9 @@ async def test_claim_and_recovery_use_their_indexes_at_backlog(dsn: str, server_
         pending = conn.execute(f"SELECT count(*) FROM {SCHEMA}.jobs WHERE state = 'pending'").fetchone()
         assert pending is not None and pending[0] == BACKLOG + BACKLOG // 10
         conn.execute(f"ANALYZE {SCHEMA}.jobs")
-        claim_plan = _plan(conn, sql["job_claim"], _claim_params("explain"))
-        _assert_indexed(claim_plan, "jobs_claimable_idx")
-        _assert_indexed(claim_plan, "jobs_claimable_by_age_idx")
+        for claim_plan in _plans(conn, sql["job_claim"], _claim_params("explain")):
+            _assert_indexed(claim_plan, "jobs_claimable_idx")
+            _assert_indexed(claim_plan, "jobs_claimable_by_age_idx")
         # Expired leases to recover: a crashed fleet's worth, then the recovery plan over them.
         conn.execute(
             f"UPDATE {SCHEMA}.jobs SET state = 'running', attempt_count = 1, lease_token = 1,"
@@ -132,9 +157,8 @@ async def test_claim_and_recovery_use_their_indexes_at_backlog(dsn: str, server_
             [QUEUE, EXPIRED],
         )
         conn.execute(f"ANALYZE {SCHEMA}.jobs")
-        _assert_indexed(
-            _plan(conn, sql["lease_recover_expired"], _recover_params()), "jobs_running_expiry_idx"
-        )
+        for recover_plan in _plans(conn, sql["lease_recover_expired"], _recover_params()):
+            _assert_indexed(recover_plan, "jobs_running_expiry_idx")
 
     at_backlog = await _time_claims(dsn)
     q = Queries(SCHEMA)
@@ -192,7 +216,8 @@ async def test_jobs_not_yet_due_cost_the_claim_nothing(dsn: str) -> None:
         conn.execute(f"VACUUM ANALYZE {SCHEMA}.jobs")
         behind_future = _buffers(conn, sql["job_claim"], _claim_params("behind-future"))
         promote = {"limit": 1000, "channel": "x10", "now": None}
-        _assert_indexed(_plan(conn, sql["job_promote_due"], promote), "jobs_scheduled_idx")
+        for promote_plan in _plans(conn, sql["job_promote_due"], promote):
+            _assert_indexed(promote_plan, "jobs_scheduled_idx")
     print(f"\nclaim of 10: {alone} buffers alone, {behind_future} with {future} jobs due later")
     # Walking past the 100k later jobs reads their hundreds of index pages (about 1,060 buffers
     # against 130 before the scheduled state); what remains is the deeper primary key and heap.

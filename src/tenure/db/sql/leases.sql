@@ -13,7 +13,7 @@
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), oldest AS (
-    SELECT c.id, c.task
+    SELECT c.id
     FROM __schema__.jobs c
     WHERE c.state = 'pending'
       AND c.queue = %(queue)s
@@ -32,7 +32,7 @@ WITH clock AS (
     LIMIT %(oldest)s
     FOR UPDATE SKIP LOCKED
 ), by_priority AS (
-    SELECT c.id, c.task
+    SELECT c.id
     FROM __schema__.jobs c
     WHERE c.state = 'pending'
       AND c.queue = %(queue)s
@@ -50,9 +50,9 @@ WITH clock AS (
     LIMIT %(by_priority)s
     FOR UPDATE SKIP LOCKED
 ), candidate AS (
-    SELECT id, task FROM oldest
+    SELECT id FROM oldest
     UNION ALL
-    SELECT id, task FROM by_priority
+    SELECT id FROM by_priority
 ), policy AS (
     SELECT *
     FROM unnest(%(policy_tasks)s::text[], %(policy_leases)s::float8[], %(policy_runtimes)s::float8[])
@@ -64,19 +64,15 @@ SET state = 'running',
     lease_token = j.lease_token + 1,
     lease_owner = %(owner)s,
     attempted_at = clock.now,
-    lease_deadline = clock.now + make_interval(secs => rt.seconds),
-    lease_expires_at = clock.now + make_interval(secs => least(ls.seconds, rt.seconds))
-FROM candidate
-CROSS JOIN clock
-CROSS JOIN LATERAL (
-    SELECT coalesce((SELECT p.lease_seconds FROM policy p WHERE p.task = candidate.task),
-                    %(default_lease_seconds)s::float8) AS seconds
-) ls
-CROSS JOIN LATERAL (
-    SELECT coalesce((SELECT p.runtime_seconds FROM policy p WHERE p.task = candidate.task),
-                    %(default_runtime_seconds)s::float8) AS seconds
-) rt
-WHERE j.id = candidate.id
+    lease_deadline = clock.now + make_interval(secs => coalesce(
+        (SELECT p.runtime_seconds FROM policy p WHERE p.task = j.task), %(default_runtime_seconds)s::float8)),
+    lease_expires_at = clock.now + make_interval(secs => least(
+        coalesce((SELECT p.lease_seconds FROM policy p WHERE p.task = j.task), %(default_lease_seconds)s::float8),
+        coalesce((SELECT p.runtime_seconds FROM policy p WHERE p.task = j.task), %(default_runtime_seconds)s::float8)))
+FROM clock
+-- By primary key, not a join: a prepared claim settles on a generic plan, made without knowing
+-- the batch is small, and a join there becomes a scan of every pending row.
+WHERE j.id = ANY(ARRAY(SELECT id FROM candidate))
   AND j.state = 'pending'
 RETURNING j.id, j.queue, j.task, j.payload, j.priority, j.attempt_count, j.max_attempts,
           j.lease_token, j.lease_expires_at, j.lease_deadline, j.progress, j.idempotency_key,
