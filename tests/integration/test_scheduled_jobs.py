@@ -63,7 +63,8 @@ async def test_delayed_jobs_are_promoted_and_start_on_time(dsn: str, db: AsyncCo
         t1 = time.monotonic()  # on a loaded machine a worker can take a while to start
         late = await app.enqueue(stamp, {"name": "late"}, delay=0.6)  # the promoter hears of it
         now = await app.enqueue(stamp, {"name": "now"})
-        assert await state_of(db, late.id) == "scheduled" and await state_of(db, now.id) == "pending"
+        assert await state_of(db, late.id) == "scheduled"
+        assert await state_of(db, now.id) != "scheduled"  # due at once (maybe already claimed)
         for _ in range(300):
             if len(started) == 3:
                 break
