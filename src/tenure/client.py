@@ -29,12 +29,14 @@ from tenure.jobs import (
     Job,
     JobEvent,
     JobSpec,
+    JobState,
 )
 from tenure.secrets import CredentialPolicy, check_credentials, credential_policy_from
 from tenure.tasks import Task, TaskRegistry
 from tenure.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_schema_name, check_spec
 
-_COPY_TYPES = ["text", "text", "jsonb", "int2", "timestamptz", "int4"]
+# The state goes as text: in COPY's binary format an enum value is its label's bytes.
+_COPY_TYPES = ["text", "text", "jsonb", "int2", "timestamptz", "text", "int4"]
 _MISSING_SCHEMA = (
     psycopg.errors.UndefinedTable,
     psycopg.errors.InvalidSchemaName,
@@ -144,16 +146,35 @@ def known_tasks_hint(registry: TaskRegistry, name: str) -> str:
     return f"registered: {shown}{more}"
 
 
-def _copy_rows(specs: Sequence[JobSpec], db_now: datetime) -> Iterator[tuple[Any, ...]]:
-    from psycopg.types.json import Jsonb
+class _CopyRows:
+    """COPY rows of `specs`, and what to notify once they are written: the queues that got due
+    jobs, and the earliest run time among scheduled ones (a job due later than `db_now` is
+    scheduled, as job_insert_many decides)."""
 
-    for s in specs:
-        available = s.run_at or (db_now + timedelta(seconds=s.delay or 0))
-        yield (s.queue, s.task, Jsonb(s.payload), s.priority, available, s.max_attempts)
+    def __init__(self, specs: Sequence[JobSpec], db_now: datetime) -> None:
+        self.specs = specs
+        self.db_now = db_now
+        self.due_queues: set[str] = set()
+        self.first_scheduled: datetime | None = None
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        from psycopg.types.json import Jsonb
+
+        db_now = self.db_now
+        for s in self.specs:
+            available = s.run_at or (db_now + timedelta(seconds=s.delay or 0))
+            if available > db_now:
+                state = JobState.SCHEDULED.value
+                if self.first_scheduled is None or available < self.first_scheduled:
+                    self.first_scheduled = available
+            else:
+                state = JobState.PENDING.value
+                self.due_queues.add(s.queue or "default")
+            yield (s.queue, s.task, Jsonb(s.payload), s.priority, available, state, s.max_attempts)
 
 
-def _queues(specs: Sequence[JobSpec]) -> list[str]:
-    return sorted({s.queue for s in specs if s.queue is not None})
+def _copy_rows(specs: Sequence[JobSpec], db_now: datetime) -> _CopyRows:
+    return _CopyRows(specs, db_now)
 
 
 def _refuse_ordering_keys(specs: Sequence[JobSpec]) -> None:
@@ -260,9 +281,10 @@ class Client:
             assert row is not None
             async with c.cursor() as cur, cur.copy(sql["job_copy_in"].encode()) as copy:
                 copy.set_types(_COPY_TYPES)
-                for values in _copy_rows(checked, row[0]):
+                rows = _copy_rows(checked, row[0])
+                for values in rows:
                     await copy.write_row(values)
-            await self.queries.queue_notify(c, _queues(checked))
+            await self.queries.queue_notify(c, sorted(rows.due_queues), rows.first_scheduled)
         return len(checked)
 
     async def get_job(self, job_id: int) -> Job | None:
@@ -373,9 +395,10 @@ class SyncClient:
             assert row is not None
             with c.cursor() as cur, cur.copy(sql["job_copy_in"].encode()) as copy:
                 copy.set_types(_COPY_TYPES)
-                for values in _copy_rows(checked, row[0]):
+                rows = _copy_rows(checked, row[0])
+                for values in rows:
                     copy.write_row(values)
-            self.queries.queue_notify_sync(c, _queues(checked))
+            self.queries.queue_notify_sync(c, sorted(rows.due_queues), rows.first_scheduled)
         return len(checked)
 
     def get_job(self, job_id: int) -> Job | None:

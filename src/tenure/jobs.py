@@ -12,8 +12,13 @@ from typing import Any
 class JobState(enum.StrEnum):
     """A job's state. Each value documents who moves a job in and who moves it out."""
 
+    SCHEDULED = "scheduled"
+    """Waiting for a run time in the future, outside the claim indexes.
+    In: enqueue with a later run time (delay, run_at), a retry or a lease recovery with a backoff.
+    Out: promotion when due (-> pending), or an operator's cancel."""
+
     PENDING = "pending"
-    """In: enqueue, a retry, lease recovery, a graceful release, reprocess.
+    """Due: claimable. In: enqueue, promotion, a retry without delay, a graceful release, reprocess.
     Out: a worker's claim (-> running), or an operator's cancel."""
 
     RUNNING = "running"
@@ -28,7 +33,7 @@ class JobState(enum.StrEnum):
     Out: an operator's reprocess (-> pending) or cancel. Dead jobs are kept, never deleted."""
 
     CANCELLED = "cancelled"
-    """In: an operator's cancel of a pending or dead job. Out: reprocess."""
+    """In: an operator's cancel of a scheduled, pending or dead job. Out: reprocess."""
 
     @property
     def is_terminal(self) -> bool:
@@ -90,8 +95,6 @@ class Job:
     attempted_at: datetime | None
     finished_at: datetime | None
     ordering_key: str | None = None
-    priority_boost: int = 0
-    """Aging steps `priority` was raised by since enqueue (O3); the enqueued one is the difference."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from tenure.bench import peers
 
 pytestmark = [pytest.mark.slow, pytest.mark.crash]
 
-SECTIONS = ("copy", "throughput", "peers", "latency", "backlog", "recovery")
+SECTIONS = ("copy", "throughput", "peers", "latency", "backlog", "recovery", "scheduled", "fairness")
 
 
 def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
@@ -29,7 +29,8 @@ def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str
 
 
 def test_smoke_run_writes_a_complete_result(server_dsn: str, tmp_path: Path) -> None:
-    """`tenure bench --smoke` exits 0 and its JSON holds every section, every figure and a baseline."""
+    """`tenure bench --smoke` exits 0 and its JSON holds every section (claim time with jobs not yet
+    due and the fairness write cost among them), every figure and a baseline."""
     done = run_cli("--smoke", "--dsn", server_dsn, "--out", str(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((tmp_path / "bench.json").read_text())
@@ -49,10 +50,17 @@ def test_smoke_run_writes_a_complete_result(server_dsn: str, tmp_path: Path) -> 
             assert "not installed" in peer["skipped"]
     assert result["sections"]["recovery"]["recovered"] == result["sections"]["recovery"]["expired_leases"]
     assert len(result["sections"]["backlog"]["levels"]) == len(result["meta"]["sizes"]["backlogs"])
+    scheduled = result["sections"]["scheduled"]
+    assert scheduled["not_yet_due"] == result["meta"]["sizes"]["not_yet_due"] == scheduled["promoted"]
+    fairness = result["sections"]["fairness"]
+    assert fairness["waiting_jobs"] == result["meta"]["sizes"]["waiting"]
+    assert fairness["simulated_seconds"] == 3600 and fairness["passes"] > 0
 
     rows = result["rows"]
     figures = {r["figure"] for r in rows}
     assert {"tenure, N processes", "idle p50, tenure", "idle p99, tenure"} <= figures
+    assert any(f.startswith("claim time, ") and f.endswith(" not yet due") for f in figures)
+    assert any(f.startswith("WAL per waiting job") for f in figures)
     for row in rows:
         assert row["value"] is not None, row
         if row["baseline"] != "pgqueuer idle" or peers.installed("pgqueuer"):

@@ -145,7 +145,13 @@ class WorkerProcess:
 
 
 def spawn_worker_process(
-    dsn: str, workdir: Path, worker_id: str, *, lease: float, extra: tuple[str, ...] = ()
+    dsn: str,
+    workdir: Path,
+    worker_id: str,
+    *,
+    lease: float,
+    extra: tuple[str, ...] = (),
+    app: str = PROCESS_APP,
 ) -> WorkerProcess:
     out_path = workdir / f"{worker_id}.out"
     log_path = workdir / f"{worker_id}.log"
@@ -158,7 +164,7 @@ def spawn_worker_process(
         "tenure.cli",
         "-v",
         "worker",
-        PROCESS_APP,
+        app,
         "--dsn",
         dsn,
         "--lease",

@@ -99,8 +99,8 @@ def spawn_worker(dsn: str, tmp_path: Path) -> Iterator[SpawnWorker]:
     is killed at teardown, paused or not, whatever the test's outcome."""
     procs: list[WorkerProcess] = []
 
-    def spawn(worker_id: str, *, lease: float, extra: tuple[str, ...] = ()) -> WorkerProcess:
-        proc = spawn_worker_process(dsn, tmp_path, worker_id, lease=lease, extra=extra)
+    def spawn(worker_id: str, *, lease: float, extra: tuple[str, ...] = (), **options: Any) -> WorkerProcess:
+        proc = spawn_worker_process(dsn, tmp_path, worker_id, lease=lease, extra=extra, **options)
         procs.append(proc)
         return proc
 

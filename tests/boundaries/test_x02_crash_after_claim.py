@@ -51,6 +51,6 @@ async def test_x02_sigkilled_worker_lease_expires_and_job_is_reclaimed(
     events = await job_events(db, job.id)
     assert [
         (e["event"], e["from_state"], e["to_state"], e["token"], e["worker"], e["error_code"]) for e in events
-    ] == [("lease_expired", "running", "pending", 1, "worker-a", "LEASE_EXPIRED")]
+    ] == [("lease_expired", "running", "scheduled", 1, "worker-a", "LEASE_EXPIRED")]  # for its backoff
     stats = worker_b.stop()
     assert stats["succeeded"] == 1 and stats["fencing_losses"] == 0

@@ -48,23 +48,29 @@ async def test_x06_failed_attempts_end_dead_with_history(
             now=at(t, 1),
         )
         assert outcome.outcome == "failed" and outcome.state is not None
-        assert outcome.state.value == ("dead" if attempt == ATTEMPTS else "pending")
+        assert outcome.state.value == ("dead" if attempt == ATTEMPTS else "scheduled")
         if attempt < ATTEMPTS:
-            # Not claimable before its backoff has passed.
+            # Not claimable before its backoff has passed; promoted once it has.
             assert await queries.job_claim(db, owner="w", now=at(t, 2), **CLAIM) == []
+            assert (await queries.job_promote_due(db, limit=10, now=at(t, 31))).promoted == 1
         t = at(t, 31)
 
     await assert_visible_dead(db, queries, job.id)
     row = await job_row(db, job.id)
     assert (row["last_error_code"], row["last_error"]) == (f"E{ATTEMPTS}", f"boom {ATTEMPTS}")
     events = [(e["event"], e["to_state"], e["token"], e["error_code"]) for e in await job_events(db, job.id)]
-    assert events == [("retry", "pending", 1, "E1"), ("retry", "pending", 2, "E2"), ("dead", "dead", 3, "E3")]
+    assert events == [
+        ("retry", "scheduled", 1, "E1"),
+        ("retry", "scheduled", 2, "E2"),
+        ("dead", "dead", 3, "E3"),
+    ]
 
 
 async def test_x06_expired_leases_end_dead_with_lease_expired(
     db: psycopg.AsyncConnection[Any], queries: Queries
 ) -> None:
-    """Injected clock: a lease expiring on every attempt goes twice to pending, then dead (LEASE_EXPIRED)."""
+    """Injected clock: a lease expiring on every attempt goes twice back to the queue (scheduled for the
+    recovery's backoff), then dead (LEASE_EXPIRED)."""
     [job] = await queries.job_insert_many(db, [JobSpec(task="t", max_attempts=ATTEMPTS)])
     t = await db_now(db)
     recover = {"limit": 10, "backoff_base": 5, "backoff_cap": 60, "jitter": 0}
@@ -73,8 +79,9 @@ async def test_x06_expired_leases_end_dead_with_lease_expired(
         assert claimed.attempt == attempt
         assert await queries.lease_recover_expired(db, now=at(t, 9.9), **recover) == []  # still valid
         [recovered] = await queries.lease_recover_expired(db, now=at(t, 11), **recover)
-        assert recovered.state.value == ("dead" if attempt == ATTEMPTS else "pending")
+        assert recovered.state.value == ("dead" if attempt == ATTEMPTS else "scheduled")
         t = at(t, 11 + 5 * 2 ** (attempt - 1))  # the recovery's own backoff
+        await queries.job_promote_due(db, limit=10, now=t)
 
     await assert_visible_dead(db, queries, job.id)
     row = await job_row(db, job.id)
@@ -84,8 +91,8 @@ async def test_x06_expired_leases_end_dead_with_lease_expired(
         for e in await job_events(db, job.id)
     ]
     assert events == [
-        ("lease_expired", "pending", 1, "w1", "LEASE_EXPIRED"),
-        ("lease_expired", "pending", 2, "w2", "LEASE_EXPIRED"),
+        ("lease_expired", "scheduled", 1, "w1", "LEASE_EXPIRED"),
+        ("lease_expired", "scheduled", 2, "w2", "LEASE_EXPIRED"),
         ("lease_expired", "dead", 3, "w3", "LEASE_EXPIRED"),
     ]
 

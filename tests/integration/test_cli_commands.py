@@ -324,7 +324,8 @@ def test_reprocess_is_refused_for_jobs_that_are_not_dead(
 
 
 def test_recover_moves_expired_leases_back(dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """`tenure recover` returns jobs whose lease expired to pending (or dead when out of attempts)."""
+    """`tenure recover` returns jobs whose lease expired to the queue, scheduled for their backoff (or
+    dead when out of attempts)."""
 
     async def expired_jobs() -> None:
         q = Queries("tenure")
@@ -341,10 +342,11 @@ def test_recover_moves_expired_leases_back(dsn: str, capsys: pytest.CaptureFixtu
     asyncio.run(expired_jobs())
     code, out, _ = cli(capsys, "recover", "--dsn", with_password(dsn), "--json")
     assert code == 0
-    assert json.loads(out) == {"recovered": 2, "to_pending": 1, "to_dead": 1}
+    # The one with attempts left waits out its backoff as scheduled.
+    assert json.loads(out) == {"recovered": 2, "to_scheduled": 1, "to_pending": 0, "to_dead": 1}
     assert sql(dsn, "SELECT state::text, last_error_code FROM tenure.jobs ORDER BY id") == [
         ("dead", "LEASE_EXPIRED"),
-        ("pending", "LEASE_EXPIRED"),
+        ("scheduled", "LEASE_EXPIRED"),
     ]
     code, out, _ = cli(capsys, "recover", "--dsn", dsn, "--json")
     assert json.loads(out)["recovered"] == 0

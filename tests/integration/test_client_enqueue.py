@@ -344,7 +344,8 @@ def exact(value: Any) -> str:
 
 
 async def test_copy_round_trips_payloads_and_options_exactly(dsn: str, db: AsyncConnection[Any]) -> None:
-    """Async and sync COPY store every payload and job option exactly as given, like INSERT."""
+    """Async and sync COPY store every payload and job option exactly as given, like INSERT, and
+    both make a job due later `scheduled`, the rest `pending`."""
     run_at = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
     specs = [
         JobSpec(task=f"t{i}", payload=p, queue=f"q{i % 3}", priority=i - 4, max_attempts=i + 1)
@@ -376,7 +377,7 @@ async def test_copy_round_trips_payloads_and_options_exactly(dsn: str, db: Async
                 spec.queue,
                 spec.priority,
                 spec.max_attempts,
-                "pending",
+                "scheduled" if spec.run_at or spec.delay else "pending",
             )
             assert exact(payload) == exact(spec.payload), spec.task
             if spec.run_at is not None:

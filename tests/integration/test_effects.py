@@ -23,7 +23,7 @@ FAST = Backoff(base=0.01, cap=0.02, jitter=0.0)
 
 async def run_until_settled(app: tenure.Tenure, dsn: str, job_id: int) -> dict[str, Any]:
     """Runs a worker until the job is succeeded or dead; returns its row."""
-    worker = app.worker(WorkerOptions(poll_interval=0.02, concurrency=2, priority_aging_seconds=None))
+    worker = app.worker(WorkerOptions(poll_interval=0.02, concurrency=2))
     task = asyncio.create_task(worker.run())
     try:
         async with await AsyncConnection.connect(dsn, autocommit=True) as db:

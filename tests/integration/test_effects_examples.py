@@ -70,7 +70,7 @@ async def test_fenced_downstream_task_writes_with_its_token(dsn: str) -> None:
     app: tenure.Tenure = example.app
     app.dsn = dsn
     job = await app.enqueue("reports.build", {"report": "q3", "store_dsn": dsn})
-    worker = app.worker(WorkerOptions(poll_interval=0.02, priority_aging_seconds=None))
+    worker = app.worker(WorkerOptions(poll_interval=0.02))
     task = asyncio.create_task(worker.run())
     try:
         for _ in range(250):

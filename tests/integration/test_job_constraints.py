@@ -39,7 +39,10 @@ ILLEGAL = [
     ("pending", "lease_owner = 'w'", "jobs_running_has_lease"),
     ("pending", "lease_expires_at = now()", "jobs_running_has_lease"),
     ("pending", "finished_at = now()", "jobs_finished_iff_terminal"),
-    ("pending", "attempt_count = max_attempts", "jobs_pending_has_budget"),
+    ("pending", "attempt_count = max_attempts, lease_token = max_attempts", "jobs_waiting_has_budget"),
+    ("scheduled", "attempt_count = max_attempts, lease_token = max_attempts", "jobs_waiting_has_budget"),
+    ("scheduled", "lease_owner = 'w'", "jobs_running_has_lease"),
+    ("scheduled", "finished_at = now()", "jobs_finished_iff_terminal"),
     ("pending", "attempt_count = max_attempts + 1", "jobs_attempts_in_budget"),
     ("pending", "max_attempts = 0", "jobs_attempts_in_budget"),
     ("pending", "attempt_count = -1", "jobs_attempts_in_budget"),
@@ -67,8 +70,11 @@ async def test_check_constraints_reject_illegal_states(db: AsyncConnection[Any],
     """Each UPDATE into an illegal combination is refused by the named CHECK; the row is unchanged."""
     running = await running_job(db, queries)
     pending = await pending_job(db, queries)
+    [scheduled] = await queries.job_insert_many(db, [JobSpec(task="t", max_attempts=3, delay=3600)])
+    assert (await queries.job_get(db, scheduled.id)).state is JobState.SCHEDULED  # type: ignore[union-attr]
+    jobs = {"running": running, "pending": pending, "scheduled": scheduled.id}
     for start, assignment, constraint in ILLEGAL:
-        job_id = running if start == "running" else pending
+        job_id = jobs[start]
         before = await queries.job_get(db, job_id)
         with pytest.raises(psycopg.errors.CheckViolation) as info:
             await db.execute(f"UPDATE tenure.jobs SET {assignment} WHERE id = %s", (job_id,))
@@ -123,6 +129,8 @@ async def test_token_grows_by_one_per_claim_through_a_full_lifecycle(
     )
     assert [r.job_id for r in recovered] == [job_id]
     await step()
+    assert (await queries.job_promote_due(db, limit=10, now=at(200))).promoted == 1
+    await step()
     [c] = await queries.job_claim(db, owner="d", now=at(200), **CLAIM)
     await step()
     await queries.job_fail(
@@ -150,6 +158,7 @@ async def test_token_grows_by_one_per_claim_through_a_full_lifecycle(
         (2, "running"),
         (2, "pending"),
         (3, "running"),
+        (3, "scheduled"),
         (3, "pending"),
         (4, "running"),
         (4, "dead"),
@@ -158,7 +167,7 @@ async def test_token_grows_by_one_per_claim_through_a_full_lifecycle(
         (5, "succeeded"),
     ]
     # The released attempt is not counted, so attempts lag the token by exactly that one release.
-    assert [a for _, a, _ in trail] == [1, 1, 2, 1, 2, 2, 3, 3, 3, 4, 4]
+    assert [a for _, a, _ in trail] == [1, 1, 2, 1, 2, 2, 2, 3, 3, 3, 4, 4]
 
 
 async def test_token_never_decreases_under_a_random_walk_of_public_queries(
@@ -176,7 +185,9 @@ async def test_token_never_decreases_under_a_random_walk_of_public_queries(
     for _ in range(300):
         clock += rng.choice([0.5, 1, 5, 40])
         now = t0 + timedelta(seconds=clock)
-        op = rng.choice(["claim", "complete", "fail", "release", "extend", "recover", "reprocess", "cancel"])
+        op = rng.choice(
+            ["claim", "complete", "fail", "release", "extend", "recover", "promote", "reprocess", "cancel"]
+        )
         target = rng.choice(ids)
         owner, token = held.get(target, ("nobody", 0))
         if rng.random() < 0.2:
@@ -211,6 +222,8 @@ async def test_token_never_decreases_under_a_random_walk_of_public_queries(
             await queries.lease_recover_expired(
                 db, limit=10, backoff_base=1, backoff_cap=5, jitter=0.5, now=now
             )
+        elif op == "promote":
+            await queries.job_promote_due(db, limit=10, now=now)
         elif op == "reprocess":
             await queries.job_reprocess(db, target, attempts=2, actor="op", reason="walk", now=now)
         else:

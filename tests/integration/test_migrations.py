@@ -311,3 +311,25 @@ async def test_migrate_restores_autocommit_and_refuses_an_open_transaction(empty
         await conn.execute("SELECT 1")
         with pytest.raises(tenure.ConfigurationError, match="not inside a transaction"):
             await migrate(conn, "tenure")
+
+
+async def test_upgrade_from_version_3_moves_waiting_jobs_and_restores_aged_priorities(empty_dsn: str) -> None:
+    """A database at version 3 with jobs in it upgrades through 0004 (a new enum value, committed on
+    its own) and 0005 (which uses it): jobs due later become scheduled, due ones stay pending, and an
+    aged job gets back the priority it was enqueued with."""
+    from tenure.db._sqlfiles import migration_files, named_queries, schema_file
+
+    async with await AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
+        q = named_queries("tenure")
+        await conn.execute(q["migrations_table_create"])
+        for version, name, path in migration_files()[:3]:
+            await conn.execute(schema_file(path, "tenure").encode())
+            await conn.execute(q["migration_record"], {"version": version, "name": name})
+        await conn.execute(
+            "INSERT INTO tenure.jobs (queue, task, priority, priority_boost, available_at) VALUES"
+            " ('q', 'due', 7, 5, now() - interval '1 hour'), ('q', 'later', 0, 0, now() + interval '1 hour')"
+        )
+        report = await migrate(conn, "tenure")
+        assert report.applied == [v for v in ALL_VERSIONS if v > 3]
+        rows = await fetch(conn, "SELECT task, state::text, priority FROM tenure.jobs ORDER BY id")
+        assert rows == [("due", "pending", 2), ("later", "scheduled", 0)]

@@ -86,16 +86,39 @@ async def test_gaps_in_a_keys_ids_do_not_matter(db: AsyncConnection[Any], querie
 
 
 async def test_a_retrying_head_still_blocks_its_key(db: AsyncConnection[Any], queries: Queries) -> None:
-    """A head waiting for its retry (pending, available later) keeps its followers waiting."""
-    h, _ = await enqueue(db, queries, "acct-1", "acct-1")
+    """A head waiting out its retry's backoff (scheduled) keeps its followers waiting; promoted when
+    due, it runs before them."""
+    h, f = await enqueue(db, queries, "acct-1", "acct-1")
     assert await claim(db, queries) == [h]
     outcome = await queries.job_fail(
         db, job_id=h, owner=OWNER, token=1, error_code="E", error="boom", retry_delay=60
     )
-    assert outcome.outcome == "failed" and outcome.state is not None and outcome.state.value == "pending"
+    assert outcome.outcome == "failed" and outcome.state is not None and outcome.state.value == "scheduled"
     now = await db_now(db)
     assert await claim(db, queries, now=now + timedelta(seconds=30)) == []
+    assert await claim(db, queries, now=now + timedelta(seconds=61)) == []  # due, not yet promoted
+    assert (await queries.job_promote_due(db, limit=10, now=now + timedelta(seconds=61))).promoted == 1
     assert await claim(db, queries, now=now + timedelta(seconds=61)) == [h]
+    await complete(db, queries, h)
+    assert await claim(db, queries, now=now + timedelta(seconds=62)) == [f]
+
+
+async def test_a_scheduled_head_blocks_followers_that_are_due(
+    db: AsyncConnection[Any], queries: Queries
+) -> None:
+    """A key's first job enqueued for later (scheduled) blocks the key's later jobs that are due now,
+    until it is promoted and has run; the blocked followers are listed as waiting behind nothing dead."""
+    now = await db_now(db)
+    [head] = await queries.job_insert_many(db, [JobSpec(task="t", ordering_key="k", delay=60)], now=now)
+    [follower] = await queries.job_insert_many(db, [JobSpec(task="t", ordering_key="k")], now=now)
+    [free] = await queries.job_insert_many(db, [JobSpec(task="t")], now=now)
+    assert await state(db, head.id) == "scheduled" and await state(db, follower.id) == "pending"
+    assert await claim(db, queries, now=now) == [free.id]
+    assert await claim(db, queries, now=now + timedelta(seconds=61)) == []
+    await queries.job_promote_due(db, limit=10, now=now + timedelta(seconds=61))
+    assert await claim(db, queries, now=now + timedelta(seconds=61)) == [head.id]
+    await complete(db, queries, head.id)
+    assert await claim(db, queries, now=now + timedelta(seconds=62)) == [follower.id]
 
 
 async def test_a_dead_head_blocks_its_key_visibly_until_reprocessed(
@@ -139,7 +162,8 @@ async def test_skipping_a_dead_head_lets_its_key_move_on(db: AsyncConnection[Any
 async def test_a_crashed_head_is_recovered_and_still_runs_before_its_followers(
     db: AsyncConnection[Any], queries: Queries
 ) -> None:
-    """A head whose lease expires goes back to pending (token 1 spent) and is reclaimed first."""
+    """A head whose lease expires waits out its backoff (scheduled, token 1 spent) and is reclaimed
+    first."""
     h, _ = await enqueue(db, queries, "k", "k")
     now = await db_now(db)
     assert await claim(db, queries, now=now) == [h]
@@ -147,8 +171,9 @@ async def test_a_crashed_head_is_recovered_and_still_runs_before_its_followers(
     recovered = await queries.lease_recover_expired(
         db, limit=10, backoff_base=1.0, backoff_cap=1.0, jitter=0.0, now=later
     )
-    assert [(r.job_id, r.state.value) for r in recovered] == [(h, "pending")]
+    assert [(r.job_id, r.state.value) for r in recovered] == [(h, "scheduled")]
     assert await claim(db, queries, now=later) == []  # in its backoff, still the head
+    await queries.job_promote_due(db, limit=10, now=later + timedelta(seconds=5))
     assert await claim(db, queries, now=later + timedelta(seconds=5)) == [h]
     token = await (await db.execute("SELECT lease_token FROM tenure.jobs WHERE id = %s", (h,))).fetchone()
     assert token == (2,)
@@ -231,7 +256,7 @@ async def test_workers_never_run_two_jobs_of_a_key_at_once_and_keep_their_order(
     ]
     unkeyed = [JobSpec(task="ordered.step", payload={"key": f"u{i}", "seq": 0}) for i in range(10)]
     await app.client.enqueue_many(specs + unkeyed)
-    options = WorkerOptions(concurrency=8, poll_interval=0.02, priority_aging_seconds=None)
+    options = WorkerOptions(concurrency=8, poll_interval=0.02)
     workers = [app.worker(options), app.worker(WorkerOptions(**{**options.__dict__, "worker_id": "w2"}))]
     tasks = [asyncio.create_task(w.run()) for w in workers]
     try:
@@ -257,8 +282,8 @@ async def test_workers_never_run_two_jobs_of_a_key_at_once_and_keep_their_order(
 async def test_the_claim_plan_uses_the_claim_index_and_the_ordering_index(
     db: AsyncConnection[Any], queries: Queries
 ) -> None:
-    """With a realistic backlog the claim is an index scan on jobs_claimable_idx, and the head probe
-    of keyed rows uses jobs_ordering_idx."""
+    """With a realistic backlog the claim's two lanes are index scans on jobs_claimable_idx and
+    jobs_claimable_by_age_idx, and the head probe of keyed rows uses jobs_ordering_idx."""
     await db.execute(
         "INSERT INTO tenure.jobs (queue, task, priority, ordering_key) "
         "SELECT 'q' || (g % 20), 't', (g % 5)::smallint, CASE WHEN g % 3 = 0 THEN 'k' || (g % 500) END "
@@ -270,6 +295,9 @@ async def test_the_claim_plan_uses_the_claim_index_and_the_ordering_index(
         "queue": "q7",
         "owner": OWNER,
         "limit": 10,
+        "oldest": 1,
+        "by_priority": 9,
+        "tasks": None,
         "default_lease_seconds": 30.0,
         "default_runtime_seconds": 300.0,
         "policy_tasks": [],
@@ -281,5 +309,6 @@ async def test_the_claim_plan_uses_the_claim_index_and_the_ordering_index(
     [[plan]] = await cur.fetchall()
     text = json.dumps(plan)
     assert "jobs_claimable_idx" in text, text
+    assert "jobs_claimable_by_age_idx" in text, text
     assert "jobs_ordering_idx" in text, text
     assert '"Node Type": "Seq Scan"' not in text, text

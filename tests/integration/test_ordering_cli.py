@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 from typing import Any
@@ -12,7 +13,7 @@ from psycopg import AsyncConnection
 
 from tenure import JobSpec, WorkerOptions
 from tenure.cli import main
-from tenure.cli.worker import parse_queues
+from tenure.cli.worker import oldest_every, parse_queues
 from tenure.db.queries import Queries
 from tenure.errors import ConfigurationError, TenureError
 
@@ -67,8 +68,20 @@ def test_weighted_queues_parse_and_bad_weights_are_refused() -> None:
             parse_queues(bad)
     with pytest.raises(ConfigurationError, match="queue weight"):
         WorkerOptions(queue_weights={"a": 0})
-    with pytest.raises(ConfigurationError, match="priority_aging_seconds"):
-        WorkerOptions(priority_aging_seconds=0)
+
+
+def test_removed_aging_options_and_bad_oldest_every_are_refused_with_the_fix() -> None:
+    """The priority-aging options are gone: setting one names oldest_every instead (None, meaning
+    no aging, is what happens anyway); oldest_every must be an integer >= 1 or None."""
+    for removed in ({"priority_aging_seconds": 60.0}, {"priority_aging_max": 100}):
+        with pytest.raises(ConfigurationError, match=r"were removed.*oldest_every"):
+            WorkerOptions(**removed)  # type: ignore[arg-type]
+    assert WorkerOptions(priority_aging_seconds=None).oldest_every == 10
+    for bad in (0, -1, 2.5, True, "3"):
+        with pytest.raises(ConfigurationError, match="oldest_every must be an integer >= 1"):
+            WorkerOptions(oldest_every=bad)  # type: ignore[arg-type]
+    assert WorkerOptions(oldest_every=None).oldest_every is None
+    assert WorkerOptions(oldest_every=1).oldest_every == 1
 
 
 BY_NAME = ["--by-name", "--queue", "default"]
@@ -85,3 +98,11 @@ async def test_enqueue_takes_an_ordering_key_and_refuses_it_with_copy(
     assert "enqueue_many" in capsys.readouterr().err
     rows = await (await db.execute("SELECT ordering_key FROM tenure.jobs")).fetchall()
     assert rows == [("acct-1",)]
+
+
+def test_worker_oldest_every_flag_takes_a_count_or_off() -> None:
+    """`--oldest-every 5` is 5, `off` turns the share off, and 0 or a word is refused with the fix."""
+    assert oldest_every("5") == 5 and oldest_every("off") is None and oldest_every("OFF") is None
+    for bad in ("0", "-3", "often"):
+        with pytest.raises(argparse.ArgumentTypeError, match="integer"):
+            oldest_every(bad)

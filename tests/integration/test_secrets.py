@@ -20,7 +20,7 @@ VALUE = "sk_live_51HxQ-very-secret"
 
 
 async def settle(app: tenure.Tenure, db: AsyncConnection[Any], job_id: int) -> tuple[str, str | None]:
-    worker = app.worker(WorkerOptions(poll_interval=0.02, priority_aging_seconds=None))
+    worker = app.worker(WorkerOptions(poll_interval=0.02))
     task = asyncio.create_task(worker.run())
     try:
         for _ in range(500):

@@ -1,5 +1,7 @@
 """The lease state machine, model-checked: Hypothesis drives the real SQL with an injected clock
-and compares every job row with a small Python model after every step."""
+and compares every job row with a small Python model after every step. Jobs due later wait as
+scheduled until a promotion makes them pending; the claim takes its oldest-first share, then by
+priority, and only the tasks it names."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from tenure.jobs import JobSpec
 SCHEMA = "tenure"
 QUEUE = "model"
 WORKERS = ("w1", "w2", "w3")
+TASKS = ("model.task", "model.other")
 RUNTIME = 20.0  # max runtime per attempt: heartbeats can never push a lease past it
 BACKOFF = 1.0  # recovery backoff (base = cap, no jitter): expired jobs come back 1s later
 EPOCH = datetime(2030, 1, 1, tzinfo=UTC)
@@ -49,6 +52,8 @@ class ModelJob:
     deadline: datetime | None = None
     progress: Any = UNSET
     key: str | None = None
+    priority: int = 0
+    task: str = TASKS[0]
 
     def holds(self, owner: str, token: int, now: datetime) -> bool:
         """Whether a fenced write by (owner, token) at `now` must succeed."""
@@ -102,14 +107,18 @@ class LeaseMachine(RuleBasedStateMachine):
             return {r["id"]: r for r in await cur.fetchall()}
 
     def _is_head(self, job_id: int) -> bool:
-        """Per-key ordering (O2): nothing of its key running, nothing earlier pending or dead."""
+        """Per-key ordering (O2): nothing of its key running, nothing earlier waiting or dead."""
         key = self.jobs[job_id].key
         return key is None or not any(
             j.key == key
             and i != job_id
-            and (j.state == "running" or (i < job_id and j.state in ("pending", "dead")))
+            and (j.state == "running" or (i < job_id and j.state in ("scheduled", "pending", "dead")))
             for i, j in self.jobs.items()
         )
+
+    def _waiting(self, at: datetime) -> str:
+        """A job that waits until `at`: scheduled while that is later than now, else pending."""
+        return "scheduled" if at > self.now else "pending"
 
     async def _effect_rows(self) -> dict[int, tuple[str, int]]:
         query = f"SELECT job_id, state, token FROM {SCHEMA}.job_effects"
@@ -127,10 +136,21 @@ class LeaseMachine(RuleBasedStateMachine):
         max_attempts=st.integers(1, 4),
         delay=st.sampled_from([None, 0.0, 1.5, 7.0]),
         key=st.sampled_from([None, None, "k1", "k2"]),
+        priority=st.sampled_from([0, 0, 5]),
+        task=st.sampled_from(TASKS),
     )
-    def enqueue(self, count: int, max_attempts: int, delay: float | None, key: str | None) -> None:
+    def enqueue(
+        self, count: int, max_attempts: int, delay: float | None, key: str | None, priority: int, task: str
+    ) -> None:
         specs = [
-            JobSpec(task="model.task", queue=QUEUE, delay=delay, max_attempts=max_attempts, ordering_key=key)
+            JobSpec(
+                task=task,
+                queue=QUEUE,
+                delay=delay,
+                max_attempts=max_attempts,
+                ordering_key=key,
+                priority=priority,
+            )
             for _ in range(count)
         ]
         inserted = self.run(self.q.job_insert_many(self.conn, specs, now=self.now))
@@ -139,7 +159,14 @@ class LeaseMachine(RuleBasedStateMachine):
             assert job.id not in self.jobs
             available = self.now + timedelta(seconds=delay or 0.0)
             assert job.available_at == available
-            self.jobs[job.id] = ModelJob(max_attempts=max_attempts, available_at=available, key=key)
+            self.jobs[job.id] = ModelJob(
+                state=self._waiting(available),
+                max_attempts=max_attempts,
+                available_at=available,
+                key=key,
+                priority=priority,
+                task=task,
+            )
 
     @rule(data=st.data(), budget=st.integers(1, 3))
     def reprocess(self, data: st.DataObject, budget: int) -> None:
@@ -165,7 +192,7 @@ class LeaseMachine(RuleBasedStateMachine):
             return
         job = self.jobs[job_id]
         moved = self.run(self.q.job_cancel(self.conn, job_id, actor="model", reason="test", now=self.now))
-        assert moved == (job.state in ("pending", "dead"))
+        assert moved == (job.state in ("scheduled", "pending", "dead"))
         if moved:
             self.jobs[job_id] = replace(job, state="cancelled")
 
@@ -173,15 +200,42 @@ class LeaseMachine(RuleBasedStateMachine):
     def advance_time(self, seconds: float) -> None:
         self.now += timedelta(seconds=seconds)
 
+    @rule()
+    def promote(self) -> None:
+        """Every scheduled job due by now becomes pending, keeping its run time."""
+        result = self.run(self.q.job_promote_due(self.conn, limit=100, now=self.now))
+        due = [i for i, j in self.jobs.items() if j.state == "scheduled" and j.available_at <= self.now]
+        assert result.promoted == len(due)
+        for i in due:
+            self.jobs[i] = replace(self.jobs[i], state="pending")
+        later = [j.available_at for j in self.jobs.values() if j.state == "scheduled"]
+        assert result.next_due == (min(later) if later else None)
+
     # -- workers ------------------------------------------------------------------------------
 
-    @rule(worker=st.sampled_from(WORKERS), limit=st.integers(1, 3), lease=st.sampled_from([1.0, 3.0, 10.0]))
-    def claim(self, worker: str, limit: int, lease: float) -> None:
-        claimable = sorted(
-            (j.available_at, i)
+    @rule(
+        worker=st.sampled_from(WORKERS),
+        limit=st.integers(1, 3),
+        lease=st.sampled_from([1.0, 3.0, 10.0]),
+        oldest=st.integers(0, 3),
+        tasks=st.sampled_from([None, TASKS[:1], TASKS]),
+    )
+    def claim(
+        self, worker: str, limit: int, lease: float, oldest: int, tasks: tuple[str, ...] | None
+    ) -> None:
+        claimable = [
+            i
             for i, j in self.jobs.items()
-            if j.state == "pending" and j.available_at <= self.now and self._is_head(i)
-        )
+            if j.state == "pending"
+            and j.available_at <= self.now
+            and self._is_head(i)
+            and (tasks is None or j.task in tasks)
+        ]
+        # The oldest-first share, then the best by priority among the rest.
+        by_age = sorted(claimable, key=lambda i: (self.jobs[i].available_at, i))[: min(oldest, limit)]
+        rest = [i for i in claimable if i not in by_age]
+        by_priority = sorted(rest, key=lambda i: (-self.jobs[i].priority, self.jobs[i].available_at, i))
+        expected = sorted(by_age + by_priority[: limit - len(by_age)])
         claimed = self.run(
             self.q.job_claim(
                 self.conn,
@@ -190,11 +244,12 @@ class LeaseMachine(RuleBasedStateMachine):
                 limit=limit,
                 default_lease_seconds=lease,
                 default_runtime_seconds=RUNTIME,
+                tasks=tasks,
+                oldest=oldest,
                 now=self.now,
             )
         )
-        # Equal priorities: the claim takes the oldest available jobs, by id among equals.
-        assert [c.id for c in claimed] == sorted(i for _, i in claimable[:limit])
+        assert [c.id for c in claimed] == expected
         for c in claimed:
             job = self.jobs[c.id]
             self.jobs[c.id] = replace(
@@ -292,8 +347,9 @@ class LeaseMachine(RuleBasedStateMachine):
         assert outcome.outcome == "failed" and outcome.state is not None
         if delay is not None and job.attempts < job.max_attempts:
             available = self.now + timedelta(seconds=delay)
-            assert (outcome.state.value, outcome.available_at) == ("pending", available)
-            self.jobs[job_id] = _released(job, state="pending", available_at=available)
+            waiting = self._waiting(available)
+            assert (outcome.state.value, outcome.available_at) == (waiting, available)
+            self.jobs[job_id] = _released(job, state=waiting, available_at=available)
         else:
             assert outcome.state.value == "dead"
             self.jobs[job_id] = _released(job, state="dead")
@@ -351,7 +407,7 @@ class LeaseMachine(RuleBasedStateMachine):
                 self.jobs[r.job_id] = _released(job, state="dead")
             else:
                 later = self.now + timedelta(seconds=BACKOFF)
-                self.jobs[r.job_id] = _released(job, state="pending", available_at=later)
+                self.jobs[r.job_id] = _released(job, state=self._waiting(later), available_at=later)
             assert r.state.value == self.jobs[r.job_id].state
 
     # -- after every step ----------------------------------------------------------------------
@@ -375,7 +431,7 @@ class LeaseMachine(RuleBasedStateMachine):
                 job,
             )
             assert row["lease_expires_at"] == job.expires_at and row["lease_deadline"] == job.deadline
-            if job.state == "pending":
+            if job.state in ("scheduled", "pending"):
                 assert row["available_at"] == job.available_at
             # Tokens only grow; attempts never exceed the budget; terminal rows carry finished_at.
             assert row["lease_token"] >= self.max_token_seen.get(job_id, 0)

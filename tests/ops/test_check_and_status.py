@@ -67,8 +67,11 @@ def test_check_trips_on_dead_jobs_their_age_and_silent_workers(
 def test_status_reports_throughput_workers_and_leases_near_expiry(
     dsn: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """status --json counts finished jobs per minute, workers, lease owners and near-expiry leases."""
+    """status --json counts finished jobs per minute, jobs scheduled for later, workers, lease owners
+    and near-expiry leases."""
     finished = [enqueue(capsys, dsn, "emails") for _ in range(3)]
+    code, _, err = cli(capsys, "enqueue", "ops.t", "--dsn", dsn, "--queue", "emails", "--delay", "3600")
+    assert code == 0, err
     running = enqueue(capsys, dsn, "emails")
     sql(
         dsn,
@@ -94,6 +97,7 @@ def test_status_reports_throughput_workers_and_leases_near_expiry(
     per_minute = emails["finished_per_minute"]["succeeded"]
     assert sum(per_minute) == 3 and per_minute[0] >= 1 and per_minute[1] >= 1
     assert (emails["running"], emails["leases_near_expiry"]) == (1, 1)
+    assert (emails["scheduled"], emails["pending"]) == (1, 0)
     workers = report["workers"]
     assert (workers["registered"], workers["lease_owners"], workers["busy_slots"]) == (1, 1, 1)
     code, out, _ = cli(capsys, "status", "--dsn", dsn, "--json", "--near-expiry", "2s")

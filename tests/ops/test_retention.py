@@ -15,7 +15,7 @@ from tenure.db.migrate import migrate
 from tenure.maintenance import RetentionPolicy, prune
 
 DAY = 86400.0
-STATES = ("pending", "running", "succeeded", "cancelled", "dead")
+STATES = ("scheduled", "pending", "running", "succeeded", "cancelled", "dead")
 
 
 async def make_jobs(
@@ -28,7 +28,7 @@ async def make_jobs(
             "INSERT INTO tenure.jobs (queue, task, state, attempt_count, lease_token, attempted_at,"
             " lease_owner, lease_expires_at, lease_deadline, finished_at)"
             " SELECT %(queue)s, 'ops.t', %(state)s::tenure.job_state,"
-            "   CASE WHEN %(state)s = 'pending' THEN 0 ELSE 1 END, 1, now(),"
+            "   CASE WHEN %(state)s IN ('scheduled', 'pending') THEN 0 ELSE 1 END, 1, now(),"
             "   CASE WHEN %(state)s = 'running' THEN 'w1' END,"
             "   CASE WHEN %(state)s = 'running' THEN now() + interval '1 hour' END,"
             "   CASE WHEN %(state)s = 'running' THEN now() + interval '1 hour' END,"
@@ -55,11 +55,11 @@ async def with_events(db: psycopg.AsyncConnection[Any]) -> set[int]:
     }
 
 
-async def test_prune_never_touches_pending_running_or_dead_jobs(
+async def test_prune_never_touches_scheduled_pending_running_or_dead_jobs(
     dsn: str, db: psycopg.AsyncConnection[Any]
 ) -> None:
-    """Old succeeded and cancelled jobs go with their audit rows; pending, running and dead jobs
-    and their history stay, however old; young finished jobs stay."""
+    """Old succeeded and cancelled jobs go with their audit rows; scheduled, pending, running and dead
+    jobs and their history stay, however old; young finished jobs stay."""
     old = await make_jobs(db, "emails", "10 days")
     young = await make_jobs(db, "emails", "1 hour")
     pool = await open_pool(dsn, max_size=2)
@@ -95,7 +95,8 @@ async def test_per_queue_retention_and_dead_retention_only_when_asked(
         await pool.close()
     left = await surviving(db)
     assert not set(emails["dead"] + audit["dead"]) & left
-    assert set(emails["pending"] + emails["running"] + audit["pending"] + audit["running"]) <= left
+    waiting = ("scheduled", "pending", "running")
+    assert {i for state in waiting for made in (emails, audit) for i in made[state]} <= left
 
 
 async def test_concurrent_passes_share_the_work_and_delete_each_row_once(
@@ -110,7 +111,7 @@ async def test_concurrent_passes_share_the_work_and_delete_each_row_once(
     finally:
         await pool.close()
     assert sum(r.finished_jobs for r in reports) == 400
-    assert await surviving(db) == set(made["pending"] + made["running"] + made["dead"])
+    assert await surviving(db) == set(made["scheduled"] + made["pending"] + made["running"] + made["dead"])
 
 
 async def test_injected_clock_ages_jobs_without_waiting(dsn: str, db: psycopg.AsyncConnection[Any]) -> None:

@@ -223,6 +223,43 @@ def figure_rows(result: dict[str, Any]) -> list[Row]:
                 rec["raw_update_seconds"],
             )
         )
+    sch = s.get("scheduled")
+    if sch:
+        r = _row(
+            "scheduled",
+            f"claim time, {sch['not_yet_due']:,} not yet due",
+            sch["claim_ms_with_not_yet_due"],
+            "ms",
+            f"{sch['due']} due jobs only",
+            sch["claim_ms_due_only"],
+            "<= 1.2x",
+        )
+        r["met"] = _at_most(r["ratio"], 1.2)
+        rows.append(r)
+    fair = s.get("fairness")
+    if fair:
+        hours = fair["simulated_seconds"] / 3600
+        r = _row(
+            "fairness",
+            f"WAL per waiting job, {fair['waiting_jobs']:,} waiting {hours:g} h",
+            fair["wal_bytes_per_waiting_job"],
+            "bytes",
+            "priority aging, as reviewed (443 B per 60 s)",
+            fair["aging_bytes_per_waiting_job_per_hour"] * hours,
+            "< 1 B (nothing per job)",
+        )
+        r["met"] = fair["wal_bytes_per_waiting_job"] < 1
+        rows.append(r)
+        rows.append(
+            _row(
+                "fairness",
+                f"claim time with the oldest-first share, {fair['waiting_jobs']:,} waiting",
+                fair["claim_ms_with_oldest_share"],
+                "ms",
+                "by priority only",
+                fair["claim_ms_by_priority_only"],
+            )
+        )
     cp = s.get("copy")
     if cp:
         r = _row(

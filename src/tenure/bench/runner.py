@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tenure.bench import peers, sections
+from tenure.bench import peers, sections, waiting
 from tenure.bench.drain import DrainResult
 from tenure.bench.report import chart, figure_rows, print_table
 from tenure.bench.server import Databases, check_server, server_settings
@@ -18,7 +18,7 @@ from tenure.bench.sizes import SIZES
 from tenure.client import Client
 from tenure.db.connect import connect
 
-SECTIONS = ("copy", "throughput", "peers", "latency", "backlog", "recovery")
+SECTIONS = ("copy", "throughput", "peers", "latency", "backlog", "recovery", "scheduled", "fairness")
 
 
 @dataclass
@@ -159,6 +159,18 @@ async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
         if "recovery" in options.sections:
             log(f"recovery: {sizes.recovery_jobs} expired leases")
             out["recovery"] = await sections.recovery(dsn, sizes.recovery_jobs)
+
+        if "scheduled" in options.sections:
+            log(f"scheduled: claim time with {sizes.not_yet_due} jobs not yet due, then their promotion")
+            out["scheduled"] = await waiting.not_yet_due(
+                dsn, options.claim_batch, sizes.not_yet_due, sizes.claim_samples
+            )
+
+        if "fairness" in options.sections:
+            log(f"fairness: WAL per waiting job, {sizes.waiting} waiting through a simulated hour")
+            out["fairness"] = await waiting.fairness_cost(
+                dsn, options.claim_batch, sizes.waiting, sizes.fairness_step, sizes.claim_samples
+            )
     finally:
         await dbs.drop_all()
     result["meta"]["seconds"] = round(time.monotonic() - started, 1)

@@ -1,5 +1,6 @@
 """How big each section runs. `smoke` is for CI (well under a minute); `standard` is the default;
-`full` adds the 1M-job backlog and larger drains (about 10-15 minutes on 2 cores)."""
+`full` adds the 1M-job backlog, 1M jobs not yet due, 1M waiting and larger drains (about 15-20
+minutes on 2 cores)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ class Sizes:
     snapshot_window: float  # seconds of draining measured while a snapshot is held
     recovery_jobs: int
     copy_jobs: int
+    not_yet_due: int  # jobs due later, in the queue the claim is timed on
+    waiting: int  # the backlog that waits through the simulated hour of the fairness section
+    fairness_step: float  # seconds between the periodic passes over that hour
     claim_samples: int = 15
     drain_largest: bool = False  # drain the largest backlog to the end instead of for a window
     repeats: int = 3  # throughput drains per contender, interleaved; the median is reported
@@ -30,6 +34,9 @@ SIZES = {
         snapshot_window=0.6,
         recovery_jobs=2000,
         copy_jobs=5000,
+        not_yet_due=5000,
+        waiting=5000,
+        fairness_step=60.0,
         claim_samples=5,
         repeats=1,
     ),
@@ -41,6 +48,9 @@ SIZES = {
         snapshot_window=20.0,
         recovery_jobs=100_000,
         copy_jobs=100_000,
+        not_yet_due=100_000,
+        waiting=100_000,
+        fairness_step=1.0,
     ),
     "full": Sizes(
         jobs=50_000,
@@ -50,6 +60,9 @@ SIZES = {
         snapshot_window=60.0,
         recovery_jobs=100_000,
         copy_jobs=200_000,
+        not_yet_due=1_000_000,
+        waiting=1_000_000,
+        fairness_step=1.0,
         drain_largest=True,
     ),
 }

@@ -46,6 +46,7 @@ def queue_summaries(report: Report, stale_after: float) -> dict[str, Any]:
     for g in report.snapshot.queues:
         queues[g.queue] = {
             "queue": g.queue,
+            "scheduled": g.scheduled,
             "pending": g.pending,
             "running": g.running,
             "dead": g.dead,
@@ -58,6 +59,7 @@ def queue_summaries(report: Report, stale_after: float) -> dict[str, Any]:
             r["queue"],
             {
                 "queue": r["queue"],
+                "scheduled": 0,
                 "pending": 0,
                 "running": 0,
                 "dead": 0,
@@ -94,11 +96,12 @@ async def cmd_status(args: argparse.Namespace) -> int:
         emit_json(summary)
         return 0
     if not summary["queues"]:
-        out.print("no pending, running or dead jobs, and none finished in the last minutes")
+        out.print("no scheduled, pending, running or dead jobs, and none finished in the last minutes")
     else:
         table = Table(title=f"Tenure queues (schema {args.schema})")
         columns = (
             "queue",
+            "scheduled",
             "pending",
             "running",
             "dead",
@@ -107,12 +110,15 @@ async def cmd_status(args: argparse.Namespace) -> int:
             "near expiry",
             f"done/min (last {THROUGHPUT_MINUTES})",
         )
-        for column in columns:
-            table.add_column(column, justify="left" if column == "queue" else "right")
+        longest = max(len(q["queue"]) for q in summary["queues"])
+        table.add_column(columns[0], no_wrap=True, min_width=longest)  # never cut a queue's name
+        for column in columns[1:]:
+            table.add_column(column, justify="right")
         for q in summary["queues"]:
             done = q.get("finished_per_minute", {}).get("succeeded", [0] * THROUGHPUT_MINUTES)
             table.add_row(
                 q["queue"],
+                str(q["scheduled"]),
                 str(q["pending"]),
                 str(q["running"]),
                 str(q["dead"]),

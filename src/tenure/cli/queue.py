@@ -117,6 +117,7 @@ async def cmd_recover(args: argparse.Namespace) -> int:
         await pool.close()
     summary = {
         "recovered": len(recovered),
+        "to_scheduled": sum(1 for r in recovered if r.state.value == "scheduled"),
         "to_pending": sum(1 for r in recovered if r.state.value == "pending"),
         "to_dead": sum(1 for r in recovered if r.state.value == "dead"),
     }

@@ -11,11 +11,16 @@ from typing import Any
 from rich.markup import escape
 
 from tenure.cli._apps import connect_app, load_app
-from tenure.cli._common import emit_json, err
+from tenure.cli._common import emit_json, err, positive_int
 from tenure.cli.ops import add_worker_options, prepare_worker
 from tenure.db.connect import LISTEN_DSN_ENV, PREPARE_THRESHOLD_ENV, parse_prepare_threshold
 from tenure.errors import ConfigurationError, TenureError
 from tenure.runtime.options import WorkerOptions
+
+
+def oldest_every(text: str) -> int | None:
+    """`--oldest-every N` (one claimed job in N is the queue's oldest due job) or `off`."""
+    return None if text.strip().lower() == "off" else positive_int(text)
 
 
 def parse_queues(spec: str | None) -> tuple[list[str] | None, dict[str, int] | None]:
@@ -62,6 +67,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         listen_dsn=args.listen_dsn or os.environ.get(LISTEN_DSN_ENV) or None,
         statement_timeout=args.statement_timeout,
         service_failure_limit=args.service_failure_limit,
+        oldest_every=args.oldest_every,
         **({"worker_id": args.worker_id} if args.worker_id else {}),
     )
     worker = app.worker(options)
@@ -122,6 +128,13 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         default=None,
         help=f"runs before a statement is prepared, or 'none' behind PgBouncer < 1.21 "
         f"(or ${PREPARE_THRESHOLD_ENV})",
+    )
+    p.add_argument(
+        "--oldest-every",
+        type=oldest_every,
+        default=10,
+        help="one claimed job in N is the queue's oldest due job, whatever its priority (the "
+        "starvation bound, docs/ordering.md); 'off' claims by priority only (default: 10)",
     )
     p.add_argument("--worker-id", default=None)
     add_worker_options(p)

@@ -25,6 +25,7 @@ class QueueGauges:
     """One queue's state at one instant (database time)."""
 
     queue: str
+    scheduled: int
     pending: int
     oldest_claimable_at: datetime | None
     running: int

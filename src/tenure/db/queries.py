@@ -10,7 +10,7 @@ import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from psycopg import AsyncConnection, Connection
@@ -60,6 +60,18 @@ class RecoveredLease:
     previous_owner: str
     token: int
     queue: str
+    available_at: datetime
+    """When the job runs again (its backoff's end); unchanged for a dead job."""
+
+
+@dataclass(frozen=True, slots=True)
+class Promotion:
+    """One promotion statement: how many due scheduled jobs became pending, and when the next
+    scheduled job is due (database time; None when no job is scheduled after `db_now`)."""
+
+    promoted: int
+    next_due: datetime | None
+    db_now: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +103,23 @@ class QueueStateCount:
 
 
 def notify_channel(schema: str) -> str:
-    """The LISTEN/NOTIFY channel of a schema; the payload is the queue name."""
+    """The LISTEN/NOTIFY channel of a schema; the payload is the queue name, or a scheduled hint."""
     return f"tenure:{schema}"[:63]
+
+
+#: A NOTIFY payload that starts with this is not a queue (no queue name can start with it): jobs
+#: were scheduled, the earliest due at the epoch seconds that follow (database time).
+SCHEDULED_PREFIX = "*"
+
+
+def scheduled_hint(payload: str) -> datetime | None:
+    """The due time a scheduled hint carries, or None when `payload` is not one."""
+    if not payload.startswith(SCHEDULED_PREFIX):
+        return None
+    try:
+        return datetime.fromtimestamp(float(payload[len(SCHEDULED_PREFIX) :]), tz=UTC)
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 async def _fetch(conn: AsyncConnection[Any], query: str, params: dict[str, Any]) -> list[Row]:
@@ -156,6 +183,7 @@ class Queries:
             "idempotency_keys": keys,
             "ordering_lock_space": f"tenure.ordering:{self.schema}",
             "channel": self.channel,
+            "scheduled_prefix": SCHEDULED_PREFIX,
             "now": now,
         }
 
@@ -173,11 +201,24 @@ class Queries:
         rows = _fetch_sync(conn, self._sql["job_insert_many"], self._insert_params(specs, keys, now))
         return _enqueued(rows, keys)
 
-    async def queue_notify(self, conn: AsyncConnection[Any], queues: Sequence[str]) -> None:
-        await _fetch(conn, self._sql["queue_notify"], {"channel": self.channel, "queues": list(queues)})
+    def _notify_params(self, queues: Sequence[str], first_scheduled: datetime | None) -> dict[str, Any]:
+        return {
+            "channel": self.channel,
+            "queues": list(queues),
+            "first_scheduled": first_scheduled,
+            "scheduled_prefix": SCHEDULED_PREFIX,
+        }
 
-    def queue_notify_sync(self, conn: Connection[Any], queues: Sequence[str]) -> None:
-        _fetch_sync(conn, self._sql["queue_notify"], {"channel": self.channel, "queues": list(queues)})
+    async def queue_notify(
+        self, conn: AsyncConnection[Any], queues: Sequence[str], first_scheduled: datetime | None = None
+    ) -> None:
+        """Wakes the queues' listeners, and promoters for a job scheduled at `first_scheduled`."""
+        await _fetch(conn, self._sql["queue_notify"], self._notify_params(queues, first_scheduled))
+
+    def queue_notify_sync(
+        self, conn: Connection[Any], queues: Sequence[str], first_scheduled: datetime | None = None
+    ) -> None:
+        _fetch_sync(conn, self._sql["queue_notify"], self._notify_params(queues, first_scheduled))
 
     # -- inspection and operators -----------------------------------------------------------
 
@@ -261,12 +302,20 @@ class Queries:
         default_lease_seconds: float,
         default_runtime_seconds: float,
         policies: Sequence[TaskLeasePolicy] = (),
+        tasks: Sequence[str] | None = None,
+        oldest: int = 0,
         now: datetime | None = None,
     ) -> list[ClaimedJob]:
+        """Claims up to `limit` due jobs of `queue`: the `oldest` oldest whatever their priority,
+        the rest by priority (O3). With `tasks`, only jobs of those tasks; None: any task."""
+        oldest = max(0, min(oldest, limit))
         params = {
             "queue": queue,
             "owner": owner,
             "limit": limit,
+            "oldest": oldest,
+            "by_priority": limit - oldest,
+            "tasks": None if tasks is None else list(tasks),
             "default_lease_seconds": default_lease_seconds,
             "default_runtime_seconds": default_runtime_seconds,
             "policy_tasks": [p.task for p in policies],
@@ -451,9 +500,24 @@ class Queries:
         }
         rows = await _fetch(conn, self._sql["lease_recover_expired"], params)
         return [
-            RecoveredLease(r["id"], JobState(r["state"]), r["lease_owner"], r["lease_token"], r["queue"])
+            RecoveredLease(
+                r["id"],
+                JobState(r["state"]),
+                r["lease_owner"],
+                r["lease_token"],
+                r["queue"],
+                r["available_at"],
+            )
             for r in rows
         ]
+
+    async def job_promote_due(
+        self, conn: AsyncConnection[Any], *, limit: int, now: datetime | None = None
+    ) -> Promotion:
+        """Moves up to `limit` due scheduled jobs to pending, notifying their queues."""
+        params = {"limit": limit, "channel": self.channel, "now": now}
+        [row] = await _fetch(conn, self._sql["job_promote_due"], params)
+        return Promotion(int(row["promoted"]), row["next_due"], row["db_now"])
 
 
 def payload_json(payload: dict[str, Any]) -> str:

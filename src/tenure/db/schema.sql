@@ -5,7 +5,7 @@
 
 CREATE SCHEMA IF NOT EXISTS __schema__;
 
-CREATE TYPE __schema__.job_state AS ENUM ('pending', 'running', 'succeeded', 'dead', 'cancelled');
+CREATE TYPE __schema__.job_state AS ENUM ('scheduled', 'pending', 'running', 'succeeded', 'dead', 'cancelled');
 
 CREATE TABLE __schema__.jobs (
     id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -29,12 +29,11 @@ CREATE TABLE __schema__.jobs (
     attempted_at     timestamptz,
     finished_at      timestamptz,
     ordering_key     text,
-    priority_boost   smallint NOT NULL DEFAULT 0,
     CONSTRAINT jobs_queue_format CHECK (queue ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$'),
     CONSTRAINT jobs_task_length CHECK (char_length(task) BETWEEN 1 AND 200),
     CONSTRAINT jobs_payload_object CHECK (jsonb_typeof(payload) = 'object'),
     CONSTRAINT jobs_attempts_in_budget CHECK (max_attempts >= 1 AND attempt_count BETWEEN 0 AND max_attempts),
-    CONSTRAINT jobs_pending_has_budget CHECK (state <> 'pending' OR attempt_count < max_attempts),
+    CONSTRAINT jobs_waiting_has_budget CHECK (state NOT IN ('scheduled', 'pending') OR attempt_count < max_attempts),
     CONSTRAINT jobs_token_counts_claims CHECK (lease_token >= attempt_count),
     CONSTRAINT jobs_running_has_lease CHECK (
         (state = 'running') = (lease_owner IS NOT NULL)
@@ -48,13 +47,20 @@ CREATE TABLE __schema__.jobs (
         (state IN ('succeeded', 'dead', 'cancelled')) = (finished_at IS NOT NULL)
     ),
     CONSTRAINT jobs_error_bounded CHECK (char_length(last_error) <= 2000 AND char_length(last_error_code) <= 100),
-    CONSTRAINT jobs_ordering_key_length CHECK (char_length(ordering_key) BETWEEN 1 AND 200),
-    CONSTRAINT jobs_priority_boost_nonnegative CHECK (priority_boost >= 0)
+    CONSTRAINT jobs_ordering_key_length CHECK (char_length(ordering_key) BETWEEN 1 AND 200)
 );
 
 -- Matches the claim's ORDER BY exactly, so the claim is an ordered index scan at any backlog.
+-- Only due jobs are pending: jobs waiting for a later run time are `scheduled`, outside it.
 CREATE INDEX jobs_claimable_idx ON __schema__.jobs (queue, priority DESC, available_at, id)
     WHERE state = 'pending';
+-- The claim's oldest-first share (O3): a queue's due jobs by age, whatever their priority.
+CREATE INDEX jobs_claimable_by_age_idx ON __schema__.jobs (queue, available_at, id)
+    WHERE state = 'pending';
+-- Promotion takes due scheduled jobs earliest first; `queue` rides along so the gauges can count
+-- scheduled jobs per queue from the index alone.
+CREATE INDEX jobs_scheduled_idx ON __schema__.jobs (available_at) INCLUDE (queue)
+    WHERE state = 'scheduled';
 CREATE INDEX jobs_running_expiry_idx ON __schema__.jobs (lease_expires_at)
     WHERE state = 'running';
 CREATE INDEX jobs_dead_idx ON __schema__.jobs (queue, finished_at)
@@ -84,7 +90,7 @@ ALTER TABLE __schema__.job_events ADD CONSTRAINT job_events_event_known CHECK (e
 
 -- The claim's "is this the head of its key?" probe, and the operators' blocked-key listing.
 CREATE INDEX jobs_ordering_idx ON __schema__.jobs (ordering_key, id)
-    WHERE ordering_key IS NOT NULL AND state IN ('pending', 'running', 'dead');
+    WHERE ordering_key IS NOT NULL AND state IN ('scheduled', 'pending', 'running', 'dead');
 
 -- One row per named external effect of a job: intent before the call, outcome after it.
 CREATE TABLE __schema__.job_effects (

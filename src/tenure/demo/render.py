@@ -36,13 +36,13 @@ def _figures(report: Report) -> Table:
     table.add_row("transfers enqueued", str(jobs["enqueued"]), "")
     table.add_row("succeeded", str(jobs["succeeded"]), "")
     table.add_row("dead", str(jobs["dead"]), _codes(jobs["dead_by_code"]))
-    for state in ("cancelled", "pending", "running"):
+    for state in ("cancelled", "scheduled", "pending", "running"):
         if jobs[state]:
             table.add_row(state, str(jobs[state]), "")
     table.add_row(
         "leases expired",
         str(leases["expired"]),
-        f"{leases['expired_to_pending']} back to pending, {leases['expired_to_dead']} to dead",
+        f"{leases['expired_to_pending']} back in the queue, {leases['expired_to_dead']} to dead",
     )
     table.add_row(
         "jobs recovered",

@@ -65,6 +65,7 @@ async def read_report(
         "succeeded": states.get("succeeded", 0),
         "dead": states.get("dead", 0),
         "cancelled": states.get("cancelled", 0),
+        "scheduled": states.get("scheduled", 0),
         "pending": states.get("pending", 0),
         "running": states.get("running", 0),
         "dead_by_code": dead_codes,
@@ -84,7 +85,8 @@ def _lease_figures(events: list[dict[str, Any]], recovered: dict[str, int]) -> d
     fenced = by("fencing_lost", "error_code")
     return {
         "expired": sum(expired.values()),
-        "expired_to_pending": expired.get("pending", 0),
+        # Back in the queue: scheduled while the backoff runs, pending when there was none.
+        "expired_to_pending": expired.get("pending", 0) + expired.get("scheduled", 0),
         "expired_to_dead": expired.get("dead", 0),
         "jobs_recovered": sum(recovered.values()),
         "recovered_then_succeeded": recovered.get("succeeded", 0),

@@ -11,6 +11,7 @@ import psycopg
 
 from tenure.db.queries import TaskLeasePolicy
 from tenure.runtime.executor import Executor
+from tenure.runtime.oldest_share import OldestShare
 from tenure.runtime.services import WorkerServices
 from tenure.runtime.supervisor import describe_error
 
@@ -30,6 +31,10 @@ class Claimer:
         self._refill_timer: asyncio.TimerHandle | None = None
         self._next_queue = 0
         self.health = services.health.service("claimer")
+        self.oldest_share = OldestShare(services.options.oldest_every)
+        #: Only tasks this worker can run are claimed: a job of a task registered elsewhere (a
+        #: mixed-version deploy) is left for a worker that has it, with no attempt spent.
+        self.tasks = sorted(t.name for t in executor.registry)
         self.policies = [
             TaskLeasePolicy(
                 t.name,
@@ -90,7 +95,10 @@ class Claimer:
                     default_lease_seconds=options.lease_seconds,
                     default_runtime_seconds=options.max_runtime_seconds,
                     policies=self.policies,
+                    tasks=self.tasks,
+                    oldest=self.oldest_share.take(queue, want),
                 )
+            self.oldest_share.record(queue, len(jobs))
             services.events.claimed(queue, jobs, time.perf_counter() - claim_started)
             services.stats.claimed += len(jobs)
             claimed += len(jobs)

@@ -359,6 +359,8 @@ class Executor:
             log.warning("job %s is dead after attempt %s: %s", job.id, job.attempt, code)
         else:
             services.stats.retried += 1
+            if result.state is JobState.SCHEDULED and result.available_at is not None:
+                services.scheduled(result.available_at)
             self._finished(execution, Outcome.RETRIED, code)
             log.debug("job %s failed with %s; retry scheduled", job.id, code)
 

@@ -13,12 +13,13 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 
 import psycopg
 from psycopg import sql
 
 from tenure.db.connect import application_name, describe_dsn, prepare_threshold
-from tenure.db.queries import notify_channel
+from tenure.db.queries import notify_channel, scheduled_hint
 from tenure.runtime.supervisor import ServiceHealth, describe_error
 
 log = logging.getLogger("tenure.worker")
@@ -38,6 +39,7 @@ class Listener:
         health: ServiceHealth | None = None,
         send_probe: Callable[[str], Awaitable[None]] | None = None,
         poll_interval: float = 1.0,
+        scheduled: Callable[[datetime], None] = lambda due: None,
     ) -> None:
         self.dsn = dsn
         self.channel = notify_channel(schema)
@@ -46,6 +48,7 @@ class Listener:
         self.health = health or ServiceHealth("listener", critical=False)
         self.send_probe = send_probe
         self.poll_interval = poll_interval
+        self.scheduled = scheduled  # told the due time of jobs enqueued as scheduled, any queue
         self.connected = asyncio.Event()
         self.probe_arrived = asyncio.Event()
         self._probe_payload = f"probe:{uuid.uuid4().hex}"
@@ -86,6 +89,8 @@ class Listener:
                         self.wake()
                     elif note.payload == self._probe_payload:
                         self.probe_arrived.set()
+                    elif (due := scheduled_hint(note.payload)) is not None:
+                        self.scheduled(due)
             finally:
                 if probe is not None:
                     probe.cancel()

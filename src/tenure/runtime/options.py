@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 
 from tenure.errors import ConfigurationError
 from tenure.retry import Backoff
@@ -27,8 +27,10 @@ class WorkerOptions:
     claim_batch: the most jobs one claim takes; never more than the free slots (C3).
     queue_weights: each queue's share of the slots while queues compete (O3); unnamed queues
         weigh 1. A queue always gets its share back as slots free; idle shares are lent out.
-    priority_aging_seconds: a pending job gains one priority step per this many seconds of
-        waiting (O3), at most priority_aging_max steps; None turns aging off.
+    oldest_every: one job in every `oldest_every` that this worker claims from a queue is the
+        queue's oldest due job, whatever its priority: the starvation bound of O3
+        (docs/ordering.md). 1 claims in due order only; None claims by priority only.
+    promotion_batch: the most scheduled jobs one promotion statement makes pending.
     statement_timeout: the bound on every statement the worker's own services run (claims,
         completions, heartbeats, recovery, ...), in seconds; past it the statement is cancelled
         on the server and retried. None derives it from the lease (a third, at most 10 s).
@@ -54,13 +56,22 @@ class WorkerOptions:
     worker_id: str = field(default_factory=default_worker_id)
     completion_batch: int = 500
     queue_weights: dict[str, int] | None = None
-    priority_aging_seconds: float | None = 60.0
-    priority_aging_max: int = 100
+    oldest_every: int | None = 10
+    promotion_batch: int = 1000
     statement_timeout: float | None = None
     service_failure_limit: float = 120.0
     listen_dsn: str | None = None
+    # Removed: priority aging rewrote every waiting job; oldest_every bounds starvation instead.
+    priority_aging_seconds: InitVar[float | None] = None
+    priority_aging_max: InitVar[int | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, priority_aging_seconds: float | None, priority_aging_max: int | None) -> None:
+        if priority_aging_seconds is not None or priority_aging_max is not None:
+            raise ConfigurationError(
+                "priority_aging_seconds and priority_aging_max were removed: priority aging rewrote "
+                "every waiting job. Starvation is bounded by oldest_every instead (one claim in "
+                "every oldest_every takes the oldest due job, docs/ordering.md); drop the option"
+            )
         if self.queues is not None:
             if not self.queues:
                 raise ConfigurationError("queues is empty: name at least one queue, or leave it unset")
@@ -91,17 +102,15 @@ class WorkerOptions:
             check_queue(queue)
             if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
                 raise ConfigurationError(f"queue weight of {queue!r} must be an integer >= 1, got {weight!r}")
-        aging = self.priority_aging_seconds
-        if aging is not None and (
-            isinstance(aging, bool) or not isinstance(aging, int | float) or aging <= 0
-        ):
+        every = self.oldest_every
+        if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
             raise ConfigurationError(
-                f"priority_aging_seconds must be a positive number of seconds or None, got {aging!r}"
+                f"oldest_every must be an integer >= 1 (1: due order only) or None (priority only), "
+                f"got {every!r}"
             )
-        if not isinstance(self.priority_aging_max, int) or self.priority_aging_max < 0:
-            raise ConfigurationError(
-                f"priority_aging_max must be an integer >= 0, got {self.priority_aging_max!r}"
-            )
+        batch = self.promotion_batch
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ConfigurationError(f"promotion_batch must be an integer >= 1, got {batch!r}")
 
     def weight(self, queue: str) -> int:
         return (self.queue_weights or {}).get(queue, 1)

@@ -44,6 +44,9 @@ class Recovery:
                     services.stats.recovered_dead += 1
                 else:
                     services.stats.recovered_pending += 1
+            scheduled = [lease.available_at for lease in batch if lease.state is JobState.SCHEDULED]
+            if scheduled:
+                services.scheduled(min(scheduled))
             if len(batch) < options.recovery_batch:
                 break
         if recovered:

@@ -6,7 +6,8 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -63,6 +64,10 @@ class WorkerServices:
         task = asyncio.get_running_loop().create_task(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+        #: Told when this worker scheduled a job (a retry's or a recovery's backoff) for a database
+        #: time; the worker points it at its promoter, so the job is promoted when due.
+        self.scheduled: Callable[[datetime], None] = lambda due: None
 
     def sync_pool(self) -> ConnectionPool[Any]:
         """A blocking pool for plain-function handlers' transactions, opened on first use."""

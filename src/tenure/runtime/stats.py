@@ -19,9 +19,10 @@ class WorkerStats:
     heartbeat_failures: int = 0
     claim_errors: int = 0
     write_errors: int = 0
-    recovered_pending: int = 0
+    recovered_pending: int = 0  # back in the queue: scheduled for the backoff, or pending
     recovered_dead: int = 0
     released: int = 0
+    promoted: int = 0  # scheduled jobs this worker's promotion passes made pending
     failures_by_code: Counter[str] = field(default_factory=Counter)
 
     def as_dict(self) -> dict[str, Any]:

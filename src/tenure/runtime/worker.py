@@ -15,7 +15,6 @@ from tenure.db.connect import open_pool, resolve_dsn
 from tenure.db.migrate import require_current_schema
 from tenure.db.queries import Queries
 from tenure.maintenance import RetentionPolicy, WorkerPresence
-from tenure.runtime.aging import PriorityAging
 from tenure.runtime.claimer import Claimer
 from tenure.runtime.completer import Completer
 from tenure.runtime.events import Events
@@ -23,6 +22,7 @@ from tenure.runtime.executor import Executor
 from tenure.runtime.heartbeat import Heartbeat
 from tenure.runtime.listener import Listener
 from tenure.runtime.options import WorkerOptions
+from tenure.runtime.promoter import Promoter
 from tenure.runtime.recovery import Recovery
 from tenure.runtime.services import WorkerServices
 from tenure.runtime.stats import WorkerStats
@@ -56,6 +56,7 @@ class Worker:
         self.executor: Executor | None = None
         self.claimer: Claimer | None = None
         self.recovery: Recovery | None = None
+        self.promoter: Promoter | None = None
         self.listener: Listener | None = None
         self._force = False
         #: Why the worker stopped on its own (a critical service kept failing), else None.
@@ -99,12 +100,14 @@ class Worker:
         self.executor = executor = Executor(services, self.registry, completer, threads)
         self.claimer = claimer = Claimer(services, executor, self.queues)
         self.recovery = Recovery(services, self.registry)
+        self.promoter = promoter = Promoter(services, claimer.wake)
+        services.scheduled = promoter.expect
         heartbeat = Heartbeat(services, executor)
         background = [
             asyncio.create_task(completer.run(), name="tenure-completer"),
             asyncio.create_task(heartbeat.run(), name="tenure-heartbeat"),
             asyncio.create_task(self.recovery.run(), name="tenure-recovery"),
-            asyncio.create_task(PriorityAging(services).run(), name="tenure-priority-aging"),
+            asyncio.create_task(promoter.run(), name="tenure-promoter"),
             asyncio.create_task(self._watch_health(services), name="tenure-health"),
         ]
         presence = WorkerPresence(
@@ -130,6 +133,7 @@ class Worker:
                 health=services.health.service("listener", critical=False),
                 send_probe=lambda payload: self._notify(services, payload),
                 poll_interval=self.options.poll_interval,
+                scheduled=promoter.expect,
             )
             background.append(asyncio.create_task(self.listener.run(), name="tenure-listener"))
         if handle_signals:

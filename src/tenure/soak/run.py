@@ -329,7 +329,7 @@ async def _read_report(
     unfinished = 0
     for row in outcomes:
         states[row["state"]] += row["jobs"]
-        if row["state"] in ("pending", "running"):
+        if row["state"] in ("scheduled", "pending", "running"):
             unfinished += row["jobs"]
         elif not expected(row["task"], row["state"], row["code"]):
             unexpected[f"{row['task']} {row['state']} {row['code']}".strip()] += row["jobs"]

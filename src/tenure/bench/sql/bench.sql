@@ -2,8 +2,9 @@
 -- raw-SQL loop that serves as the ceiling. None of these is used by Tenure's runtime.
 
 -- name: bench_unfinished
--- Jobs not yet finished, through the two partial indexes.
-SELECT (SELECT count(*) FROM __schema__.jobs WHERE state = 'pending')
+-- Jobs not yet finished, through the partial indexes.
+SELECT (SELECT count(*) FROM __schema__.jobs WHERE state = 'scheduled')
+     + (SELECT count(*) FROM __schema__.jobs WHERE state = 'pending')
      + (SELECT count(*) FROM __schema__.jobs WHERE state = 'running') AS n;
 
 -- name: bench_server_settings

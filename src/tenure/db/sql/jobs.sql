@@ -2,7 +2,10 @@
 -- Every query that depends on time takes %(now)s: NULL means the database clock.
 
 -- name: job_insert_many
--- Inserts jobs from parallel arrays and notifies each affected queue once (N1).
+-- Inserts jobs from parallel arrays and notifies each affected queue once (N1). A job whose run
+-- time is later than the database's now is `scheduled`, outside the claim indexes: instead of its
+-- queue, the notification tells promoters the earliest such run time (payload: the prefix
+-- %(scheduled_prefix)s and epoch seconds; no queue name starts with it).
 -- Keyed jobs (O2) first take a transaction-scoped advisory lock per ordering key, in key order
 -- (no deadlock between batches), so the ids of one key are drawn in commit order.
 -- The idempotency keys come from the client, which therefore knows them without reading them
@@ -18,35 +21,47 @@ WITH input AS (
                            idempotency_key, ord)
 ), clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), timed AS (
+    SELECT i.*, coalesce(i.run_at, clock.now + make_interval(secs => coalesce(i.delay, 0))) AS at,
+           clock.now
+    FROM input i CROSS JOIN clock
 ), ordering_locks AS (
     SELECT count(pg_advisory_xact_lock(hashtext(%(ordering_lock_space)s), hashtext(k.ordering_key))) AS n
     FROM (SELECT DISTINCT ordering_key FROM input WHERE ordering_key IS NOT NULL ORDER BY 1) k
 ), inserted AS (
-    INSERT INTO __schema__.jobs (queue, task, payload, priority, available_at, max_attempts, created_at,
-                                 ordering_key, idempotency_key)
-    SELECT i.queue, i.task, i.payload, i.priority,
-           coalesce(i.run_at, clock.now + make_interval(secs => coalesce(i.delay, 0))),
-           i.max_attempts, clock.now, i.ordering_key, i.idempotency_key
-    FROM input i CROSS JOIN clock CROSS JOIN ordering_locks
-    ORDER BY i.ord
+    INSERT INTO __schema__.jobs (queue, task, payload, priority, available_at, state, max_attempts,
+                                 created_at, ordering_key, idempotency_key)
+    SELECT t.queue, t.task, t.payload, t.priority, t.at,
+           CASE WHEN t.at > t.now THEN 'scheduled' ELSE 'pending' END::__schema__.job_state,
+           t.max_attempts, t.now, t.ordering_key, t.idempotency_key
+    FROM timed t CROSS JOIN ordering_locks
+    ORDER BY t.ord
     RETURNING id, available_at
 ), notified AS (
-    SELECT count(pg_notify(%(channel)s, q.queue)) AS n
-    FROM (SELECT DISTINCT queue FROM input) q
+    SELECT count(pg_notify(%(channel)s, w.payload)) AS n
+    FROM (SELECT DISTINCT t.queue AS payload FROM timed t WHERE t.at <= t.now
+          UNION ALL
+          SELECT %(scheduled_prefix)s || extract(epoch FROM min(t.at))::text
+          FROM timed t WHERE t.at > t.now HAVING count(*) > 0) w
 )
 SELECT inserted.id, inserted.available_at
 FROM inserted CROSS JOIN notified
 ORDER BY inserted.id;
 
 -- name: queue_notify
--- Wakes listeners of the given queues after a COPY load.
-SELECT count(pg_notify(%(channel)s, q)) AS n FROM unnest(%(queues)s::text[]) AS q;
+-- Wakes listeners after a COPY load: each queue given, and promoters when %(first_scheduled)s
+-- (the earliest run time among scheduled jobs) is not NULL, as job_insert_many does.
+SELECT count(pg_notify(%(channel)s, w.payload)) AS n
+FROM (SELECT q AS payload FROM unnest(%(queues)s::text[]) AS q
+      UNION ALL
+      SELECT %(scheduled_prefix)s || extract(epoch FROM %(first_scheduled)s::timestamptz)::text
+      WHERE %(first_scheduled)s::timestamptz IS NOT NULL) w;
 
 -- name: job_get
 SELECT id, queue, task, payload, state::text AS state, priority, available_at, attempt_count,
        max_attempts, lease_owner, lease_token, lease_expires_at, lease_deadline, progress,
        last_error_code, last_error, idempotency_key, created_at, attempted_at, finished_at,
-       ordering_key, priority_boost
+       ordering_key
 FROM __schema__.jobs
 WHERE id = %(id)s;
 
@@ -92,12 +107,13 @@ WITH clock AS (
 SELECT moved.id FROM moved CROSS JOIN notified;
 
 -- name: job_cancel
--- Pending or dead -> cancelled. Running jobs are not cancelled here: their lease owner decides.
+-- Scheduled, pending or dead -> cancelled. Running jobs are not cancelled here: their lease owner
+-- decides.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), target AS (
     SELECT id, state FROM __schema__.jobs
-    WHERE id = %(id)s AND state IN ('pending', 'dead')
+    WHERE id = %(id)s AND state IN ('scheduled', 'pending', 'dead')
     FOR UPDATE
 ), moved AS (
     UPDATE __schema__.jobs j
@@ -116,5 +132,7 @@ SELECT id FROM moved;
 SELECT now() AS now;
 
 -- name: job_copy_in
--- Bulk enqueue (P4); the caller computes available_at from clock_now in the same transaction.
-COPY __schema__.jobs (queue, task, payload, priority, available_at, max_attempts) FROM STDIN (FORMAT BINARY);
+-- Bulk enqueue (P4); the caller computes available_at from clock_now in the same transaction, and
+-- the state from it (scheduled when later than that now), as job_insert_many does.
+COPY __schema__.jobs (queue, task, payload, priority, available_at, state, max_attempts)
+FROM STDIN (FORMAT BINARY);

@@ -5,26 +5,54 @@
 
 -- name: job_claim
 -- Claim and transition in one statement (C1); each claim bumps the token and the attempt (C2).
+-- Two lanes, each an ordered scan of its own partial index, with no sort at any backlog:
+-- the %(oldest)s oldest due jobs of the queue whatever their priority (the starvation bound of
+-- O3, docs/ordering.md), then the rest of %(limit)s by priority. Only tasks named in %(tasks)s are
+-- taken (NULL: any task), so a worker never claims a job it cannot run.
 -- Lease length and max runtime come from the worker's task policies, by task name.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
-), candidate AS (
-    SELECT c.id, c.task
+), oldest AS (
+    SELECT c.id
     FROM __schema__.jobs c
     WHERE c.state = 'pending'
       AND c.queue = %(queue)s
       AND c.available_at <= (SELECT now FROM clock)
+      AND (%(tasks)s::text[] IS NULL OR c.task = ANY(%(tasks)s::text[]))
       -- Per-key ordering (O2): a keyed job is claimable only as the head of its key: nothing
-      -- of its key is running, and nothing earlier is pending or dead. Unkeyed rows skip the probe.
+      -- of its key is running, and nothing earlier is waiting (scheduled or pending) or dead.
+      -- Unkeyed rows skip the probe.
       AND (c.ordering_key IS NULL OR NOT EXISTS (
             SELECT 1 FROM __schema__.jobs o
             WHERE o.ordering_key = c.ordering_key
-              AND o.state IN ('pending', 'running', 'dead')
+              AND o.state IN ('scheduled', 'pending', 'running', 'dead')
               AND o.id <> c.id
               AND (o.state = 'running' OR o.id < c.id)))
-    ORDER BY c.priority DESC, c.available_at, c.id
-    LIMIT %(limit)s
+    ORDER BY c.available_at, c.id
+    LIMIT %(oldest)s
     FOR UPDATE SKIP LOCKED
+), by_priority AS (
+    SELECT c.id
+    FROM __schema__.jobs c
+    WHERE c.state = 'pending'
+      AND c.queue = %(queue)s
+      AND c.available_at <= (SELECT now FROM clock)
+      AND (%(tasks)s::text[] IS NULL OR c.task = ANY(%(tasks)s::text[]))
+      AND (c.ordering_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM __schema__.jobs o
+            WHERE o.ordering_key = c.ordering_key
+              AND o.state IN ('scheduled', 'pending', 'running', 'dead')
+              AND o.id <> c.id
+              AND (o.state = 'running' OR o.id < c.id)))
+      -- SKIP LOCKED does not skip rows this statement itself locked in the other lane.
+      AND c.id NOT IN (SELECT id FROM oldest)
+    ORDER BY c.priority DESC, c.available_at, c.id
+    LIMIT %(by_priority)s
+    FOR UPDATE SKIP LOCKED
+), candidate AS (
+    SELECT id FROM oldest
+    UNION ALL
+    SELECT id FROM by_priority
 ), policy AS (
     SELECT *
     FROM unnest(%(policy_tasks)s::text[], %(policy_leases)s::float8[], %(policy_runtimes)s::float8[])
@@ -36,19 +64,15 @@ SET state = 'running',
     lease_token = j.lease_token + 1,
     lease_owner = %(owner)s,
     attempted_at = clock.now,
-    lease_deadline = clock.now + make_interval(secs => rt.seconds),
-    lease_expires_at = clock.now + make_interval(secs => least(ls.seconds, rt.seconds))
-FROM candidate
-CROSS JOIN clock
-CROSS JOIN LATERAL (
-    SELECT coalesce((SELECT p.lease_seconds FROM policy p WHERE p.task = candidate.task),
-                    %(default_lease_seconds)s::float8) AS seconds
-) ls
-CROSS JOIN LATERAL (
-    SELECT coalesce((SELECT p.runtime_seconds FROM policy p WHERE p.task = candidate.task),
-                    %(default_runtime_seconds)s::float8) AS seconds
-) rt
-WHERE j.id = candidate.id
+    lease_deadline = clock.now + make_interval(secs => coalesce(
+        (SELECT p.runtime_seconds FROM policy p WHERE p.task = j.task), %(default_runtime_seconds)s::float8)),
+    lease_expires_at = clock.now + make_interval(secs => least(
+        coalesce((SELECT p.lease_seconds FROM policy p WHERE p.task = j.task), %(default_lease_seconds)s::float8),
+        coalesce((SELECT p.runtime_seconds FROM policy p WHERE p.task = j.task), %(default_runtime_seconds)s::float8)))
+FROM clock
+-- By primary key, not a join: a prepared claim settles on a generic plan, made without knowing
+-- the batch is small, and a join there becomes a scan of every pending row.
+WHERE j.id = ANY(ARRAY(SELECT id FROM candidate))
   AND j.state = 'pending'
 RETURNING j.id, j.queue, j.task, j.payload, j.priority, j.attempt_count, j.max_attempts,
           j.lease_token, j.lease_expires_at, j.lease_deadline, j.progress, j.idempotency_key,
@@ -107,12 +131,13 @@ UNION ALL
 SELECT id, token, outcome FROM others;
 
 -- name: job_fail
--- Fenced failure: back to pending after %(retry_delay)s seconds, or dead when the delay is NULL
--- or the attempt budget is spent. Logged either way (S3). Outcome 'failed' (with the new state),
--- 'busy' (the row is locked elsewhere: try again; SKIP LOCKED, so this never waits on it) or
--- 'lost' (logged as fencing_lost). %(at_deadline)s: the job's max runtime is what ended it; the
--- holder may then write the failure even though its lease, capped at the deadline, has run out,
--- as long as the database agrees the deadline has passed and nobody has taken the job since.
+-- Fenced failure: a retry after %(retry_delay)s seconds (scheduled while it waits out the delay,
+-- pending at once when there is none), or dead when the delay is NULL or the attempt budget is
+-- spent. Logged either way (S3). Outcome 'failed' (with the new state), 'busy' (the row is
+-- locked elsewhere: try again; SKIP LOCKED, so this never waits on it) or 'lost' (logged as
+-- fencing_lost). %(at_deadline)s: the job's max runtime is what ended it; the holder may then
+-- write the failure even though its lease, capped at the deadline, has run out, as long as the
+-- database agrees the deadline has passed and nobody has taken the job since.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), target AS (
@@ -126,8 +151,9 @@ WITH clock AS (
     FOR UPDATE OF j SKIP LOCKED
 ), failed AS (
     UPDATE __schema__.jobs j
-    SET state = CASE WHEN %(retry_delay)s::float8 IS NOT NULL AND j.attempt_count < j.max_attempts
-                     THEN 'pending' ELSE 'dead' END::__schema__.job_state,
+    SET state = CASE WHEN %(retry_delay)s::float8 IS NULL OR j.attempt_count >= j.max_attempts THEN 'dead'
+                     WHEN %(retry_delay)s::float8 > 0 THEN 'scheduled'
+                     ELSE 'pending' END::__schema__.job_state,
         available_at = CASE WHEN %(retry_delay)s::float8 IS NOT NULL AND j.attempt_count < j.max_attempts
                             THEN clock.now + make_interval(secs => %(retry_delay)s::float8)
                             ELSE j.available_at END,

@@ -21,7 +21,7 @@ WHERE seen_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(
 RETURNING id;
 
 -- name: jobs_prune_finished
--- Succeeded and cancelled jobs (only those: never pending, running or dead) finished longer ago
+-- Succeeded and cancelled jobs (only those: never scheduled, pending, running or dead) finished longer ago
 -- than their queue's retention, oldest first, with their audit rows.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
@@ -47,15 +47,15 @@ WHERE j.id = d.id
 RETURNING j.id, j.queue;
 
 -- name: job_events_prune
--- Audit rows older than the retention, except those of jobs that are pending, running or dead:
--- a job still in play keeps its whole history (R4).
+-- Audit rows older than the retention, except those of jobs that are scheduled, pending, running
+-- or dead: a job still in play keeps its whole history (R4).
 WITH doomed AS (
     SELECT e.id
     FROM __schema__.job_events e
     WHERE e.at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(seconds)s)
       AND NOT EXISTS (
           SELECT 1 FROM __schema__.jobs j
-          WHERE j.id = e.job_id AND j.state IN ('pending', 'running', 'dead')
+          WHERE j.id = e.job_id AND j.state IN ('scheduled', 'pending', 'running', 'dead')
       )
     ORDER BY e.at
     LIMIT %(limit)s

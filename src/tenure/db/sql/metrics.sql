@@ -1,13 +1,19 @@
 -- Gauges for metrics, `tenure status` and `tenure check`. Read them together inside one
 -- REPEATABLE READ, READ ONLY transaction so one report is one consistent snapshot (T6).
--- Job gauges read only pending, running and dead rows through their partial indexes: a scrape
--- costs the backlog, never the history of succeeded jobs.
+-- Job gauges read only scheduled, pending, running and dead rows through their partial indexes:
+-- a scrape costs the backlog, never the history of succeeded jobs.
 
 -- name: gauge_queues
--- Per queue: backlog, oldest claimable job, running leases close to expiry, dead jobs and the
--- oldest unresolved dead one (reprocessed or purged jobs are no longer dead).
+-- Per queue: jobs waiting for a later run time, backlog, oldest claimable job, running leases
+-- close to expiry, dead jobs and the oldest unresolved dead one (reprocessed or purged jobs are
+-- no longer dead).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), scheduled AS (
+    SELECT queue, count(*) AS n
+    FROM __schema__.jobs
+    WHERE state = 'scheduled'
+    GROUP BY queue
 ), pending AS (
     SELECT queue, count(*) AS n,
            min(available_at) FILTER (WHERE available_at <= (SELECT now FROM clock)) AS oldest_claimable_at
@@ -28,9 +34,11 @@ WITH clock AS (
     WHERE state = 'dead'
     GROUP BY queue
 ), queues AS (
-    SELECT queue FROM pending UNION SELECT queue FROM running UNION SELECT queue FROM dead
+    SELECT queue FROM scheduled UNION SELECT queue FROM pending UNION SELECT queue FROM running
+    UNION SELECT queue FROM dead
 )
 SELECT q.queue,
+       coalesce(s.n, 0) AS scheduled,
        coalesce(p.n, 0) AS pending,
        p.oldest_claimable_at,
        coalesce(r.n, 0) AS running,
@@ -39,6 +47,7 @@ SELECT q.queue,
        d.oldest_dead_at,
        clock.now AS db_now
 FROM queues q
+LEFT JOIN scheduled s USING (queue)
 LEFT JOIN pending p USING (queue)
 LEFT JOIN running r USING (queue)
 LEFT JOIN dead d USING (queue)

@@ -5,7 +5,8 @@
 -- key until it is reprocessed (and succeeds) or skipped.
 SELECT d.id, d.ordering_key, d.queue, d.task, d.last_error_code, d.finished_at,
        (SELECT count(*) FROM __schema__.jobs w
-        WHERE w.ordering_key = d.ordering_key AND w.state = 'pending' AND w.id > d.id) AS waiting
+        WHERE w.ordering_key = d.ordering_key AND w.state IN ('scheduled', 'pending') AND w.id > d.id)
+           AS waiting
 FROM __schema__.jobs d
 WHERE d.state = 'dead'
   AND d.ordering_key IS NOT NULL
@@ -14,13 +15,13 @@ ORDER BY d.finished_at, d.id
 LIMIT %(limit)s;
 
 -- name: ordering_skip
--- Skips a keyed job (dead or pending) so the rest of its key can run: cancelled, with the
--- operator and the reason in the audit log.
+-- Skips a keyed job (dead, pending or scheduled) so the rest of its key can run: cancelled, with
+-- the operator and the reason in the audit log.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), target AS (
     SELECT id, state FROM __schema__.jobs
-    WHERE id = %(id)s AND ordering_key IS NOT NULL AND state IN ('pending', 'dead')
+    WHERE id = %(id)s AND ordering_key IS NOT NULL AND state IN ('scheduled', 'pending', 'dead')
     FOR UPDATE
 ), moved AS (
     UPDATE __schema__.jobs j

@@ -144,6 +144,6 @@ WHERE j.id IS NULL OR j.state <> 'succeeded' OR j.id <> l.job_id;
 -- name: invariant_jobs_accounted
 SELECT count(*) AS total,
        count(*) FILTER (WHERE state IN ('succeeded', 'dead', 'cancelled')) AS terminal,
-       count(*) FILTER (WHERE state IN ('pending', 'running')) AS unfinished
+       count(*) FILTER (WHERE state IN ('scheduled', 'pending', 'running')) AS unfinished
 FROM __schema__.jobs
 WHERE task = %(task)s;

@@ -5,13 +5,14 @@
 -- name: producer
 -- Enqueue only: insert the columns an enqueue sets (also through COPY) and read back the two an
 -- insert returns. Every other column takes its default, and the CHECK constraints tie state,
--- lease, attempts and finish time together, so any row this role can write is a pending job
--- nobody has claimed: it cannot forge a running or finished job, and it reads no payload,
+-- lease, attempts and finish time together, so any row this role can write is a waiting job
+-- (pending, or scheduled for later) nobody has claimed: it cannot forge a running or finished
+-- job, and it reads no payload,
 -- error or idempotency key. The REVOKE first makes applying this again tighten an older grant.
 REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role};
 GRANT USAGE ON SCHEMA {schema} TO {role};
-GRANT INSERT (queue, task, payload, priority, available_at, max_attempts, created_at, ordering_key,
-              idempotency_key)
+GRANT INSERT (queue, task, payload, priority, available_at, state, max_attempts, created_at,
+              ordering_key, idempotency_key)
     ON {schema}.jobs TO {role};
 GRANT SELECT (id, available_at) ON {schema}.jobs TO {role};
 GRANT SELECT ON {schema}.schema_migrations TO {role};

@@ -12,7 +12,7 @@ SELECT count(*) AS jobs, txid_current() AS xid FROM __schema__.jobs;
 
 -- name: soak_progress
 SELECT count(*) AS stored,
-       count(*) FILTER (WHERE state IN ('pending', 'running')) AS unfinished,
+       count(*) FILTER (WHERE state IN ('scheduled', 'pending', 'running')) AS unfinished,
        count(*) FILTER (WHERE state = 'running') AS running,
        (SELECT count(*) FROM __schema__.job_events WHERE event = 'lease_expired') AS expired,
        (SELECT count(*) FROM __schema__.job_events WHERE event = 'fencing_lost') AS fenced
