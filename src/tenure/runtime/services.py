@@ -47,6 +47,9 @@ class WorkerServices:
         self._sync_pool: ConnectionPool[Any] | None = None
         self._sync_lock = threading.Lock()
         self._background: set[asyncio.Task[None]] = set()
+        #: Told when this worker scheduled a job (a retry's or a recovery's backoff) for a database
+        #: time; the worker points it at its promoter, so the job is promoted when due.
+        self.scheduled: Callable[[datetime], None] = lambda due: None
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[AsyncConnection[Any]]:
@@ -64,10 +67,6 @@ class WorkerServices:
         task = asyncio.get_running_loop().create_task(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
-
-        #: Told when this worker scheduled a job (a retry's or a recovery's backoff) for a database
-        #: time; the worker points it at its promoter, so the job is promoted when due.
-        self.scheduled: Callable[[datetime], None] = lambda due: None
 
     def sync_pool(self) -> ConnectionPool[Any]:
         """A blocking pool for plain-function handlers' transactions, opened on first use."""
