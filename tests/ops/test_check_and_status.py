@@ -70,7 +70,9 @@ def test_status_reports_throughput_workers_and_leases_near_expiry(
     """status --json counts finished jobs per minute, jobs scheduled for later, workers, lease owners
     and near-expiry leases."""
     finished = [enqueue(capsys, dsn, "emails") for _ in range(3)]
-    code, _, err = cli(capsys, "enqueue", "ops.t", "--dsn", dsn, "--queue", "emails", "--delay", "3600")
+    code, _, err = cli(
+        capsys, "enqueue", "ops.t", "--by-name", "--dsn", dsn, "--queue", "emails", "--delay", "3600"
+    )
     assert code == 0, err
     running = enqueue(capsys, dsn, "emails")
     sql(
