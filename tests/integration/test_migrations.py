@@ -333,3 +333,39 @@ async def test_upgrade_from_version_3_moves_waiting_jobs_and_restores_aged_prior
         assert report.applied == [v for v in ALL_VERSIONS if v > 3]
         rows = await fetch(conn, "SELECT task, state::text, priority FROM tenure.jobs ORDER BY id")
         assert rows == [("due", "pending", 2), ("later", "scheduled", 0)]
+
+
+def test_upgrades_build_indexes_on_busy_tables_concurrently() -> None:
+    """After the first migration, every index on jobs or job_events is built CONCURRENTLY in a
+    no-transaction migration, so an upgrade never holds off writes while an index builds."""
+    from tenure.db._sqlfiles import migration_files, schema_file
+    from tenure.db.migrate import NO_TRANSACTION
+
+    for version, name, path in migration_files():
+        if version == 1:
+            continue  # creates the tables: nothing is in them yet
+        text = schema_file(path, "tenure")
+        for statement in re.findall(r"CREATE (?:UNIQUE )?INDEX[^;]*;", text):
+            if re.search(r'ON "tenure"\.(jobs|job_events) ', statement):
+                assert "CONCURRENTLY" in statement, (version, name, statement)
+                assert text.startswith(NO_TRANSACTION), (version, name)
+
+
+async def test_an_upgrade_from_the_first_version_with_jobs_matches_a_fresh_install(empty_dsn: str) -> None:
+    """A schema at version 1 holding jobs, upgraded through every migration (indexes built
+    concurrently at the end), has exactly the catalog of a fresh install."""
+    from tenure.db._sqlfiles import migration_files, named_queries, schema_file
+
+    async with await AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
+        q = named_queries("upgraded")
+        await conn.execute("CREATE SCHEMA upgraded")
+        await conn.execute(q["migrations_table_create"])
+        version, name, path = migration_files()[0]
+        await conn.execute(schema_file(path, "upgraded").encode())
+        await conn.execute(q["migration_record"], {"version": version, "name": name})
+        await conn.execute(
+            "INSERT INTO upgraded.jobs (queue, task) SELECT 'q', 't' FROM generate_series(1, 500)"
+        )
+        await migrate(conn, "upgraded")
+        await migrate(conn, "fresh")
+        assert await catalog(conn, "upgraded") == await catalog(conn, "fresh")

@@ -10,9 +10,8 @@ ALTER TABLE __schema__.jobs ADD CONSTRAINT jobs_ordering_key_length
 ALTER TABLE __schema__.jobs ADD COLUMN priority_boost smallint NOT NULL DEFAULT 0;
 ALTER TABLE __schema__.jobs ADD CONSTRAINT jobs_priority_boost_nonnegative CHECK (priority_boost >= 0);
 
--- The claim's "is this the head of its key?" probe, and the operators' blocked-key listing.
-CREATE INDEX jobs_ordering_idx ON __schema__.jobs (ordering_key, id)
-    WHERE ordering_key IS NOT NULL AND state IN ('pending', 'running', 'dead');
+-- The claim's "is this the head of its key?" probe (jobs_ordering_idx) is built by migration
+-- 0008, CONCURRENTLY, so that an upgrade does not block writes to a large jobs table.
 
 -- One row per named external effect of a job: intent before the call, outcome after it.
 CREATE TABLE __schema__.job_effects (

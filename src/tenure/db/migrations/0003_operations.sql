@@ -14,11 +14,8 @@ ALTER TABLE __schema__.jobs SET (
     autovacuum_analyze_scale_factor = 0.02
 );
 
--- Retention deletes the oldest finished jobs first, and `tenure status` counts recent ones.
-CREATE INDEX jobs_finished_idx ON __schema__.jobs (finished_at)
-    WHERE state IN ('succeeded', 'cancelled');
--- Retention of the audit log, oldest first.
-CREATE INDEX job_events_at_idx ON __schema__.job_events (at);
+-- The indexes retention reads (jobs_finished_idx, job_events_at_idx) are built by migration 0008,
+-- CONCURRENTLY, so that an upgrade does not block writes to large jobs and job_events tables.
 
 -- One row per running worker process, refreshed every few seconds and deleted at a clean
 -- shutdown: a row that stops being refreshed is a worker that died or hangs.

@@ -11,20 +11,8 @@ ALTER TABLE __schema__.jobs ADD CONSTRAINT jobs_waiting_has_budget
 -- Jobs already waiting for a later run time move out of the claim index.
 UPDATE __schema__.jobs SET state = 'scheduled' WHERE state = 'pending' AND available_at > now();
 
--- Promotion takes due scheduled jobs earliest first; `queue` rides along so the gauges can count
--- scheduled jobs per queue from the index alone.
-CREATE INDEX jobs_scheduled_idx ON __schema__.jobs (available_at) INCLUDE (queue)
-    WHERE state = 'scheduled';
-
--- The claim's oldest-first share: a queue's due jobs by age, whatever their priority.
-CREATE INDEX jobs_claimable_by_age_idx ON __schema__.jobs (queue, available_at, id)
-    WHERE state = 'pending';
-
--- A scheduled job of a key (a delayed head, or one waiting out its retry's backoff) still blocks
--- the jobs behind it.
-DROP INDEX __schema__.jobs_ordering_idx;
-CREATE INDEX jobs_ordering_idx ON __schema__.jobs (ordering_key, id)
-    WHERE ordering_key IS NOT NULL AND state IN ('scheduled', 'pending', 'running', 'dead');
+-- The indexes the promotion, the oldest-first share and the head rule (now counting scheduled
+-- jobs) read are built by migration 0008, CONCURRENTLY, so that an upgrade does not block writes.
 
 -- Nothing raises a stored priority any more: give aged jobs back the priority they were enqueued
 -- with, then drop the boost.
