@@ -106,3 +106,25 @@ def test_status_reports_throughput_workers_and_leases_near_expiry(
     assert json.loads(out)["queues"][0]["leases_near_expiry"] == 0
     code, out, _ = cli(capsys, "status", "--dsn", dsn)
     assert code == 0 and "emails" in out and "1 registered" in " ".join(out.split())
+
+
+def test_a_worker_with_a_failing_service_shows_in_status_and_trips_check(
+    dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A registry row reporting a failing completer is named in `tenure status` (service, time,
+    error) and in its JSON, and makes `tenure check` exit 1 with a one-line reason."""
+    failing = {"completer": {"failing_seconds": 42.0, "failures": 7, "error": "InsufficientPrivilege: no"}}
+    sql(
+        dsn,
+        "INSERT INTO tenure.workers (id, queues, concurrency, failing) VALUES ('w-sick', '{q}', 4, %s)",
+        (json.dumps(failing),),
+    )
+    code, out, _ = cli(capsys, "status", "--dsn", dsn)
+    assert code == 0
+    flat = " ".join(out.split())
+    assert "worker w-sick: completer failing for" in flat and "InsufficientPrivilege: no" in flat
+    code, out, _ = cli(capsys, "status", "--dsn", dsn, "--json")
+    [row] = json.loads(out)["workers"]["list"]
+    assert row["failing"] == failing and json.loads(out)["workers"]["failing"] == 1
+    code, out, _ = cli(capsys, "check", "--dsn", dsn, "--max-claimable-age", "1h")
+    assert code == 1 and "1 workers report a failing service" in out
