@@ -3,11 +3,14 @@
 Every handler leaves marker files in `marker_dir` (`started-<token>`, `finished-<token>`), so
 a test knows that the claim committed and the work began, and which attempt did what. The
 first attempt (token 1) of each task hangs until the test kills, pauses or releases it (the
-file `release-<token>`); later attempts run straight through.
+file `release-<token>`); later attempts run straight through. Each task comes as a plain
+function (run in a worker thread) and as a coroutine (`..._async`), since the two are stopped
+differently when their lease is lost.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -39,6 +42,17 @@ def hold(marker_dir: str, token: int, seconds: float) -> bool:
     return False
 
 
+async def hold_async(marker_dir: str, token: int, seconds: float) -> bool:
+    """`hold` for coroutine handlers: waits without blocking the worker's event loop."""
+    release = Path(marker_dir) / f"release-{token}"
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if release.exists():
+            return True
+        await asyncio.sleep(0.01)
+    return False
+
+
 @app.task(name="boundary.block_first_attempt", max_attempts=5)
 def block_first_attempt(ctx: tenure.JobContext, marker_dir: str, hold_seconds: float = 60.0) -> None:
     """Attempt 1 marks its start and hangs before doing any work; later attempts finish at once."""
@@ -67,3 +81,44 @@ def record_result(ctx: tenure.JobContext, marker_dir: str, hold_seconds: float =
 
     ctx.atomic_sync(work)
     mark(marker_dir, f"finished-{ctx.token}", ctx)
+
+
+@app.task(name="boundary.block_first_attempt_async", max_attempts=5)
+async def block_first_attempt_async(
+    ctx: tenure.JobContext, marker_dir: str, hold_seconds: float = 60.0
+) -> None:
+    """`block_first_attempt` as a coroutine."""
+    mark(marker_dir, f"started-{ctx.token}", ctx)
+    if ctx.token == 1:
+        await hold_async(marker_dir, ctx.token, hold_seconds)
+    mark(marker_dir, f"finished-{ctx.token}", ctx)
+
+
+async def _record_result_async(ctx: tenure.JobContext, marker_dir: str, hold_seconds: float) -> None:
+    async def work(tx: tenure.AsyncTransaction) -> None:
+        await tx.execute(
+            f"INSERT INTO {RESULTS_TABLE} (job_id, token, pid) VALUES (%s, %s, %s)",
+            (ctx.job_id, ctx.token, os.getpid()),
+        )
+        mark(marker_dir, f"started-{ctx.token}", ctx)
+        if ctx.token == 1:
+            await hold_async(marker_dir, ctx.token, hold_seconds)
+
+    await ctx.atomic(work)
+    mark(marker_dir, f"finished-{ctx.token}", ctx)
+
+
+@app.task(name="boundary.record_result_async", max_attempts=5)
+async def record_result_async(ctx: tenure.JobContext, marker_dir: str, hold_seconds: float = 60.0) -> None:
+    """`record_result` as a coroutine: once its lease is lost, the worker's watchdog cancels it."""
+    await _record_result_async(ctx, marker_dir, hold_seconds)
+
+
+@app.task(name="boundary.record_result_shielded", max_attempts=5)
+async def record_result_shielded(ctx: tenure.JobContext, marker_dir: str, hold_seconds: float = 60.0) -> None:
+    """`record_result_async` shielded from cancellation, so that its late completion reaches the
+    database whatever the watchdog does, and only the fence can refuse it."""
+    completion = asyncio.ensure_future(_record_result_async(ctx, marker_dir, hold_seconds))
+    # Once the handler is cancelled nobody awaits the completion; its LeaseLost is expected.
+    completion.add_done_callback(lambda done: done.cancelled() or done.exception())
+    await asyncio.shield(completion)

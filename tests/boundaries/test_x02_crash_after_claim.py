@@ -1,5 +1,7 @@
 """X2: a worker process dies after its claim committed and before the work: the lease expires,
-recovery gives the job back, another worker reclaims it under a new token and completes it."""
+recovery gives the job back, another worker reclaims it under a new token and completes it.
+
+Run with both kinds of handler: a plain function (in a worker thread) and a coroutine."""
 
 from __future__ import annotations
 
@@ -14,17 +16,20 @@ from tenure.db.queries import Queries
 from tenure.jobs import JobSpec
 
 LEASE = 1.0
+#: The same task as a plain function and as a coroutine (tests/apps/boundary_app.py).
+HANDLERS = {"thread": "boundary.block_first_attempt", "async": "boundary.block_first_attempt_async"}
 
 
 @pytest.mark.crash
 @pytest.mark.slow
+@pytest.mark.parametrize("handler", list(HANDLERS))
 async def test_x02_sigkilled_worker_lease_expires_and_job_is_reclaimed(
-    db: psycopg.AsyncConnection[Any], queries: Queries, spawn_worker: Any, marker_dir: Path
+    db: psycopg.AsyncConnection[Any], queries: Queries, spawn_worker: Any, marker_dir: Path, handler: str
 ) -> None:
     """A job whose worker is SIGKILLed after the claim is recovered (token 1) and done under token 2."""
     worker_a = spawn_worker("worker-a", lease=LEASE)
     [job] = await queries.job_insert_many(
-        db, [JobSpec(task="boundary.block_first_attempt", payload={"marker_dir": str(marker_dir)})]
+        db, [JobSpec(task=HANDLERS[handler], payload={"marker_dir": str(marker_dir)})]
     )
     started = await wait_for_marker(marker_dir, "started-1", timeout=20, procs=(worker_a,))
     assert started["pid"] == worker_a.pid

@@ -1,6 +1,13 @@
 """X3: worker A is paused past its lease, B reclaims and completes; when A resumes, its late
 completion is refused by the fence: zero rows, a fencing_lost event under A's token, and B's
-result stands."""
+result stands.
+
+A plain-function handler cannot be interrupted, so it resumes straight into its completion and
+the fence refuses it. A coroutine is normally cancelled by its worker's watchdog as soon as A
+resumes, which rolls its transaction back before it commits (should its completion get out
+first, the fence refuses it); one shielded from that cancellation reaches the database and, like
+the thread, is refused by the fence.
+"""
 
 from __future__ import annotations
 
@@ -15,19 +22,21 @@ from tenure.db.queries import Queries
 from tenure.jobs import JobSpec
 
 LEASE = 1.0
+#: Handlers that resume into their completion: a plain function, and a coroutine shielded from
+#: its watchdog's cancellation (tests/apps/boundary_app.py).
+FENCED_HANDLERS = {"thread": "boundary.record_result", "async_shielded": "boundary.record_result_shielded"}
+RESULTS_TABLE = "CREATE TABLE public.boundary_results (job_id bigint, token bigint, pid integer)"
 
 
-@pytest.mark.crash
-@pytest.mark.slow
-async def test_x03_paused_worker_late_completion_updates_zero_rows(
-    db: psycopg.AsyncConnection[Any], queries: Queries, spawn_worker: Any, marker_dir: Path
-) -> None:
-    """SIGSTOP A past its lease, B reclaims and completes, SIGCONT A: A's fenced completion is refused."""
-    await db.execute("CREATE TABLE public.boundary_results (job_id bigint, token bigint, pid integer)")
+async def pause_a_until_b_completes(
+    db: psycopg.AsyncConnection[Any], queries: Queries, spawn_worker: Any, marker_dir: Path, task: str
+) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """A claims `task` and stalls inside its completion transaction; A is SIGSTOPped and B
+    reclaims and completes the job; A is then released and SIGCONTed. Returns A, B, the job
+    and its row as B left it."""
+    await db.execute(RESULTS_TABLE)
     worker_a = spawn_worker("worker-a", lease=LEASE)
-    [job] = await queries.job_insert_many(
-        db, [JobSpec(task="boundary.record_result", payload={"marker_dir": str(marker_dir)})]
-    )
+    [job] = await queries.job_insert_many(db, [JobSpec(task=task, payload={"marker_dir": str(marker_dir)})])
     # A is inside its completion transaction (result row written, fence not yet checked).
     await wait_for_marker(marker_dir, "started-1", timeout=20, procs=(worker_a,))
     worker_a.pause()
@@ -43,9 +52,22 @@ async def test_x03_paused_worker_late_completion_updates_zero_rows(
     before = await job_row(db, job.id)
     assert before["lease_token"] == 2
 
-    # A wakes up believing it still holds token 1 and goes straight into its fenced completion.
+    # A wakes up believing it still holds token 1, in the middle of its completion.
     (marker_dir / "release-1").touch()
     worker_a.resume()
+    return worker_a, worker_b, job, before
+
+
+@pytest.mark.crash
+@pytest.mark.slow
+@pytest.mark.parametrize("handler", list(FENCED_HANDLERS))
+async def test_x03_paused_worker_late_completion_updates_zero_rows(
+    db: psycopg.AsyncConnection[Any], queries: Queries, spawn_worker: Any, marker_dir: Path, handler: str
+) -> None:
+    """SIGSTOP A past its lease, B reclaims and completes, SIGCONT A: A's fenced completion is refused."""
+    worker_a, worker_b, job, before = await pause_a_until_b_completes(
+        db, queries, spawn_worker, marker_dir, FENCED_HANDLERS[handler]
+    )
 
     async def fencing_lost() -> list[dict[str, Any]]:
         return [e for e in await job_events(db, job.id) if e["event"] == "fencing_lost"]
@@ -69,6 +91,37 @@ async def test_x03_paused_worker_late_completion_updates_zero_rows(
     assert history[0] == ("lease_expired", 1, "worker-a")
     assert ("fencing_lost", 1, "worker-a") in history[1:]
     assert set(history[1:]) <= {("fencing_lost", 1, "worker-a"), ("lease_lost", 1, "worker-a")}
+
+
+@pytest.mark.crash
+@pytest.mark.slow
+async def test_x03_paused_async_handler_is_cancelled_before_its_late_commit(
+    db: psycopg.AsyncConnection[Any], queries: Queries, spawn_worker: Any, marker_dir: Path
+) -> None:
+    """SIGSTOP A (a coroutine mid-completion) past its lease, B completes, SIGCONT A: nothing of A's lands."""
+    worker_a, worker_b, job, before = await pause_a_until_b_completes(
+        db, queries, spawn_worker, marker_dir, "boundary.record_result_async"
+    )
+
+    async def a_stopped() -> list[dict[str, Any]]:
+        return [e for e in await job_events(db, job.id) if e["event"] in ("lease_lost", "fencing_lost")]
+
+    # Whichever stops A first, its watchdog (lease_lost) or the fence (fencing_lost), says so.
+    await wait_until(a_stopped, timeout=15, what="A to record that it stopped the job")
+    stats_a = worker_a.stop()
+    assert stats_a["succeeded"] == 0 and stats_a["leases_lost"] + stats_a["fencing_losses"] >= 1
+
+    after = await job_row(db, job.id)
+    assert after == before, "A's late completion must not change the job B completed"
+    results = await rows(db, "SELECT job_id, token, pid FROM public.boundary_results ORDER BY token")
+    assert results == [{"job_id": job.id, "token": 2, "pid": worker_b.pid}], "A's result must roll back"
+    assert (marker_dir / "finished-1").exists() is False
+    stats_b = worker_b.stop()
+    assert stats_b["succeeded"] == 1 and stats_b["fencing_losses"] == 0
+    history = [(e["event"], e["token"], e["worker"]) for e in await job_events(db, job.id)]
+    assert history[0] == ("lease_expired", 1, "worker-a")
+    assert set(history[1:]) <= {("fencing_lost", 1, "worker-a"), ("lease_lost", 1, "worker-a")}
+    print(f"\nX3 async: A's side of the history after resuming: {[e for e, _, _ in history[1:]]}")
 
 
 async def test_x03_stale_token_writes_update_zero_rows(

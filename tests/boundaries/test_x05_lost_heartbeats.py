@@ -1,9 +1,13 @@
 """X5: heartbeats are lost while a job works; the duplicate-execution window stays bounded.
 
-The worker's local watchdog stops an async handler once its lease has run out on the local
-clock, even when the database cannot be reached, so the first execution ends about when the
-database lets a second worker reclaim the job. Heartbeats renew a lease only on progress (L3)
-and never past the max runtime (L4).
+The worker's local watchdog marks a job's lease lost once it has run out on the local clock,
+even when the database cannot be reached, so the first execution ends about when the database
+lets a second worker reclaim the job. A coroutine handler is cancelled there and then: its
+window is one lease. A plain-function handler runs in a thread that nothing can stop from
+outside; it learns of the loss (LeaseLost) at its next ctx.check() or ctx.progress(), so its
+window is one lease plus the handler's own interval between checks, and it is bounded only if
+the handler checks. Heartbeats renew a lease only on progress (L3) and never past the max
+runtime (L4).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from _harness import PartitionProxy, at, db_now, job_events, job_row, wait_until
+from _harness import PartitionProxy, at, db_now, job_events, job_row, wait_for, wait_until
 
 import tenure
 from tenure.db.queries import Queries
@@ -25,6 +29,10 @@ LEASE = 1.0
 #: scheduling on a busy 2-core machine. Generous on purpose: it proves a bound, not a speed (an
 #: unwatched handler here would run its full 10 s).
 MARGIN = 1.0 * LEASE
+#: How often the thread handlers here check their lease: a thread's window grows by this much.
+CHECK_EVERY = 0.25
+#: How long past its loss each kind of handler may go on running before it stops.
+STOPS_WITHIN = {"async": 0.0, "thread": CHECK_EVERY}
 
 
 class Executions:
@@ -41,35 +49,75 @@ class Executions:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fault", ["no_progress", "partitioned"])
+@pytest.mark.parametrize("handler", ["async", "thread"])
 async def test_x05_watchdog_bounds_the_duplicate_execution_window(
-    dsn: str, db: psycopg.AsyncConnection[Any], app: tenure.Tenure, start_worker: Any, fault: str
+    dsn: str,
+    db: psycopg.AsyncConnection[Any],
+    app: tenure.Tenure,
+    start_worker: Any,
+    fault: str,
+    handler: str,
 ) -> None:
-    """An unrenewed execution stops within lease + margin; its overlap with the retry is bounded."""
+    """An unrenewed run stops within a lease (+ a thread's check interval) + margin; so does the overlap."""
     executions = Executions()
     proxy = await PartitionProxy(dsn).start()
+    loop = asyncio.get_running_loop()
+    victim: tenure.Worker | None = None
 
-    @app.task(name="x5.long", max_attempts=5)
-    async def long_job(ctx: tenure.JobContext) -> None:
-        run = executions.begin(ctx.token)
-        try:
-            if ctx.token >= 2:
-                await asyncio.sleep(0.2)  # the retry does its work and finishes
-            else:
-                if fault == "partitioned":
-                    proxy.partition()  # from here on, nothing the victim sends reaches the database
-                for step in range(int(10 / 0.05)):  # would run 10 s if nothing stopped it
-                    await asyncio.sleep(0.05)
+    if handler == "async":
+
+        @app.task(name="x5.long", max_attempts=5)
+        async def long_job(ctx: tenure.JobContext) -> None:
+            run = executions.begin(ctx.token)
+            try:
+                if ctx.token >= 2:
+                    await asyncio.sleep(0.2)  # the retry does its work and finishes
+                else:
                     if fault == "partitioned":
-                        ctx.progress({"step": step})  # progress the heartbeat can no longer deliver
-            run["how"] = "finished"
-        except asyncio.CancelledError:
-            run["how"] = "cancelled"
-            raise
-        except tenure.LeaseLost:
-            run["how"] = "lease_lost"
-            raise
-        finally:
-            run["end"] = time.monotonic()
+                        proxy.partition()  # from here on, nothing the victim sends reaches the database
+                    for step in range(int(10 / 0.05)):  # would run 10 s if nothing stopped it
+                        await asyncio.sleep(0.05)
+                        if fault == "partitioned":
+                            ctx.progress({"step": step})  # progress the heartbeat can no longer deliver
+                run["how"] = "finished"
+            except asyncio.CancelledError:
+                run["how"] = "cancelled"
+                raise
+            except tenure.LeaseLost:
+                run["how"] = "lease_lost"
+                raise
+            finally:
+                run["end"] = time.monotonic()
+
+    else:
+
+        async def cut() -> None:
+            proxy.partition()
+
+        @app.task(name="x5.long", max_attempts=5)
+        def long_job_in_a_thread(ctx: tenure.JobContext) -> None:
+            run = executions.begin(ctx.token)
+            try:
+                if ctx.token >= 2:
+                    time.sleep(0.2)
+                else:
+                    if fault == "partitioned":
+                        asyncio.run_coroutine_threadsafe(cut(), loop).result(timeout=5)
+                    for step in range(int(10 / CHECK_EVERY)):  # would run 10 s if it never checked
+                        time.sleep(CHECK_EVERY)
+                        if fault == "partitioned":
+                            ctx.progress({"step": step})  # checks the lease, then reports
+                        else:
+                            ctx.check()
+                run["how"] = "finished"
+            except tenure.LeaseLost:
+                run["how"] = "lease_lost"
+                # A lost thread keeps its worker slot until it returns.
+                assert victim is not None and victim.executor is not None
+                run["slot_held"] = (ctx.job_id, ctx.token) in victim.executor.running
+                raise
+            finally:
+                run["end"] = time.monotonic()
 
     try:
         victim_app = tenure.Tenure(proxy.dsn)
@@ -105,9 +153,17 @@ async def test_x05_watchdog_bounds_the_duplicate_execution_window(
     first, second = executions.runs[1], executions.runs[2]
     ran_for = first["end"] - first["start"]
     overlap = first["end"] - second["start"]
-    assert first["how"] in ("cancelled", "lease_lost"), first
-    assert ran_for <= LEASE + MARGIN, f"first execution ran {ran_for:.2f}s on a {LEASE}s lease"
-    assert overlap <= MARGIN, f"the two executions overlapped for {overlap:.2f}s"
+    late = STOPS_WITHIN[handler]
+    print(
+        f"\nX5 {handler}/{fault}: first execution ran {ran_for:.2f}s (bound {LEASE + late + MARGIN:.2f}s),"
+        f" overlapped the retry by {overlap:.2f}s (bound {late + MARGIN:.2f}s)"
+    )
+    if handler == "async":
+        assert first["how"] in ("cancelled", "lease_lost"), first
+    else:
+        assert first["how"] == "lease_lost" and first["slot_held"], first
+    assert ran_for <= LEASE + late + MARGIN, f"first execution ran {ran_for:.2f}s on a {LEASE}s lease"
+    assert overlap <= late + MARGIN, f"the two executions overlapped for {overlap:.2f}s"
     assert final["lease_token"] == 2
     assert victim.services is not None
     events = [(e["event"], e["token"], e["worker"]) for e in await job_events(db, job.id)]
@@ -192,22 +248,37 @@ async def test_x05_heartbeats_stop_renewing_at_max_runtime(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("handler", ["async", "thread"])
 async def test_x05_worker_renews_on_progress_until_max_runtime(
-    db: psycopg.AsyncConnection[Any], app: tenure.Tenure, start_worker: Any
+    db: psycopg.AsyncConnection[Any], app: tenure.Tenure, start_worker: Any, handler: str
 ) -> None:
     """A worker renews a progressing job's 0.5 s lease past 2 leases, then stops it at max runtime."""
     lease, max_runtime = 0.5, 1.5
     run: dict[str, Any] = {}
 
-    @app.task(name="x5.progressing", max_attempts=1, max_runtime_seconds=max_runtime)
-    async def progressing(ctx: tenure.JobContext) -> None:
-        run["start"] = time.monotonic()
-        try:
-            for step in range(1000):
-                await asyncio.sleep(0.02)
-                ctx.progress(step)
-        finally:
-            run["end"] = time.monotonic()
+    if handler == "async":
+
+        @app.task(name="x5.progressing", max_attempts=1, max_runtime_seconds=max_runtime)
+        async def progressing(ctx: tenure.JobContext) -> None:
+            run["start"] = time.monotonic()
+            try:
+                for step in range(1000):
+                    await asyncio.sleep(0.02)
+                    ctx.progress(step)
+            finally:
+                run["end"] = time.monotonic()
+
+    else:
+
+        @app.task(name="x5.progressing", max_attempts=1, max_runtime_seconds=max_runtime)
+        def progressing_in_a_thread(ctx: tenure.JobContext) -> None:
+            run["start"] = time.monotonic()
+            try:
+                for step in range(1000):
+                    time.sleep(0.02)
+                    ctx.progress(step)  # raises LeaseLost once the deadline has stopped the job
+            finally:
+                run["end"] = time.monotonic()
 
     worker = await start_worker(app, lease_seconds=lease, poll_interval=0.1, recovery_interval=0.1)
     job = await app.enqueue("x5.progressing")
@@ -217,7 +288,10 @@ async def test_x05_worker_renews_on_progress_until_max_runtime(
         return row if row["state"] == "dead" else None
 
     final = await wait_until(dead, timeout=15, what="the job to stop at its max runtime")
+    # A thread's MAX_RUNTIME can be written a moment before the thread itself has returned.
+    await wait_for(lambda: "end" in run, timeout=5, what="the handler to return")
     ran_for = run["end"] - run["start"]
+    print(f"\nX5 {handler}: progressing, ran {ran_for:.2f}s on a {lease}s lease, {max_runtime}s max runtime")
     assert ran_for >= 2 * lease, (
         f"progress should have renewed the lease, but the job stopped at {ran_for:.2f}s"
     )
