@@ -3,6 +3,7 @@
 from tenure.app import Tenure
 from tenure.client import Client, SyncClient
 from tenure.context import JobContext
+from tenure.control import CancelReport, ControlRefused, NothingMatched, QueuePause, TooManyMatched
 from tenure.effects import Confirmed, EffectRecord, EffectUncertain, NotHappened, RetryLater
 from tenure.errors import (
     ConfigurationError,
@@ -20,6 +21,8 @@ from tenure.errors import (
     ValidationError,
 )
 from tenure.jobs import ClaimedJob, EnqueuedJob, Job, JobEvent, JobSpec, JobState, Lease
+from tenure.outcomes import ResultRefused, Snooze
+from tenure.results import JobFailed, ResultTimeout
 from tenure.retry import Backoff, FailureClass, FailurePolicy
 from tenure.runtime.options import WorkerOptions
 from tenure.runtime.worker import Worker
@@ -42,11 +45,13 @@ from tenure.txn import (
 __all__ = [
     "AsyncTransaction",
     "Backoff",
+    "CancelReport",
     "ClaimedJob",
     "Client",
     "ConfigurationError",
     "Confirmed",
     "Contention",
+    "ControlRefused",
     "CredentialInPayloadWarning",
     "CredentialPolicy",
     "DatabaseUnavailable",
@@ -58,6 +63,7 @@ __all__ = [
     "Job",
     "JobContext",
     "JobEvent",
+    "JobFailed",
     "JobFailure",
     "JobSpec",
     "JobState",
@@ -65,11 +71,16 @@ __all__ = [
     "LeaseLost",
     "MigrationFailed",
     "NotHappened",
+    "NothingMatched",
     "Permanent",
+    "QueuePause",
+    "ResultRefused",
+    "ResultTimeout",
     "RetriesExhausted",
     "RetryLater",
     "SchemaNotMigrated",
     "SecretValue",
+    "Snooze",
     "SyncClient",
     "SyncTransaction",
     "Task",
@@ -77,6 +88,7 @@ __all__ = [
     "TaskRegistry",
     "Tenure",
     "TenureError",
+    "TooManyMatched",
     "TransactionPolicy",
     "Transient",
     "UnknownTask",

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from psycopg import AsyncConnection, Connection
 
 from tenure.client import Client, SyncClient
+from tenure.control import CancelReport, QueuePause
 from tenure.db.connect import connect, resolve_dsn
 from tenure.db.migrate import MigrationReport, migrate
 from tenure.jobs import EnqueuedJob
@@ -107,6 +109,45 @@ class Tenure:
     ) -> EnqueuedJob:
         """Blocking enqueue, for Django, Flask and scripts."""
         return self.sync_client.enqueue(task, payload, conn=conn, **options)
+
+    # -- job control: the same verbs as Client and SyncClient, documented there ----------------
+
+    async def cancel(self, ids: Sequence[int] | None = None, **options: Any) -> CancelReport:
+        """Cancels jobs, revoking running ones (`Client.cancel`)."""
+        return await self.client.cancel(ids, **options)
+
+    def cancel_sync(self, ids: Sequence[int] | None = None, **options: Any) -> CancelReport:
+        return self.sync_client.cancel(ids, **options)
+
+    async def retry(self, ids: Sequence[int], **options: Any) -> list[int]:
+        """Runs jobs now, reprocessing dead or cancelled ones (`Client.retry`)."""
+        return await self.client.retry(ids, **options)
+
+    def retry_sync(self, ids: Sequence[int], **options: Any) -> list[int]:
+        return self.sync_client.retry(ids, **options)
+
+    async def pause_queue(self, queue: str, **options: Any) -> QueuePause:
+        """Pauses a queue for every worker (`Client.pause_queue`)."""
+        return await self.client.pause_queue(queue, **options)
+
+    def pause_queue_sync(self, queue: str, **options: Any) -> QueuePause:
+        return self.sync_client.pause_queue(queue, **options)
+
+    async def resume_queue(self, queue: str, **options: Any) -> None:
+        await self.client.resume_queue(queue, **options)
+
+    def resume_queue_sync(self, queue: str, **options: Any) -> None:
+        self.sync_client.resume_queue(queue, **options)
+
+    async def paused_queues(self) -> list[QueuePause]:
+        return await self.client.paused_queues()
+
+    async def result(self, job_id: int, *, timeout: float | None = None, poll: float = 1.0) -> Any:
+        """Waits for a job's result (`Client.result`)."""
+        return await self.client.result(job_id, timeout=timeout, poll=poll)
+
+    def result_sync(self, job_id: int, *, timeout: float | None = None, poll: float = 1.0) -> Any:
+        return self.sync_client.result(job_id, timeout=timeout, poll=poll)
 
     async def migrate(self) -> MigrationReport:
         conn = await connect(resolve_dsn(self.dsn).dsn)

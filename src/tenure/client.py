@@ -18,8 +18,25 @@ import psycopg
 from psycopg import AsyncConnection, Connection
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from tenure.control import (
+    DEFAULT_MAX_JOBS,
+    CancelReport,
+    QueuePause,
+    cancel_report,
+    check_attempts,
+    check_cancel,
+    check_ids,
+    check_reason,
+    default_actor,
+    not_paused,
+    pause_until,
+    queue_pause,
+    retry_report,
+    unknown_queue,
+)
 from tenure.db._sqlfiles import named_queries
 from tenure.db.connect import open_pool, resolve_dsn, unavailable
+from tenure.db.control_queries import CancelFilter, ControlQueries
 from tenure.db.queries import Queries
 from tenure.errors import SchemaNotMigrated, UnknownTask, ValidationError
 from tenure.jobs import (
@@ -31,12 +48,13 @@ from tenure.jobs import (
     JobSpec,
     JobState,
 )
+from tenure.results import wait_for_result, wait_for_result_sync
 from tenure.secrets import CredentialPolicy, check_credentials, credential_policy_from
 from tenure.tasks import Task, TaskRegistry
-from tenure.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_schema_name, check_spec
+from tenure.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_queue, check_schema_name, check_spec
 
 # The state goes as text: in COPY's binary format an enum value is its label's bytes.
-_COPY_TYPES = ["text", "text", "jsonb", "int2", "timestamptz", "text", "int4"]
+_COPY_TYPES = ["text", "text", "jsonb", "int2", "timestamptz", "text", "int4", "bool"]
 _MISSING_SCHEMA = (
     psycopg.errors.UndefinedTable,
     psycopg.errors.InvalidSchemaName,
@@ -119,6 +137,7 @@ class JobBuilder:
         run_at: datetime | None = None,
         max_attempts: int | None = None,
         ordering_key: str | None = None,
+        result_wanted: bool = False,
     ) -> JobSpec:
         """A complete spec for one job; options left as None come from the task's policy."""
         name = task.name if isinstance(task, Task) else task
@@ -131,6 +150,7 @@ class JobBuilder:
             delay=delay.total_seconds() if isinstance(delay, timedelta) else delay,
             max_attempts=max_attempts,
             ordering_key=ordering_key,
+            result_wanted=result_wanted,
         )
         return self.check(spec, task if isinstance(task, Task) else None)
 
@@ -170,7 +190,16 @@ class _CopyRows:
             else:
                 state = JobState.PENDING.value
                 self.due_queues.add(s.queue or "default")
-            yield (s.queue, s.task, Jsonb(s.payload), s.priority, available, state, s.max_attempts)
+            yield (
+                s.queue,
+                s.task,
+                Jsonb(s.payload),
+                s.priority,
+                available,
+                state,
+                s.max_attempts,
+                s.result_wanted,
+            )
 
 
 def _copy_rows(specs: Sequence[JobSpec], db_now: datetime) -> _CopyRows:
@@ -183,6 +212,12 @@ def _refuse_ordering_keys(specs: Sequence[JobSpec]) -> None:
         raise ValidationError(
             "enqueue_copy does not accept jobs with an ordering_key; enqueue them with enqueue_many"
         )
+
+
+def _pool_dsn(pool: AsyncConnectionPool[Any] | ConnectionPool[Any]) -> str | None:
+    """Where a result waiter LISTENs: the pool's server (None, a pool that computes its DSN:
+    the waiter polls)."""
+    return pool.conninfo if isinstance(pool.conninfo, str) else None
 
 
 def _not_migrated(schema: str) -> SchemaNotMigrated:
@@ -206,6 +241,7 @@ class Client:
     ) -> None:
         self.schema = check_schema_name(schema)
         self.queries = Queries(schema)
+        self.control = ControlQueries(schema)
         self.builder = JobBuilder(registry, max_payload_bytes, credential_policy)
         self._dsn = dsn
         self._pool = pool
@@ -297,6 +333,117 @@ class Client:
         async with self._conn(None) as c:
             return await self.queries.job_events_list(c, job_id)
 
+    # -- job control (K1, K2) ----------------------------------------------------------------
+
+    async def cancel(
+        self,
+        ids: Sequence[int] | None = None,
+        *,
+        reason: str,
+        queue: str | None = None,
+        task: str | None = None,
+        contains: dict[str, Any] | None = None,
+        older_than: float | None = None,
+        running: bool = False,
+        requeue: bool = False,
+        max_jobs: int | None = DEFAULT_MAX_JOBS,
+        actor: str | None = None,
+    ) -> CancelReport:
+        """Cancels jobs by id, or by filter (waiting jobs; with `running`, running ones too).
+
+        A running job is revoked: its lease ends in the database at once and its token moves on,
+        so nothing its holder writes afterwards lands (completion, failure, progress, effects,
+        ctx.atomic). With `requeue`, a running job goes back to pending instead, to run again at
+        once elsewhere. All or nothing: a finished or unknown id, or more than `max_jobs`
+        matches, raises and changes nothing.
+        """
+        where = CancelFilter(queue, task, contains, older_than, running)
+        checked, bound = check_cancel(ids, where, requeue=requeue, max_jobs=max_jobs)
+        text = check_reason(reason, "cancel")
+        async with self._conn(None) as c:
+            rows = await self.control.cancel_many(
+                c,
+                checked,
+                where,
+                requeue=requeue,
+                max_jobs=bound,
+                actor=actor or default_actor(),
+                reason=text,
+            )
+        return cancel_report(rows, requeue=requeue, max_jobs=bound, by_filter=checked is None)
+
+    async def retry(
+        self, ids: Sequence[int], *, reason: str, attempts: int = 1, actor: str | None = None
+    ) -> list[int]:
+        """Runs scheduled or pending jobs now, and reprocesses dead or cancelled ones with
+        `attempts` more attempts; all or nothing."""
+        checked = check_ids(ids)
+        if not checked:
+            raise ValidationError("name the jobs to retry")
+        check_attempts(attempts)
+        text = check_reason(reason, "retry")
+        async with self._conn(None) as c:
+            rows = await self.control.retry_many(
+                c, checked, attempts=attempts, actor=actor or default_actor(), reason=text
+            )
+        return retry_report(rows)
+
+    async def pause_queue(
+        self,
+        queue: str,
+        *,
+        reason: str,
+        until: datetime | timedelta | float | None = None,
+        allow_unknown: bool = False,
+        actor: str | None = None,
+    ) -> QueuePause:
+        """Stops every worker claiming from `queue` (running jobs finish), until `until` (a time,
+        or a duration from now) or until resumed. Durable: it outlives every worker."""
+        check_queue(queue)
+        text = check_reason(reason, "pause a queue")
+        async with self._conn(None) as c:
+            at = pause_until(until, await self._db_now(c))
+            row = await self.control.pause(
+                c, queue, until=at, actor=actor or default_actor(), reason=text, allow_unknown=allow_unknown
+            )
+        if not row["known"]:
+            raise unknown_queue(queue)
+        return QueuePause(queue, row["paused_at"], row["until"], actor or default_actor(), text)
+
+    async def resume_queue(self, queue: str, *, reason: str | None = None, actor: str | None = None) -> None:
+        """Ends `queue`'s pause; its workers are woken at once."""
+        check_queue(queue)
+        async with self._conn(None) as c:
+            row = await self.control.resume(c, queue, actor=actor or default_actor(), reason=reason)
+        if row is None:
+            raise not_paused(queue)
+
+    async def paused_queues(self) -> list[QueuePause]:
+        """The pauses in effect."""
+        async with self._conn(None) as c:
+            return [queue_pause(r) for r in await self.control.pauses(c)]
+
+    async def result(self, job_id: int, *, timeout: float | None = None, poll: float = 1.0) -> Any:
+        """Waits for the job and returns its result (its handler's return value; None if it
+        returned nothing). Raises JobFailed when it ends dead or cancelled, ResultTimeout after
+        `timeout` seconds. Enqueue with result_wanted=True to be woken the moment it finishes;
+        other jobs are read every `poll` seconds."""
+
+        @contextlib.asynccontextmanager
+        async def connection() -> AsyncIterator[AsyncConnection[Any]]:
+            async with self._conn(None) as c:
+                yield c
+
+        pool = await self.pool()
+        return await wait_for_result(
+            self.control, connection, job_id, timeout=timeout, poll=poll, listen_dsn=_pool_dsn(pool)
+        )
+
+    async def _db_now(self, conn: AsyncConnection[Any]) -> datetime:
+        row = await (await conn.execute(named_queries(self.schema)["clock_now"].encode())).fetchone()
+        assert row is not None
+        return row[0]  # type: ignore[no-any-return]
+
 
 class SyncClient:
     """Blocking producer API, for enqueueing from Django, Flask or scripts."""
@@ -312,6 +459,7 @@ class SyncClient:
     ) -> None:
         self.schema = check_schema_name(schema)
         self.queries = Queries(schema)
+        self.control = ControlQueries(schema)
         self.builder = JobBuilder(registry, max_payload_bytes, credential_policy)
         self._dsn = dsn
         self._pool: ConnectionPool[Any] | None = None
@@ -410,3 +558,98 @@ class SyncClient:
         """The job's audit events (retries, expiries, dead, reprocess, ...), oldest first."""
         with self._conn(None) as c:
             return self.queries.job_events_list_sync(c, job_id)
+
+    # -- job control (K1, K2) ----------------------------------------------------------------
+
+    def cancel(
+        self,
+        ids: Sequence[int] | None = None,
+        *,
+        reason: str,
+        queue: str | None = None,
+        task: str | None = None,
+        contains: dict[str, Any] | None = None,
+        older_than: float | None = None,
+        running: bool = False,
+        requeue: bool = False,
+        max_jobs: int | None = DEFAULT_MAX_JOBS,
+        actor: str | None = None,
+    ) -> CancelReport:
+        """Blocking `Client.cancel`."""
+        where = CancelFilter(queue, task, contains, older_than, running)
+        checked, bound = check_cancel(ids, where, requeue=requeue, max_jobs=max_jobs)
+        text = check_reason(reason, "cancel")
+        with self._conn(None) as c:
+            rows = self.control.cancel_many_sync(
+                c,
+                checked,
+                where,
+                requeue=requeue,
+                max_jobs=bound,
+                actor=actor or default_actor(),
+                reason=text,
+            )
+        return cancel_report(rows, requeue=requeue, max_jobs=bound, by_filter=checked is None)
+
+    def retry(
+        self, ids: Sequence[int], *, reason: str, attempts: int = 1, actor: str | None = None
+    ) -> list[int]:
+        """Blocking `Client.retry`."""
+        checked = check_ids(ids)
+        if not checked:
+            raise ValidationError("name the jobs to retry")
+        check_attempts(attempts)
+        text = check_reason(reason, "retry")
+        with self._conn(None) as c:
+            rows = self.control.retry_many_sync(
+                c, checked, attempts=attempts, actor=actor or default_actor(), reason=text
+            )
+        return retry_report(rows)
+
+    def pause_queue(
+        self,
+        queue: str,
+        *,
+        reason: str,
+        until: datetime | timedelta | float | None = None,
+        allow_unknown: bool = False,
+        actor: str | None = None,
+    ) -> QueuePause:
+        """Blocking `Client.pause_queue`."""
+        check_queue(queue)
+        text = check_reason(reason, "pause a queue")
+        with self._conn(None) as c:
+            row = c.execute(named_queries(self.schema)["clock_now"].encode()).fetchone()
+            assert row is not None
+            at = pause_until(until, row[0])
+            paused = self.control.pause_sync(
+                c, queue, until=at, actor=actor or default_actor(), reason=text, allow_unknown=allow_unknown
+            )
+        if not paused["known"]:
+            raise unknown_queue(queue)
+        return QueuePause(queue, paused["paused_at"], paused["until"], actor or default_actor(), text)
+
+    def resume_queue(self, queue: str, *, reason: str | None = None, actor: str | None = None) -> None:
+        """Blocking `Client.resume_queue`."""
+        check_queue(queue)
+        with self._conn(None) as c:
+            row = self.control.resume_sync(c, queue, actor=actor or default_actor(), reason=reason)
+        if row is None:
+            raise not_paused(queue)
+
+    def paused_queues(self) -> list[QueuePause]:
+        with self._conn(None) as c:
+            return [queue_pause(r) for r in self.control.pauses_sync(c)]
+
+    def result(self, job_id: int, *, timeout: float | None = None, poll: float = 1.0) -> Any:
+        """Blocking `Client.result`."""
+
+        @contextlib.contextmanager
+        def connection() -> Iterator[Connection[Any]]:
+            with self._conn(None) as c:
+                yield c
+
+        dsn = _pool_dsn(self._get_pool())
+        return wait_for_result_sync(
+            self.control, connection, job_id, timeout=timeout, poll=poll, listen_dsn=dsn
+        )

@@ -151,7 +151,10 @@ class JobContext:
 
         async def unit(tx: AsyncTransaction) -> T:
             result = await work(tx)
-            outcome = await services.queries.job_complete_many(tx.conn, owner=services.owner, leases=[lease])
+            # No result notification here: the result follows the commit (job_result_set).
+            outcome = await services.queries.job_complete_many(
+                tx.conn, owner=services.owner, leases=[lease], notify_results=False
+            )
             _check_completion(self, outcome.get(lease))
             return result
 
@@ -189,7 +192,9 @@ class JobContext:
 
         def unit(tx: SyncTransaction) -> T:
             result = work(tx)
-            outcome = services.queries.job_complete_many_sync(tx.conn, owner=services.owner, leases=[lease])
+            outcome = services.queries.job_complete_many_sync(
+                tx.conn, owner=services.owner, leases=[lease], notify_results=False
+            )
             _check_completion(self, outcome.get(lease))
             return result
 

@@ -68,6 +68,8 @@ class ClaimedJob:
     available_at: datetime
     created_at: datetime
     db_now: datetime
+    result_wanted: bool = False
+    """A caller waits for this job's result: its completion notifies (K2)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +97,10 @@ class Job:
     attempted_at: datetime | None
     finished_at: datetime | None
     ordering_key: str | None = None
+    result: Any = None
+    """The handler's return value, stored when the job succeeded (K2); None otherwise."""
+    result_wanted: bool = False
+    snoozes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,3 +151,6 @@ class JobSpec:
     max_attempts: int | None = None
     ordering_key: str | None = None
     """Jobs sharing a key run one at a time, in enqueue order (O2); None: no ordering."""
+    result_wanted: bool = False
+    """A caller will wait for this job's result (`app.result`): its finish then notifies at
+    once. Without it a waiter polls; jobs nobody waits for send no notification."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from tenure.errors import ConfigurationError
+from tenure.outcomes import DEFAULT_MAX_SNOOZES
 from tenure.retry import Backoff, FailurePolicy
 from tenure.secrets import SecretResolver
 from tenure.validation import (
@@ -42,9 +43,12 @@ class TaskPolicy:
     lease_seconds: float | None = None
     max_runtime_seconds: float | None = None
     failure: FailurePolicy = field(default_factory=FailurePolicy)
+    max_snoozes: int = DEFAULT_MAX_SNOOZES
+    """How many times one job may snooze (tenure.Snooze) before it goes dead (SNOOZE_LIMIT)."""
 
     def __post_init__(self) -> None:
         check_queue(self.queue)
+        _check_int("max_snoozes", self.max_snoozes, 0, 1_000_000, "snoozes before a job is dead")
         _check_int("priority", self.priority, *PRIORITY_RANGE, "higher runs first")
         _check_int("max_attempts", self.max_attempts, 1, MAX_ATTEMPTS_LIMIT, "runs before a job is dead")
         for name in ("lease_seconds", "max_runtime_seconds"):

@@ -130,6 +130,8 @@ def check_spec(spec: JobSpec, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BY
     if spec.queue is not None:
         check_queue(spec.queue)
     check_payload(spec.payload, max_bytes=max_payload_bytes)
+    if not isinstance(spec.result_wanted, bool):
+        raise ValidationError(f"result_wanted must be True or False, got {spec.result_wanted!r}")
     if spec.priority is not None and (
         isinstance(spec.priority, bool)
         or not isinstance(spec.priority, int)

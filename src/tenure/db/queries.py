@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -112,6 +112,22 @@ def notify_channel(schema: str) -> str:
 SCHEDULED_PREFIX = "*"
 
 
+#: A NOTIFY payload that starts with this tells workers a running job was revoked (K1):
+#: "<prefix><job id>:<the revoked token>". No queue name can start with it either.
+REVOKE_PREFIX = "!"
+
+
+def revoke_hint(payload: str) -> tuple[int, int] | None:
+    """The (job id, revoked token) a revoke notice carries, or None when `payload` is not one."""
+    if not payload.startswith(REVOKE_PREFIX):
+        return None
+    job_id, _, token = payload[len(REVOKE_PREFIX) :].partition(":")
+    try:
+        return int(job_id), int(token)
+    except ValueError:
+        return None
+
+
 def scheduled_hint(payload: str) -> datetime | None:
     """The due time a scheduled hint carries, or None when `payload` is not one."""
     if not payload.startswith(SCHEDULED_PREFIX):
@@ -159,6 +175,7 @@ class Queries:
     def __init__(self, schema: str) -> None:
         self.schema = schema
         self.channel = notify_channel(schema)
+        self.results_channel = results_channel(schema)
         self._sql = named_queries(schema)
 
     # -- producers --------------------------------------------------------------------------
@@ -181,6 +198,7 @@ class Queries:
             ],
             "ordering_keys": [s.ordering_key for s in specs],
             "idempotency_keys": keys,
+            "result_wanted": [s.result_wanted for s in specs],
             "ordering_lock_space": f"tenure.ordering:{self.schema}",
             "channel": self.channel,
             "scheduled_prefix": SCHEDULED_PREFIX,
@@ -340,17 +358,27 @@ class Queries:
                 available_at=r["available_at"],
                 created_at=r["created_at"],
                 db_now=r["db_now"],
+                result_wanted=r["result_wanted"],
             )
             for r in sorted(rows, key=lambda r: r["id"])
         ]
 
     def _complete_params(
-        self, owner: str, leases: Sequence[tuple[int, int]], now: datetime | None
+        self,
+        owner: str,
+        leases: Sequence[tuple[int, int]],
+        now: datetime | None,
+        results: Mapping[tuple[int, int], Any] | None = None,
+        notify_results: bool = True,
     ) -> dict[str, Any]:
         ordered = sorted(leases)  # one lock order for every writer (T4)
+        found = results or {}
         return {
             "ids": [i for i, _ in ordered],
             "tokens": [t for _, t in ordered],
+            "results": [_result_json(found.get(lease)) for lease in ordered],
+            "results_channel": self.results_channel,
+            "notify_results": notify_results,
             "owner": owner,
             "now": now,
         }
@@ -361,11 +389,15 @@ class Queries:
         *,
         owner: str,
         leases: Sequence[tuple[int, int]],
+        results: Mapping[tuple[int, int], Any] | None = None,
+        notify_results: bool = True,
         now: datetime | None = None,
     ) -> dict[tuple[int, int], str]:
         """Fenced success for (job id, token) pairs: each pair's outcome, 'done', 'busy' (locked
-        elsewhere, try again) or 'lost' (the fence did not hold)."""
-        rows = await _fetch(conn, self._sql["job_complete_many"], self._complete_params(owner, leases, now))
+        elsewhere, try again) or 'lost' (the fence did not hold). `results` holds each job's
+        result (JSON, already checked; absent or None: none; Jsonb(None): JSON null)."""
+        params = self._complete_params(owner, leases, now, results, notify_results)
+        rows = await _fetch(conn, self._sql["job_complete_many"], params)
         return {(r["id"], r["token"]): r["outcome"] for r in rows}
 
     def job_complete_many_sync(
@@ -374,10 +406,62 @@ class Queries:
         *,
         owner: str,
         leases: Sequence[tuple[int, int]],
+        results: Mapping[tuple[int, int], Any] | None = None,
+        notify_results: bool = True,
         now: datetime | None = None,
     ) -> dict[tuple[int, int], str]:
-        rows = _fetch_sync(conn, self._sql["job_complete_many"], self._complete_params(owner, leases, now))
+        params = self._complete_params(owner, leases, now, results, notify_results)
+        rows = _fetch_sync(conn, self._sql["job_complete_many"], params)
         return {(r["id"], r["token"]): r["outcome"] for r in rows}
+
+    async def job_snooze(
+        self,
+        conn: AsyncConnection[Any],
+        *,
+        job_id: int,
+        owner: str,
+        token: int,
+        delay: float,
+        max_snoozes: int,
+        reason: str | None = None,
+        now: datetime | None = None,
+    ) -> FailOutcome:
+        """Fenced snooze: 'snoozed' (to `state`: scheduled, pending, or dead past `max_snoozes`),
+        'busy' or 'lost', as job_fail answers."""
+        params = {
+            "id": job_id,
+            "owner": owner,
+            "token": token,
+            "delay": float(delay),
+            "max_snoozes": max_snoozes,
+            "reason": None if reason is None else storable_text(reason, 1000),
+            "channel": self.channel,
+            "results_channel": self.results_channel,
+            "now": now,
+        }
+        r = (await _fetch(conn, self._sql["job_snooze"], params))[0]
+        return FailOutcome(r["outcome"], JobState(r["state"]) if r["state"] else None, r["available_at"])
+
+    async def job_result_set(
+        self, conn: AsyncConnection[Any], *, job_id: int, token: int, result: Any
+    ) -> bool:
+        """Stores the result of a job completed by ctx.atomic under `token`; False when it is not
+        that attempt's success, or a result is stored already."""
+        params = {
+            "id": job_id,
+            "token": token,
+            "result": Jsonb(result),
+            "results_channel": self.results_channel,
+        }
+        return bool(await _fetch(conn, self._sql["job_result_set"], params))
+
+    async def lease_check_many(
+        self, conn: AsyncConnection[Any], *, owner: str, leases: Sequence[tuple[int, int]]
+    ) -> list[Row]:
+        """The (id, token) leases `owner` no longer holds, with the job's state and last error."""
+        ordered = sorted(leases)
+        params = {"ids": [i for i, _ in ordered], "tokens": [t for _, t in ordered], "owner": owner}
+        return await _fetch(conn, self._sql["lease_check_many"], params)
 
     async def job_fail(
         self,
@@ -518,6 +602,19 @@ class Queries:
         params = {"limit": limit, "channel": self.channel, "now": now}
         [row] = await _fetch(conn, self._sql["job_promote_due"], params)
         return Promotion(int(row["promoted"]), row["next_due"], row["db_now"])
+
+
+def _result_json(result: Any) -> Jsonb | None:
+    """None stores no result (SQL NULL); a Jsonb as given (Jsonb(None) is JSON null)."""
+    if result is None or isinstance(result, Jsonb):
+        return result
+    return Jsonb(result)
+
+
+def results_channel(schema: str) -> str:
+    """The channel job results are announced on (payload: the job id), apart from the workers'
+    channel, so callers waiting for results never wake a worker."""
+    return f"tenure.results:{schema}"[:63]
 
 
 def payload_json(payload: dict[str, Any]) -> str:

@@ -29,6 +29,9 @@ CREATE TABLE __schema__.jobs (
     attempted_at     timestamptz,
     finished_at      timestamptz,
     ordering_key     text,
+    result           jsonb,
+    result_wanted    boolean NOT NULL DEFAULT false,
+    snoozes          integer NOT NULL DEFAULT 0,
     CONSTRAINT jobs_queue_format CHECK (queue ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$'),
     CONSTRAINT jobs_task_length CHECK (char_length(task) BETWEEN 1 AND 200),
     CONSTRAINT jobs_payload_object CHECK (jsonb_typeof(payload) = 'object'),
@@ -85,7 +88,8 @@ CREATE TABLE __schema__.job_events (
 CREATE INDEX job_events_job_idx ON __schema__.job_events (job_id, id);
 -- NOT VALID, as the service-health migration adds it (a test proves the two schemas equal).
 ALTER TABLE __schema__.job_events ADD CONSTRAINT job_events_event_known CHECK (event IN (
-    'retry', 'lease_expired', 'fencing_lost', 'dead', 'released', 'reprocess', 'cancel', 'lease_lost'
+    'retry', 'lease_expired', 'fencing_lost', 'dead', 'released', 'reprocess', 'cancel', 'lease_lost',
+    'revoke', 'snooze', 'retry_now'
 )) NOT VALID;
 
 -- The claim's "is this the head of its key?" probe, and the operators' blocked-key listing.
@@ -144,3 +148,50 @@ CREATE TABLE __schema__.workers (
     CONSTRAINT workers_id_length CHECK (char_length(id) BETWEEN 1 AND 200),
     CONSTRAINT workers_busy_in_range CHECK (concurrency >= 1 AND busy BETWEEN 0 AND concurrency)
 );
+
+-- Job control (migration 0009): results, snoozes, queue pauses and their history.
+-- NOT VALID, as migration 0009 adds them (a test proves the two schemas equal).
+ALTER TABLE __schema__.jobs ADD CONSTRAINT jobs_result_when_succeeded
+    CHECK (result IS NULL OR state = 'succeeded') NOT VALID;
+ALTER TABLE __schema__.jobs ADD CONSTRAINT jobs_snoozes_counted CHECK (snoozes >= 0) NOT VALID;
+
+CREATE TABLE __schema__.queue_pauses (
+    queue     text PRIMARY KEY,
+    paused_at timestamptz NOT NULL DEFAULT now(),
+    until     timestamptz,
+    actor     text NOT NULL,
+    reason    text NOT NULL,
+    CONSTRAINT queue_pauses_reason_bounded CHECK (char_length(reason) BETWEEN 1 AND 2000),
+    CONSTRAINT queue_pauses_actor_bounded CHECK (char_length(actor) BETWEEN 1 AND 200),
+    CONSTRAINT queue_pauses_until_later CHECK (until IS NULL OR until > paused_at)
+);
+
+CREATE TABLE __schema__.queue_events (
+    id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    queue  text NOT NULL,
+    event  text NOT NULL,
+    until  timestamptz,
+    actor  text NOT NULL,
+    reason text,
+    at     timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT queue_events_event_known CHECK (event IN ('pause', 'resume')),
+    CONSTRAINT queue_events_reason_bounded CHECK (char_length(reason) <= 2000)
+);
+CREATE INDEX queue_events_queue_idx ON __schema__.queue_events (queue, id);
+
+-- Cancelling is an operator's act. The worker role may write a job's state (it must, to claim
+-- and complete), so a column privilege cannot keep it from writing 'cancelled'; this trigger
+-- can: only a role that may also pause queues may cancel. It fires only on that one transition.
+CREATE FUNCTION __schema__.jobs_cancel_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT has_table_privilege(format('%I.queue_pauses', TG_TABLE_SCHEMA), 'INSERT') THEN
+        RAISE EXCEPTION 'role % may not cancel jobs', current_user
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'cancel and revoke as the admin role (see tenure roles)';
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER jobs_cancel_guard BEFORE UPDATE OF state ON __schema__.jobs
+    FOR EACH ROW WHEN (NEW.state = 'cancelled' AND OLD.state IS DISTINCT FROM 'cancelled')
+    EXECUTE FUNCTION __schema__.jobs_cancel_guard();

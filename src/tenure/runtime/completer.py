@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from tenure.jobs import ClaimedJob
 from tenure.runtime.services import WorkerServices
@@ -33,6 +34,7 @@ class _Pending:
     job: ClaimedJob
     expires: float  # local monotonic estimate of the lease's end: past it, writing is pointless
     done: asyncio.Future[str]
+    result: Any = None  # the job's result, checked JSON (K2); None stores none
     busy_tries: int = 0
     not_before: float = field(default=0.0)
 
@@ -53,10 +55,11 @@ class Completer:
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
         self._retry: list[_Pending] = []
 
-    async def complete(self, job: ClaimedJob, expires: float) -> str:
-        """A CompletionOutcome; `expires` is the local monotonic estimate of the lease's end."""
+    async def complete(self, job: ClaimedJob, expires: float, result: Any = None) -> str:
+        """A CompletionOutcome; `expires` is the local monotonic estimate of the lease's end,
+        `result` the job's result to store with it (checked JSON, or None)."""
         done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_Pending(job, expires, done))
+        self._queue.put_nowait(_Pending(job, expires, done, result))
         return await done
 
     async def run(self) -> None:
@@ -111,7 +114,10 @@ class Completer:
         try:
             async with services.connection() as conn:
                 result = await services.queries.job_complete_many(
-                    conn, owner=services.owner, leases=[(p.job.id, p.job.lease.token) for p in batch]
+                    conn,
+                    owner=services.owner,
+                    leases=[(p.job.id, p.job.lease.token) for p in batch],
+                    results={(p.job.id, p.job.lease.token): p.result for p in batch if p.result is not None},
                 )
         except Exception as exc:
             services.stats.write_errors += 1

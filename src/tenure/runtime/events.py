@@ -28,6 +28,7 @@ class Outcome(enum.StrEnum):
     RETRIED = "retried"
     DEAD = "dead"
     FENCED = "fenced"  # the fence refused our completion or failure write
+    SNOOZED = "snoozed"  # back to wait, the attempt not spent (K2)
 
 
 class EventSink(Protocol):

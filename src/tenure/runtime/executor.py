@@ -12,11 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from tenure.context import JobContext
 from tenure.errors import JobFailure, LeaseLost, Transient
 from tenure.jobs import ClaimedJob, JobState
 from tenure.logging_context import bind_job, job_fields
+from tenure.outcomes import ResultRefused, Snooze, encode_result
 from tenure.retry import FailureClass, FailurePolicy, error_code
 from tenure.runtime.completer import Completer, CompletionOutcome
 from tenure.runtime.events import Outcome
@@ -204,14 +206,15 @@ class Executor:
                 return
             secrets = resolved_values(payload)
         error: Exception | None = None
+        value: Any = None
         try:
             if task.is_async:
-                await task(ctx, **payload)
+                value = await task(ctx, **payload)
             else:
                 call = functools.partial(task, ctx, **payload)
                 execution.thread = asyncio.get_running_loop().run_in_executor(self.threads, call)
                 # Shielded: cancelling this task must not forget the thread, which runs on.
-                await asyncio.shield(execution.thread)
+                value = await asyncio.shield(execution.thread)
         except asyncio.CancelledError:
             if execution.cancel_reason is None:
                 raise
@@ -219,7 +222,7 @@ class Executor:
             error = exc
         if execution.thread is None or execution.thread.done():
             execution.handler_done = True
-        await self._settle(execution, task, error, secrets)
+        await self._settle(execution, task, error, secrets, value)
         await self._until_code_stops(execution)
 
     async def _until_code_stops(self, execution: Execution) -> None:
@@ -236,9 +239,10 @@ class Executor:
         execution.handler_done = True
 
     async def _settle(
-        self, execution: Execution, task: Task, error: Exception | None, secrets: list[str]
+        self, execution: Execution, task: Task, error: Exception | None, secrets: list[str], value: Any
     ) -> None:
-        """Writes the attempt's outcome, if it is still this worker's to write."""
+        """Writes the attempt's outcome, if it is still this worker's to write: `error` raised,
+        or `value` returned (a result, or a Snooze)."""
         job, ctx = execution.job, execution.ctx
         if execution.cancel_reason == MAX_RUNTIME:
             runtime = (job.lease.deadline - job.db_now).total_seconds()
@@ -257,6 +261,10 @@ class Executor:
             if not ctx.lease_lost:
                 self.lose(execution, LOST)
             return
+        snooze = error if isinstance(error, Snooze) else value if isinstance(value, Snooze) else None
+        if snooze is not None and not ctx.completed and not ctx.lease_lost:
+            await self._snooze(execution, task, snooze)
+            return
         if error is not None:
             if ctx.completed or ctx.lease_lost:
                 # The type only: an exception's text may quote the payload.
@@ -268,12 +276,29 @@ class Executor:
             detail = redact("".join(traceback.format_exception(error, limit=8)), secrets)[-1900:]
             await self._fail(execution, task, error_code(error), detail, failure, error)
             return
+        result = None
+        if value is not None and snooze is None:
+            try:
+                result = encode_result(value, self.services.options.max_result_bytes)
+            except ResultRefused as refused:
+                if ctx.completed:
+                    log.warning("job %s succeeded, but its result is not stored: %s", job.id, refused)
+                    self._succeeded(execution)
+                    return
+                await self._fail(execution, task, refused.code, str(refused), FailureClass.PERMANENT)
+                return
         if ctx.completed:
-            self._succeeded(execution)  # completed in the handler's own transaction (E3)
+            # Completed in the handler's own transaction (E3); the result follows that commit.
+            if result is not None or job.result_wanted:
+                self.services.in_background(self._store_result(job, result))
+            self._succeeded(execution)
             return
         if ctx.lease_lost:
             return
-        outcome = await self.completer.complete(job, execution.local_expiry)
+        # A waited-for job always gets a result, JSON null for none: a waiter reads SQL NULL as
+        # "still on its way" (see job_result_get).
+        stored = Jsonb(result) if result is not None or job.result_wanted else None
+        outcome = await self.completer.complete(job, execution.local_expiry, stored)
         if outcome == CompletionOutcome.DONE:
             self._succeeded(execution)
         elif outcome == CompletionOutcome.LOST:
@@ -284,6 +309,57 @@ class Executor:
             log.warning("job %s: completion refused by the fence (token %s)", job.id, job.lease.token)
         else:
             self.lose(execution, "lease ran out before its completion could be written", "WRITE_FAILED")
+
+    async def _store_result(self, job: ClaimedJob, result: Any) -> None:
+        try:
+            async with self.services.connection() as conn:
+                await self.services.queries.job_result_set(
+                    conn, job_id=job.id, token=job.lease.token, result=result
+                )
+        except Exception as exc:  # the job stays succeeded; a waiter finds no result, or polls
+            log.warning("could not store the result of job %s: %s", job.id, describe_error(exc))
+
+    async def _snooze(self, execution: Execution, task: Task, snooze: Snooze) -> None:
+        """Puts the job back to wait `snooze.delay` seconds without spending its attempt (K2)."""
+        job, services = execution.job, self.services
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                async with services.connection() as conn:
+                    result = await services.queries.job_snooze(
+                        conn,
+                        job_id=job.id,
+                        owner=services.owner,
+                        token=job.lease.token,
+                        delay=snooze.delay,
+                        max_snoozes=task.policy.max_snoozes,
+                        reason=snooze.reason,
+                    )
+                if result.outcome != "busy":
+                    break
+            except Exception as write_exc:
+                services.stats.write_errors += 1
+                log.warning("snooze write for job %s failed: %s", job.id, describe_error(write_exc))
+            pause = min(2.0, 0.05 * 2**attempt)
+            if time.monotonic() + pause >= execution.local_expiry:
+                self.lose(execution, "lease ran out before its snooze could be written", "WRITE_FAILED")
+                return
+            await asyncio.sleep(pause)
+        if result.outcome == "lost":
+            services.stats.fencing_losses += 1
+            services.events.fencing_loss(job, "FENCED_SNOOZE")
+            self._finished(execution, Outcome.FENCED, "FENCED_SNOOZE")
+            execution.ctx.mark_lost("fence refused the snooze")
+        elif result.state is JobState.DEAD:
+            services.stats.dead += 1
+            self._finished(execution, Outcome.DEAD, "SNOOZE_LIMIT")
+            log.warning("job %s is dead: it snoozed more than max_snoozes allows", job.id)
+        else:
+            services.stats.snoozed += 1
+            if result.state is JobState.SCHEDULED and result.available_at is not None:
+                services.scheduled(result.available_at)
+            self._finished(execution, Outcome.SNOOZED, None)
 
     def _succeeded(self, execution: Execution) -> None:
         self.services.stats.succeeded += 1

@@ -8,6 +8,7 @@ import logging
 import time
 
 from tenure.runtime.executor import Execution, Executor
+from tenure.runtime.revocation import RevocationCheck
 from tenure.runtime.services import WorkerServices
 from tenure.runtime.supervisor import describe_error
 
@@ -15,9 +16,12 @@ log = logging.getLogger("tenure.worker")
 
 
 class Heartbeat:
-    def __init__(self, services: WorkerServices, executor: Executor) -> None:
+    def __init__(
+        self, services: WorkerServices, executor: Executor, revocations: RevocationCheck | None = None
+    ) -> None:
         self.services = services
         self.executor = executor
+        self.revocations = revocations
         self.health = services.health.service("heartbeat")
         self.watchdog_health = services.health.service("watchdog")
 
@@ -48,6 +52,8 @@ class Heartbeat:
     async def _beat(self) -> None:
         try:
             await self.beat_once()
+            if self.revocations is not None:
+                await self.revocations.check()
         except Exception as exc:
             self.health.failed(exc)
             self.services.stats.heartbeat_failures += 1

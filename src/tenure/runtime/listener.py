@@ -19,7 +19,7 @@ import psycopg
 from psycopg import sql
 
 from tenure.db.connect import application_name, describe_dsn, prepare_threshold
-from tenure.db.queries import notify_channel, scheduled_hint
+from tenure.db.queries import notify_channel, revoke_hint, scheduled_hint
 from tenure.runtime.supervisor import ServiceHealth, describe_error
 
 log = logging.getLogger("tenure.worker")
@@ -40,6 +40,7 @@ class Listener:
         send_probe: Callable[[str], Awaitable[None]] | None = None,
         poll_interval: float = 1.0,
         scheduled: Callable[[datetime], None] = lambda due: None,
+        revoked: Callable[[int, int], None] = lambda job_id, token: None,
     ) -> None:
         self.dsn = dsn
         self.channel = notify_channel(schema)
@@ -49,6 +50,7 @@ class Listener:
         self.send_probe = send_probe
         self.poll_interval = poll_interval
         self.scheduled = scheduled  # told the due time of jobs enqueued as scheduled, any queue
+        self.revoked = revoked  # told (job id, token) of a running job an operator revoked
         self.connected = asyncio.Event()
         self.probe_arrived = asyncio.Event()
         self._probe_payload = f"probe:{uuid.uuid4().hex}"
@@ -91,6 +93,8 @@ class Listener:
                         self.probe_arrived.set()
                     elif (due := scheduled_hint(note.payload)) is not None:
                         self.scheduled(due)
+                    elif (lease := revoke_hint(note.payload)) is not None:
+                        self.revoked(*lease)
             finally:
                 if probe is not None:
                     probe.cancel()

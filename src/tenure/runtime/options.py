@@ -8,8 +8,12 @@ import uuid
 from dataclasses import InitVar, dataclass, field
 
 from tenure.errors import ConfigurationError
+from tenure.outcomes import DEFAULT_MAX_RESULT_BYTES
 from tenure.retry import Backoff
 from tenure.validation import check_queue
+
+#: Results are rows' values, read whole by every waiter: keep them well below jsonb's limits.
+MAX_RESULT_BYTES_LIMIT = 64 * 1024 * 1024
 
 
 def default_worker_id() -> str:
@@ -37,6 +41,8 @@ class WorkerOptions:
     service_failure_limit: how long a critical service (claimer, completer, heartbeat,
         recovery) may keep failing without one success before the worker stops and exits
         non-zero, so that a process supervisor restarts it.
+    max_result_bytes: the largest handler result (its JSON) stored with a succeeded job; a
+        larger one fails the job with RESULT_TOO_LARGE.
     listen_dsn: where LISTEN connects, when the pool's DSN goes through a transaction pooler
         (PgBouncer) that cannot deliver notifications; None uses the pool's DSN.
     """
@@ -61,6 +67,7 @@ class WorkerOptions:
     statement_timeout: float | None = None
     service_failure_limit: float = 120.0
     listen_dsn: str | None = None
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
     # Removed: priority aging rewrote every waiting job; oldest_every bounds starvation instead.
     priority_aging_seconds: InitVar[float | None] = None
     priority_aging_max: InitVar[int | None] = None
@@ -107,6 +114,11 @@ class WorkerOptions:
             raise ConfigurationError(
                 f"oldest_every must be an integer >= 1 (1: due order only) or None (priority only), "
                 f"got {every!r}"
+            )
+        limit = self.max_result_bytes
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_RESULT_BYTES_LIMIT:
+            raise ConfigurationError(
+                f"max_result_bytes must be an integer from 1 to {MAX_RESULT_BYTES_LIMIT}, got {limit!r}"
             )
         batch = self.promotion_batch
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:

@@ -24,6 +24,7 @@ from tenure.runtime.listener import Listener
 from tenure.runtime.options import WorkerOptions
 from tenure.runtime.promoter import Promoter
 from tenure.runtime.recovery import Recovery
+from tenure.runtime.revocation import RevocationCheck
 from tenure.runtime.services import WorkerServices
 from tenure.runtime.stats import WorkerStats
 from tenure.runtime.supervisor import describe_error
@@ -58,6 +59,7 @@ class Worker:
         self.recovery: Recovery | None = None
         self.promoter: Promoter | None = None
         self.listener: Listener | None = None
+        self.revocations: RevocationCheck | None = None
         self._force = False
         #: Why the worker stopped on its own (a critical service kept failing), else None.
         self.failure: str | None = None
@@ -102,7 +104,8 @@ class Worker:
         self.recovery = Recovery(services, self.registry)
         self.promoter = promoter = Promoter(services, claimer.wake)
         services.scheduled = promoter.expect
-        heartbeat = Heartbeat(services, executor)
+        self.revocations = revocations = RevocationCheck(services, executor)
+        heartbeat = Heartbeat(services, executor, revocations)
         background = [
             asyncio.create_task(completer.run(), name="tenure-completer"),
             asyncio.create_task(heartbeat.run(), name="tenure-heartbeat"),
@@ -134,6 +137,7 @@ class Worker:
                 send_probe=lambda payload: self._notify(services, payload),
                 poll_interval=self.options.poll_interval,
                 scheduled=promoter.expect,
+                revoked=revocations.notice,
             )
             background.append(asyncio.create_task(self.listener.run(), name="tenure-listener"))
         if handle_signals:

@@ -16,9 +16,9 @@ WITH input AS (
     FROM unnest(
         %(queues)s::text[], %(tasks)s::text[], %(payloads)s::jsonb[], %(priorities)s::smallint[],
         %(run_ats)s::timestamptz[], %(delays)s::float8[], %(max_attempts)s::integer[],
-        %(ordering_keys)s::text[], %(idempotency_keys)s::uuid[]
+        %(ordering_keys)s::text[], %(idempotency_keys)s::uuid[], %(result_wanted)s::boolean[]
     ) WITH ORDINALITY AS u(queue, task, payload, priority, run_at, delay, max_attempts, ordering_key,
-                           idempotency_key, ord)
+                           idempotency_key, result_wanted, ord)
 ), clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), timed AS (
@@ -30,10 +30,10 @@ WITH input AS (
     FROM (SELECT DISTINCT ordering_key FROM input WHERE ordering_key IS NOT NULL ORDER BY 1) k
 ), inserted AS (
     INSERT INTO __schema__.jobs (queue, task, payload, priority, available_at, state, max_attempts,
-                                 created_at, ordering_key, idempotency_key)
+                                 created_at, ordering_key, idempotency_key, result_wanted)
     SELECT t.queue, t.task, t.payload, t.priority, t.at,
            CASE WHEN t.at > t.now THEN 'scheduled' ELSE 'pending' END::__schema__.job_state,
-           t.max_attempts, t.now, t.ordering_key, t.idempotency_key
+           t.max_attempts, t.now, t.ordering_key, t.idempotency_key, t.result_wanted
     FROM timed t CROSS JOIN ordering_locks
     ORDER BY t.ord
     RETURNING id, available_at
@@ -61,7 +61,7 @@ FROM (SELECT q AS payload FROM unnest(%(queues)s::text[]) AS q
 SELECT id, queue, task, payload, state::text AS state, priority, available_at, attempt_count,
        max_attempts, lease_owner, lease_token, lease_expires_at, lease_deadline, progress,
        last_error_code, last_error, idempotency_key, created_at, attempted_at, finished_at,
-       ordering_key
+       ordering_key, result, result_wanted, snoozes
 FROM __schema__.jobs
 WHERE id = %(id)s;
 
@@ -134,5 +134,5 @@ SELECT now() AS now;
 -- name: job_copy_in
 -- Bulk enqueue (P4); the caller computes available_at from clock_now in the same transaction, and
 -- the state from it (scheduled when later than that now), as job_insert_many does.
-COPY __schema__.jobs (queue, task, payload, priority, available_at, state, max_attempts)
+COPY __schema__.jobs (queue, task, payload, priority, available_at, state, max_attempts, result_wanted)
 FROM STDIN (FORMAT BINARY);

@@ -12,6 +12,11 @@
 -- Lease length and max runtime come from the worker's task policies, by task name.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+), paused AS (
+    -- A paused queue (K1) gives nothing, to every worker, from the moment the pause commits.
+    SELECT EXISTS (
+        SELECT 1 FROM __schema__.queue_pauses p
+        WHERE p.queue = %(queue)s AND (p.until IS NULL OR p.until > (SELECT now FROM clock))) AS yes
 ), oldest AS (
     SELECT c.id
     FROM __schema__.jobs c
@@ -28,6 +33,7 @@ WITH clock AS (
               AND o.state IN ('scheduled', 'pending', 'running', 'dead')
               AND o.id <> c.id
               AND (o.state = 'running' OR o.id < c.id)))
+      AND NOT (SELECT yes FROM paused)
     ORDER BY c.available_at, c.id
     LIMIT %(oldest)s
     FOR UPDATE SKIP LOCKED
@@ -46,6 +52,7 @@ WITH clock AS (
               AND (o.state = 'running' OR o.id < c.id)))
       -- SKIP LOCKED does not skip rows this statement itself locked in the other lane.
       AND c.id NOT IN (SELECT id FROM oldest)
+      AND NOT (SELECT yes FROM paused)
     ORDER BY c.priority DESC, c.available_at, c.id
     LIMIT %(by_priority)s
     FOR UPDATE SKIP LOCKED
@@ -76,7 +83,7 @@ WHERE j.id = ANY(ARRAY(SELECT id FROM candidate))
   AND j.state = 'pending'
 RETURNING j.id, j.queue, j.task, j.payload, j.priority, j.attempt_count, j.max_attempts,
           j.lease_token, j.lease_expires_at, j.lease_deadline, j.progress, j.idempotency_key,
-          j.available_at, j.created_at, clock.now AS db_now;
+          j.available_at, j.created_at, j.result_wanted, clock.now AS db_now;
 
 -- name: job_complete_many
 -- Fenced success for a batch. Rows are locked with SKIP LOCKED, so a row lock held elsewhere
@@ -84,13 +91,15 @@ RETURNING j.id, j.queue, j.task, j.payload, j.priority, j.attempt_count, j.max_a
 -- the worker tries it again alone, while the rest of the batch completes (T5, X7).
 -- Outcomes, per (id, token): 'done' (succeeded under this token, now or by an earlier write of
 -- ours whose reply was lost), 'busy' (the fence holds but the row is locked elsewhere), 'lost'
--- (the fence does not hold: logged as fencing_lost).
+-- (the fence does not hold: logged as fencing_lost). Each job's result (K2) is stored with it,
+-- and a job a caller waits for (result_wanted) notifies %(results_channel)s unless
+-- %(notify_results)s is false (ctx.atomic: the result is stored after the commit, and notifies).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), input AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS u(id, token)
+    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(results)s::jsonb[]) AS u(id, token, result)
 ), locked AS (
-    SELECT j.id, i.token
+    SELECT j.id, i.token, i.result
     FROM __schema__.jobs j
     JOIN input i ON i.id = j.id AND i.token = j.lease_token
     CROSS JOIN clock
@@ -103,13 +112,17 @@ WITH clock AS (
     UPDATE __schema__.jobs j
     SET state = 'succeeded',
         finished_at = clock.now,
+        result = l.result,
         lease_owner = NULL,
         lease_expires_at = NULL,
         lease_deadline = NULL
     FROM locked l CROSS JOIN clock
     WHERE j.id = l.id
       AND j.lease_token = l.token
-    RETURNING j.id, j.lease_token AS token
+    RETURNING j.id, j.lease_token AS token, j.result_wanted
+), waited AS (
+    SELECT count(pg_notify(%(results_channel)s, d.id::text)) AS n
+    FROM done d WHERE d.result_wanted AND %(notify_results)s::boolean
 ), others AS (
     SELECT i.id, i.token,
            CASE WHEN j.state = 'succeeded' AND j.lease_token = i.token THEN 'done'
@@ -126,7 +139,7 @@ WITH clock AS (
     FROM others o CROSS JOIN clock
     WHERE o.outcome = 'lost'
 )
-SELECT id, token, 'done' AS outcome FROM done
+SELECT id, token, 'done' AS outcome FROM done CROSS JOIN waited
 UNION ALL
 SELECT id, token, outcome FROM others;
 
@@ -254,6 +267,101 @@ WITH clock AS (
     SELECT count(pg_notify(%(channel)s, q.queue)) AS n FROM (SELECT DISTINCT queue FROM released) q
 )
 SELECT released.id FROM released CROSS JOIN notified;
+
+-- name: job_snooze
+-- Fenced snooze (K2): the holder puts its job back to wait %(delay)s seconds without spending
+-- the attempt (scheduled while it waits, pending at once for no delay). A job already snoozed
+-- %(max_snoozes)s times goes dead instead, with SNOOZE_LIMIT. Outcomes as job_fail's:
+-- 'snoozed' (with the new state), 'busy' (locked elsewhere, try again) or 'lost'.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+), target AS (
+    SELECT j.id, j.snoozes >= %(max_snoozes)s AS over
+    FROM __schema__.jobs j CROSS JOIN clock
+    WHERE j.id = %(id)s
+      AND j.state = 'running'
+      AND j.lease_owner = %(owner)s
+      AND j.lease_token = %(token)s
+      AND j.lease_expires_at > clock.now
+    FOR UPDATE OF j SKIP LOCKED
+), snoozed AS (
+    UPDATE __schema__.jobs j
+    SET state = CASE WHEN t.over THEN 'dead'
+                     WHEN %(delay)s::float8 > 0 THEN 'scheduled'
+                     ELSE 'pending' END::__schema__.job_state,
+        attempt_count = CASE WHEN t.over THEN j.attempt_count ELSE j.attempt_count - 1 END,
+        snoozes = CASE WHEN t.over THEN j.snoozes ELSE j.snoozes + 1 END,
+        available_at = CASE WHEN t.over THEN j.available_at
+                            ELSE clock.now + make_interval(secs => %(delay)s::float8) END,
+        finished_at = CASE WHEN t.over THEN clock.now END,
+        last_error_code = CASE WHEN t.over THEN 'SNOOZE_LIMIT' ELSE j.last_error_code END,
+        last_error = CASE WHEN t.over
+                          THEN format('snoozed %%s times, the most its task allows (max_snoozes)', j.snoozes)
+                          ELSE j.last_error END,
+        lease_owner = NULL,
+        lease_expires_at = NULL,
+        lease_deadline = NULL
+    FROM target t CROSS JOIN clock
+    WHERE j.id = t.id
+    RETURNING j.id, j.state, j.available_at, j.queue, j.snoozes, j.result_wanted, j.last_error
+), logged AS (
+    INSERT INTO __schema__.job_events (job_id, event, from_state, to_state, token, worker, error_code, error, at)
+    SELECT s.id, CASE WHEN s.state = 'dead' THEN 'dead' ELSE 'snooze' END, 'running', s.state,
+           %(token)s, %(owner)s, CASE WHEN s.state = 'dead' THEN 'SNOOZE_LIMIT' END,
+           CASE WHEN s.state = 'dead' THEN s.last_error
+                ELSE left(format('snooze %%s of %%s, for %%ss: %%s', s.snoozes, %(max_snoozes)s,
+                                 %(delay)s::float8, coalesce(%(reason)s, 'no reason given')), 2000) END,
+           clock.now
+    FROM snoozed s CROSS JOIN clock
+), notified AS (
+    SELECT count(pg_notify(n.channel, n.payload)) AS n
+    FROM (SELECT %(channel)s AS channel, s.queue AS payload FROM snoozed s WHERE s.state = 'pending'
+          UNION ALL
+          SELECT %(results_channel)s, s.id::text FROM snoozed s WHERE s.state = 'dead' AND s.result_wanted) n
+), verdict AS (
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM snoozed) THEN 'snoozed'
+                WHEN EXISTS (
+                    SELECT 1 FROM __schema__.jobs j CROSS JOIN clock
+                    WHERE j.id = %(id)s AND j.state = 'running' AND j.lease_owner = %(owner)s
+                      AND j.lease_token = %(token)s AND j.lease_expires_at > clock.now) THEN 'busy'
+                ELSE 'lost' END AS outcome
+), lost AS (
+    INSERT INTO __schema__.job_events (job_id, event, from_state, token, worker, error_code, at)
+    SELECT %(id)s, 'fencing_lost', 'running', %(token)s, %(owner)s, 'FENCED_SNOOZE', clock.now
+    FROM clock CROSS JOIN verdict
+    WHERE verdict.outcome = 'lost'
+)
+SELECT v.outcome, s.state::text AS state, s.available_at
+FROM verdict v CROSS JOIN (SELECT count(*) FROM notified) n LEFT JOIN snoozed s ON true;
+
+-- name: job_result_set
+-- The result of a job its handler completed in its own transaction (ctx.atomic), stored after
+-- that commit: only for the attempt that succeeded (its token), and only once. Wakes a waiter.
+WITH stored AS (
+    UPDATE __schema__.jobs
+    SET result = %(result)s
+    WHERE id = %(id)s AND state = 'succeeded' AND lease_token = %(token)s AND result IS NULL
+    RETURNING id, result_wanted
+), notified AS (
+    SELECT count(pg_notify(%(results_channel)s, s.id::text)) AS n FROM stored s WHERE s.result_wanted
+)
+SELECT s.id FROM stored s CROSS JOIN notified;
+
+-- name: lease_check_many
+-- Which of these (id, token) leases this worker no longer holds: revoked, taken over, finished
+-- or gone. The heartbeat asks it every beat, so a revoke reaches even a job that reports no
+-- progress (K1) when the notification did not.
+WITH input AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS u(id, token)
+)
+SELECT i.id, i.token, j.state::text AS state, j.lease_token AS current_token, j.last_error_code,
+       j.last_error
+FROM input i
+LEFT JOIN __schema__.jobs j ON j.id = i.id
+WHERE j.id IS NULL
+   OR j.state <> 'running'
+   OR j.lease_token <> i.token
+   OR j.lease_owner IS DISTINCT FROM %(owner)s;
 
 -- name: lease_get
 -- Why a fenced write failed: the job's current lease as the database sees it.

@@ -12,7 +12,7 @@
 REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role};
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT INSERT (queue, task, payload, priority, available_at, state, max_attempts, created_at,
-              ordering_key, idempotency_key)
+              ordering_key, idempotency_key, result_wanted)
     ON {schema}.jobs TO {role};
 GRANT SELECT (id, available_at) ON {schema}.jobs TO {role};
 GRANT SELECT ON {schema}.schema_migrations TO {role};
@@ -25,15 +25,19 @@ REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role};
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.jobs TO {role};
 GRANT UPDATE (state, available_at, attempt_count, lease_owner, lease_token, lease_expires_at,
-              lease_deadline, progress, last_error_code, last_error, attempted_at, finished_at)
+              lease_deadline, progress, last_error_code, last_error, attempted_at, finished_at,
+              result, snoozes)
     ON {schema}.jobs TO {role};
 GRANT SELECT, INSERT ON {schema}.job_events TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.job_effects TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.workers TO {role};
+-- Reads queue pauses (the claim honours them) but may not write them: pausing, and cancelling
+-- (which the jobs_cancel_guard trigger allows only to a role that may pause), are the admin's.
+GRANT SELECT ON {schema}.queue_pauses TO {role};
 GRANT SELECT ON {schema}.schema_migrations TO {role};
 
 -- name: admin
--- Migrations and dead-job operations (inspect, reprocess, cancel, prune). Run `tenure migrate`
+-- Migrations and operations: dead jobs (inspect, reprocess, prune), cancel and revoke, pause. Run `tenure migrate`
 -- as this role from the start, so it owns the schema and every object in it: ALTER and DROP
 -- belong to owners and cannot be granted.
 GRANT USAGE, CREATE ON SCHEMA {schema} TO {role};

@@ -1,0 +1,271 @@
+"""Typed access to the job-control queries (control.sql): cancel and revoke, retry now, queue
+pauses, and what a caller waiting for a result reads."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg import AsyncConnection, Connection
+from psycopg.types.json import Jsonb
+
+from tenure.db._sqlfiles import named_queries
+from tenure.db.queries import REVOKE_PREFIX, Row, _fetch, _fetch_sync, notify_channel, results_channel
+from tenure.db.text import storable_text
+from tenure.jobs import JobState
+
+#: States a cancel by filter takes, and those an id may be in to be cancelled.
+WAITING = (JobState.SCHEDULED, JobState.PENDING)
+CANCELLABLE = (JobState.SCHEDULED, JobState.PENDING, JobState.RUNNING, JobState.DEAD)
+
+
+@dataclass(frozen=True, slots=True)
+class CancelFilter:
+    """Which jobs a cancel by filter takes; None fields match anything."""
+
+    queue: str | None = None
+    task: str | None = None
+    contains: dict[str, Any] | None = None
+    """Jobs whose payload contains this JSON object (jsonb @>)."""
+    older_than: float | None = None
+    """Jobs enqueued at least this many seconds ago."""
+    running: bool = False
+    """Also revoke running jobs that match (a filter takes waiting jobs only by default)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ControlRows:
+    """What one control statement did: the rows it moved, or why it moved none."""
+
+    moved: list[Row]
+    refused: list[Row]
+    too_many: bool
+
+
+def _split(rows: list[Row]) -> ControlRows:
+    return ControlRows(
+        moved=[r for r in rows if r["outcome"] == "moved"],
+        refused=[r for r in rows if r["outcome"] == "refused"],
+        too_many=any(r["outcome"] == "too_many" for r in rows),
+    )
+
+
+class ControlQueries:
+    def __init__(self, schema: str) -> None:
+        self._sql = named_queries(schema)
+        self.channel = notify_channel(schema)
+        self.results_channel = results_channel(schema)
+
+    def _cancel_params(
+        self,
+        ids: Sequence[int] | None,
+        where: CancelFilter,
+        *,
+        requeue: bool,
+        max_jobs: int,
+        actor: str,
+        reason: str,
+        now: datetime | None,
+    ) -> dict[str, Any]:
+        if requeue:
+            accept: Sequence[JobState] = (JobState.RUNNING,)
+        elif ids is not None:
+            accept = CANCELLABLE
+        else:
+            accept = (*WAITING, JobState.RUNNING) if where.running else WAITING
+        return {
+            "ids": None if ids is None else sorted(set(ids)),
+            "accept": [s.value for s in accept],
+            "queue": where.queue,
+            "task": where.task,
+            "contains": None if where.contains is None else Jsonb(where.contains),
+            "older_than": where.older_than,
+            "requeue": requeue,
+            "max_jobs": max_jobs,
+            "actor": storable_text(actor, 200),
+            "reason": storable_text(reason, 2000),
+            "channel": self.channel,
+            "results_channel": self.results_channel,
+            "revoke_prefix": REVOKE_PREFIX,
+            "now": now,
+        }
+
+    async def cancel_many(
+        self,
+        conn: AsyncConnection[Any],
+        ids: Sequence[int] | None,
+        where: CancelFilter = CancelFilter(),
+        *,
+        requeue: bool = False,
+        max_jobs: int,
+        actor: str,
+        reason: str,
+        now: datetime | None = None,
+    ) -> ControlRows:
+        """Cancels (or, with `requeue`, gives back) the jobs named or matched; all or nothing."""
+        params = self._cancel_params(
+            ids, where, requeue=requeue, max_jobs=max_jobs, actor=actor, reason=reason, now=now
+        )
+        return _split(await _fetch(conn, self._sql["job_cancel_many"], params))
+
+    def cancel_many_sync(
+        self,
+        conn: Connection[Any],
+        ids: Sequence[int] | None,
+        where: CancelFilter = CancelFilter(),
+        *,
+        requeue: bool = False,
+        max_jobs: int,
+        actor: str,
+        reason: str,
+        now: datetime | None = None,
+    ) -> ControlRows:
+        params = self._cancel_params(
+            ids, where, requeue=requeue, max_jobs=max_jobs, actor=actor, reason=reason, now=now
+        )
+        return _split(_fetch_sync(conn, self._sql["job_cancel_many"], params))
+
+    def _retry_params(
+        self, ids: Sequence[int], attempts: int, actor: str, reason: str, now: datetime | None
+    ) -> dict[str, Any]:
+        return {
+            "ids": sorted(set(ids)),
+            "attempts": attempts,
+            "actor": storable_text(actor, 200),
+            "reason": storable_text(reason, 2000),
+            "channel": self.channel,
+            "now": now,
+        }
+
+    async def retry_many(
+        self,
+        conn: AsyncConnection[Any],
+        ids: Sequence[int],
+        *,
+        attempts: int,
+        actor: str,
+        reason: str,
+        now: datetime | None = None,
+    ) -> ControlRows:
+        """Runs waiting jobs now and reprocesses dead or cancelled ones; all or nothing."""
+        params = self._retry_params(ids, attempts, actor, reason, now)
+        return _split(await _fetch(conn, self._sql["job_retry_many"], params))
+
+    def retry_many_sync(
+        self,
+        conn: Connection[Any],
+        ids: Sequence[int],
+        *,
+        attempts: int,
+        actor: str,
+        reason: str,
+        now: datetime | None = None,
+    ) -> ControlRows:
+        params = self._retry_params(ids, attempts, actor, reason, now)
+        return _split(_fetch_sync(conn, self._sql["job_retry_many"], params))
+
+    def _pause_params(
+        self,
+        queue: str,
+        until: datetime | None,
+        actor: str,
+        reason: str,
+        allow_unknown: bool,
+        now: datetime | None,
+    ) -> dict[str, Any]:
+        return {
+            "queue": queue,
+            "until": until,
+            "actor": storable_text(actor, 200),
+            "reason": storable_text(reason, 2000),
+            "allow_unknown": allow_unknown,
+            "now": now,
+        }
+
+    async def pause(
+        self,
+        conn: AsyncConnection[Any],
+        queue: str,
+        *,
+        until: datetime | None,
+        actor: str,
+        reason: str,
+        allow_unknown: bool = False,
+        now: datetime | None = None,
+    ) -> Row:
+        """Pauses `queue` cluster-wide; the row says whether the queue was known (else nothing
+        was written) and, when paused, since and until when."""
+        params = self._pause_params(queue, until, actor, reason, allow_unknown, now)
+        return (await _fetch(conn, self._sql["queue_pause"], params))[0]
+
+    def pause_sync(
+        self,
+        conn: Connection[Any],
+        queue: str,
+        *,
+        until: datetime | None,
+        actor: str,
+        reason: str,
+        allow_unknown: bool = False,
+        now: datetime | None = None,
+    ) -> Row:
+        params = self._pause_params(queue, until, actor, reason, allow_unknown, now)
+        return _fetch_sync(conn, self._sql["queue_pause"], params)[0]
+
+    def _resume_params(
+        self, queue: str, actor: str, reason: str | None, now: datetime | None
+    ) -> dict[str, Any]:
+        return {
+            "queue": queue,
+            "actor": storable_text(actor, 200),
+            "reason": None if reason is None else storable_text(reason, 2000),
+            "channel": self.channel,
+            "now": now,
+        }
+
+    async def resume(
+        self,
+        conn: AsyncConnection[Any],
+        queue: str,
+        *,
+        actor: str,
+        reason: str | None,
+        now: datetime | None = None,
+    ) -> Row | None:
+        """Ends `queue`'s pause; None when it was not paused."""
+        rows = await _fetch(conn, self._sql["queue_resume"], self._resume_params(queue, actor, reason, now))
+        return rows[0] if rows else None
+
+    def resume_sync(
+        self,
+        conn: Connection[Any],
+        queue: str,
+        *,
+        actor: str,
+        reason: str | None,
+        now: datetime | None = None,
+    ) -> Row | None:
+        rows = _fetch_sync(conn, self._sql["queue_resume"], self._resume_params(queue, actor, reason, now))
+        return rows[0] if rows else None
+
+    async def pauses(self, conn: AsyncConnection[Any], now: datetime | None = None) -> list[Row]:
+        """The pauses in effect, by queue."""
+        return await _fetch(conn, self._sql["queue_pauses_list"], {"now": now})
+
+    def pauses_sync(self, conn: Connection[Any], now: datetime | None = None) -> list[Row]:
+        return _fetch_sync(conn, self._sql["queue_pauses_list"], {"now": now})
+
+    async def queue_events(
+        self, conn: AsyncConnection[Any], queue: str | None = None, limit: int = 50
+    ) -> list[Row]:
+        return await _fetch(conn, self._sql["queue_events_list"], {"queue": queue, "limit": limit})
+
+    async def result(self, conn: AsyncConnection[Any], job_id: int) -> Row | None:
+        rows = await _fetch(conn, self._sql["job_result_get"], {"id": job_id})
+        return rows[0] if rows else None
+
+    def result_sync(self, conn: Connection[Any], job_id: int) -> Row | None:
+        rows = _fetch_sync(conn, self._sql["job_result_get"], {"id": job_id})
+        return rows[0] if rows else None
