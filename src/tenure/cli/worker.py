@@ -15,6 +15,7 @@ from tenure.cli._common import emit_json, err, positive_int
 from tenure.cli.ops import add_worker_options, prepare_worker
 from tenure.db.connect import LISTEN_DSN_ENV, PREPARE_THRESHOLD_ENV, parse_prepare_threshold
 from tenure.errors import ConfigurationError, TenureError
+from tenure.outcomes import DEFAULT_MAX_RESULT_BYTES
 from tenure.runtime.options import WorkerOptions
 
 
@@ -68,6 +69,8 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         statement_timeout=args.statement_timeout,
         service_failure_limit=args.service_failure_limit,
         oldest_every=args.oldest_every,
+        heartbeat_interval=args.heartbeat_interval,
+        max_result_bytes=args.max_result_bytes,
         **({"worker_id": args.worker_id} if args.worker_id else {}),
     )
     worker = app.worker(options)
@@ -135,6 +138,19 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         default=10,
         help="one claimed job in N is the queue's oldest due job, whatever its priority (the "
         "starvation bound, docs/ordering.md); 'off' claims by priority only (default: 10)",
+    )
+    p.add_argument(
+        "--heartbeat-interval",
+        type=float,
+        default=None,
+        help="seconds between heartbeats, which renew leases and find revoked jobs "
+        "(default: a third of the lease)",
+    )
+    p.add_argument(
+        "--max-result-bytes",
+        type=positive_int,
+        default=DEFAULT_MAX_RESULT_BYTES,
+        help=f"largest handler result stored, as JSON bytes (default: {DEFAULT_MAX_RESULT_BYTES})",
     )
     p.add_argument("--worker-id", default=None)
     add_worker_options(p)

@@ -96,6 +96,12 @@ class WorkerOptions:
             value = getattr(self, name)
             if not isinstance(value, int | float) or value <= 0:
                 raise ConfigurationError(f"{name} must be a positive number of seconds, got {value!r}")
+        beat = self.heartbeat_interval
+        if beat is not None and (isinstance(beat, bool) or not isinstance(beat, int | float) or beat <= 0):
+            raise ConfigurationError(
+                "heartbeat_interval must be a positive number of seconds or None (a third of the "
+                f"lease), got {beat!r}"
+            )
         timeout = self.statement_timeout
         if timeout is not None and (
             isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
