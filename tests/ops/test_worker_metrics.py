@@ -189,3 +189,55 @@ async def _dead(dsn: str, job_id: int) -> bool:
 
 async def _recovered(worker: tenure.Worker) -> bool:
     return worker.stats.recovered_dead + worker.stats.recovered_pending > 0
+
+
+async def test_job_control_shows_in_the_metrics(dsn: str) -> None:
+    """A revoked job, a snooze and a paused queue are each visible on a scrape: the worker's
+    revoke counter and snoozed outcome, the paused-queue gauge and the recent control acts."""
+    app = tenure.Tenure(dsn)
+    started = asyncio.Event()
+
+    @app.task(name="ops.blocks", queue="work")
+    async def blocks(ctx: tenure.JobContext) -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    @app.task(name="ops.snoozes", queue="work")
+    async def snoozes(ctx: tenure.JobContext) -> Any:
+        return tenure.Snooze(3600) if ctx.job.progress is None else None
+
+    worker = app.worker(lease_seconds=5.0, poll_interval=0.1, queues=["work", "held"])
+    metrics = attach(worker, dsn=dsn, port=0, host="127.0.0.1")
+    assert metrics.server is not None
+    running = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.started.wait(), 30)
+        await app.pause_queue("held", reason="metrics test")
+        blocked = await app.enqueue(blocks, {})
+        snoozed = await app.enqueue(snoozes, {})
+        await asyncio.wait_for(started.wait(), 10)
+        await app.cancel([blocked.id], reason="metrics test")
+        await until(lambda: _in_state(dsn, snoozed.id, "scheduled"), "the snooze")
+        await until(lambda: _revoked(worker), "the worker to stop the revoked job")
+        samples = await asyncio.to_thread(scrape, metrics.server.port)
+    finally:
+        worker.stop(force=True)
+        await asyncio.wait_for(running, 30)
+        metrics.close()
+        await app.close()
+
+    assert samples["tenure_jobs_revoked_total"] == [({"queue": "work"}, 1.0)]
+    finished = {(labels["outcome"], v) for labels, v in samples["tenure_jobs_finished_total"]}
+    assert ("snoozed", 1.0) in finished
+    [(labels, paused_for)] = samples["tenure_queue_paused_seconds"]
+    assert labels == {"queue": "held"} and paused_for >= 0
+    acts = {labels["act"]: v for labels, v in samples["tenure_control_acts_recent"]}
+    assert acts == {"revoke": 1.0, "snooze": 1.0}
+
+
+async def _in_state(dsn: str, job_id: int, state: str) -> bool:
+    return await state_of(dsn, job_id) == state
+
+
+async def _revoked(worker: tenure.Worker) -> bool:
+    return worker.stats.revoked == 1

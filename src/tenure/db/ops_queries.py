@@ -9,7 +9,7 @@ HTTP thread).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -18,6 +18,9 @@ from psycopg.types.json import Jsonb
 
 from tenure.db._sqlfiles import named_queries
 from tenure.db.queries import Row, _fetch, _fetch_sync, notify_channel
+
+#: The window of the control-act gauge (tenure_control_acts_recent).
+CONTROL_WINDOW_SECONDS = 900.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,10 @@ class Snapshot:
     connections: list[Row]
     lock_waits: int
     longest_lock_wait: float
+    paused: list[Row] = field(default_factory=list)
+    """Queues paused now: queue, paused_seconds, until."""
+    control_recent: list[Row] = field(default_factory=list)
+    """Control acts (cancel, revoke, snooze, retry_now) of the last CONTROL_WINDOW_SECONDS."""
 
 
 class OpsQueries:
@@ -76,22 +83,37 @@ class OpsQueries:
     # -- gauges ---------------------------------------------------------------------------------
 
     def _snapshot_params(self, near_expiry: float, stale: float, now: datetime | None) -> dict[str, Any]:
-        return {"near_expiry_seconds": near_expiry, "stale_seconds": stale, "now": now}
+        return {
+            "near_expiry_seconds": near_expiry,
+            "stale_seconds": stale,
+            "control_window_seconds": CONTROL_WINDOW_SECONDS,
+            "now": now,
+        }
 
     @staticmethod
     def _snapshot(results: list[list[Row]]) -> Snapshot:
-        queues, workers, connections, locks = results
+        queues, workers, connections, locks, paused, control = results
         return Snapshot(
             queues=[QueueGauges(**r) for r in queues],
             workers=WorkerGauges(**workers[0]),
             connections=connections,
             lock_waits=int(locks[0]["waiting"]),
             longest_lock_wait=float(locks[0]["longest_seconds"]),
+            paused=paused,
+            control_recent=control,
         )
 
     def _snapshot_queries(self) -> list[str]:
         return [
-            self._sql[n] for n in ("gauge_queues", "gauge_workers", "gauge_connections", "gauge_lock_waits")
+            self._sql[n]
+            for n in (
+                "gauge_queues",
+                "gauge_workers",
+                "gauge_connections",
+                "gauge_lock_waits",
+                "gauge_paused",
+                "gauge_control_recent",
+            )
         ]
 
     async def snapshot(

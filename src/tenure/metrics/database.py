@@ -12,7 +12,7 @@ import psycopg
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from tenure.db.ops_queries import OpsQueries, Snapshot
+from tenure.db.ops_queries import CONTROL_WINDOW_SECONDS, OpsQueries, Snapshot
 
 log = logging.getLogger("tenure.metrics")
 
@@ -138,6 +138,22 @@ class DatabaseCollector(Collector):
             family = GaugeMetricFamily(name, doc)
             family.add_metric([], float(value))
             yield family
+        paused = GaugeMetricFamily(
+            "tenure_queue_paused_seconds",
+            "Queues paused now (K1), by how long they have been paused; absent when not paused",
+            labels=["queue"],
+        )
+        for row in snap.paused:
+            paused.add_metric([row["queue"]], float(row["paused_seconds"]))
+        yield paused
+        acts = GaugeMetricFamily(
+            "tenure_control_acts_recent",
+            f"Cancels, revokes, snoozes and retries-now of the last {CONTROL_WINDOW_SECONDS:g}s, by queue",
+            labels=["queue", "act"],
+        )
+        for row in snap.control_recent:
+            acts.add_metric([row["queue"], row["event"]], float(row["n"]))
+        yield acts
         connections = GaugeMetricFamily(
             "tenure_db_connections",
             "Sessions Tenure opened on the database (application_name tenure*), by application and state",

@@ -79,6 +79,12 @@ class RuntimeMetrics:
             ["queue"],
             registry=registry,
         )
+        self.jobs_revoked = Counter(
+            "tenure_jobs_revoked",
+            "Running jobs of this worker that an operator revoked, and that it stopped",
+            ["queue"],
+            registry=registry,
+        )
         self.leases_expired = Counter(
             "tenure_leases_expired",
             "Expired leases this process's recovery moved back to pending or to dead",
@@ -116,8 +122,10 @@ class RuntimeMetrics:
         if outcome is Outcome.RETRIED:
             self.retries.labels(job.queue, error_code or "UNKNOWN", attempt_label(job.attempt)).inc()
 
-    def lease_lost(self, job: ClaimedJob, reason: str) -> None:
+    def lease_lost(self, job: ClaimedJob, reason: str, code: str) -> None:
         self.leases_lost.labels(job.queue).inc()
+        if code == "REVOKED":
+            self.jobs_revoked.labels(job.queue).inc()
 
     def fencing_loss(self, job: ClaimedJob, code: str) -> None:
         self.fencing_losses.labels(job.queue).inc()

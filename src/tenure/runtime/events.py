@@ -42,8 +42,9 @@ class EventSink(Protocol):
     ) -> None:
         """An attempt's outcome was written (or refused by the fence) `run_seconds` after its claim."""
 
-    def lease_lost(self, job: ClaimedJob, reason: str) -> None:
-        """The worker learned it no longer holds `job`'s lease and stopped the job."""
+    def lease_lost(self, job: ClaimedJob, reason: str, code: str) -> None:
+        """The worker learned it no longer holds `job`'s lease and stopped the job; `code` says
+        how (LEASE_EXPIRED, HEARTBEAT_REFUSED, RECLAIMED, REVOKED, ...)."""
 
     def fencing_loss(self, job: ClaimedJob, code: str) -> None:
         """A fenced write for `job` updated zero rows (L1)."""
@@ -80,10 +81,10 @@ class Events:
             except Exception:
                 log.exception("event sink %r failed", sink)
 
-    def lease_lost(self, job: ClaimedJob, reason: str) -> None:
+    def lease_lost(self, job: ClaimedJob, reason: str, code: str) -> None:
         for sink in self.sinks:
             try:
-                sink.lease_lost(job, reason)
+                sink.lease_lost(job, reason, code)
             except Exception:
                 log.exception("event sink %r failed", sink)
 

@@ -122,7 +122,7 @@ class Executor:
         execution.ctx.mark_lost(reason)
         job = execution.job
         self.services.stats.leases_lost += 1
-        self.services.events.lease_lost(job, reason)
+        self.services.events.lease_lost(job, reason, code)
         log.warning(
             "job %s: %s (token %s); stopping it",
             job.id,

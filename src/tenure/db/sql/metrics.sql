@@ -114,6 +114,31 @@ FROM pg_stat_activity a
 WHERE a.datname = current_database()
   AND a.wait_event_type = 'Lock';
 
+-- name: gauge_paused
+-- Queues paused now (K1), and for how long.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+)
+SELECT p.queue, extract(epoch FROM clock.now - p.paused_at)::float8 AS paused_seconds, p.until
+FROM __schema__.queue_pauses p CROSS JOIN clock
+WHERE p.until IS NULL OR p.until > clock.now
+ORDER BY p.queue;
+
+-- name: gauge_control_recent
+-- Operators' and handlers' control acts of the last %(control_window_seconds)s seconds, by queue:
+-- cancels, revokes, snoozes and retries-now, from the audit log's time index.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+)
+SELECT j.queue, e.event, count(*) AS n
+FROM __schema__.job_events e
+JOIN __schema__.jobs j ON j.id = e.job_id
+CROSS JOIN clock
+WHERE e.at > clock.now - make_interval(secs => %(control_window_seconds)s)
+  AND e.event IN ('cancel', 'revoke', 'snooze', 'retry_now')
+GROUP BY j.queue, e.event
+ORDER BY j.queue, e.event;
+
 -- name: snapshot_begin
 -- First statement of a report's transaction: every gauge after it sees the same snapshot (T6).
 SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;
