@@ -14,7 +14,8 @@ import pytest
 @pytest.mark.crash
 def test_soak_survives_every_fault_with_nothing_lost_or_doubled() -> None:
     """A 2-minute soak under kills, pauses, killed sessions, a restart, a partition, packet loss,
-    a held snapshot, foreign row locks, a read-only database, a revoked grant and skewed clocks,
+    a held snapshot, foreign row locks, a read-only database, a revoked grant, operators revoking
+    running jobs and pausing the queue, and skewed clocks,
     with async and thread handlers, loses no job, applies no transfer twice, keeps the money."""
     argv = [sys.executable, "-m", "tenure.cli", "soak", "--json", "--duration", "120"]
     argv += ["--fault-gap", "1", "--rate", "15", "--drain-timeout", "90"]
@@ -31,5 +32,5 @@ def test_soak_survives_every_fault_with_nothing_lost_or_doubled() -> None:
     # passed over quietly, whatever the machine lacks.
     for fault, count in report["fault_counts"].items():
         assert count > 0, f"fault {fault} never ran: {skipped.get(fault)}"
-    assert {"row_locks", "read_only", "revoke"} <= set(report["fault_counts"])
+    assert {"row_locks", "read_only", "revoke", "job_revoke", "queue_pause"} <= set(report["fault_counts"])
     assert report["leases"]["lease_expirations"] > 0

@@ -13,12 +13,17 @@ import enum
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from psycopg import IsolationLevel
 
+from tenure.client import Client
+from tenure.control import ControlRefused
 from tenure.db.connect import connect
 from tenure.demo.fleet import WorkerProcess
+from tenure.soak.app import QUEUE as SOAK_QUEUE
+from tenure.soak.app import Kind
 from tenure.soak.attempts import host_clock
 from tenure.soak.fleet import SoakFleet
 from tenure.soak.network import WorkerNetwork
@@ -27,6 +32,9 @@ from tenure.soak.roles import SoakRole, set_read_only
 from tenure.soak.server import SoakServer
 
 PACKET_LOSS_SHARE = 0.3
+#: Seconds after a pause's timestamp within which a claim may still have begun before it committed.
+PAUSE_COMMIT_MARGIN = 0.5
+TRANSFER_TASK = Kind.TRANSFER.value
 
 
 class FaultKind(enum.Enum):
@@ -40,6 +48,8 @@ class FaultKind(enum.Enum):
     ROW_LOCKS = "foreign session holding running jobs' row locks"
     READ_ONLY = "database read-only, workers reconnected"
     REVOKE = "worker role's UPDATE on jobs revoked"
+    JOB_REVOKE = "an operator revokes running jobs (requeue, or cancel a transfer)"
+    QUEUE_PAUSE = "an operator pauses the queue, then resumes it"
 
 
 @dataclass(frozen=True)
@@ -80,6 +90,7 @@ class FaultSchedule:
     ) -> None:
         self.fleet = fleet
         self.dsn = dsn
+        self.schema = schema
         self.queries = SoakQueries(schema)
         self.lease = lease
         self.server = server
@@ -93,6 +104,10 @@ class FaultSchedule:
         #: Host-clock (stop, cont) intervals per worker name: a frozen process executes nothing.
         self.frozen: dict[str, list[tuple[float, float]]] = defaultdict(list)
         self.killed_at: dict[str, float] = {}
+        #: Jobs the JOB_REVOKE fault cancelled: they end cancelled, and must have written nothing.
+        self.cancelled: list[int] = []
+        #: Claims from the queue while the QUEUE_PAUSE fault held it paused: must stay 0.
+        self.claims_while_paused = 0
         self._victims = 0
 
     def counts(self) -> dict[str, int]:
@@ -148,6 +163,10 @@ class FaultSchedule:
             return await self._read_only()
         if kind is FaultKind.REVOKE:
             return await self._revoke()
+        if kind is FaultKind.JOB_REVOKE:
+            return await self._job_revoke()
+        if kind is FaultKind.QUEUE_PAUSE:
+            return await self._queue_pause()
         return await self._snapshot()
 
     async def _kill(self, victim: WorkerProcess) -> tuple[str, str, bool]:
@@ -239,3 +258,48 @@ class FaultSchedule:
             finally:
                 await self.role.grant(conn)
         return self.role.name, f"UPDATE on jobs revoked for {seconds:g}s, then granted again", False
+
+    async def _job_revoke(self) -> tuple[str, str, bool]:
+        """Revokes up to three running jobs through the library: one transfer is cancelled (its
+        holder may commit nothing), the others go back to pending under a new token."""
+        async with await connect(self.dsn) as conn:
+            running = await self.queries.running_sample(conn, limit=10)
+        if not running:
+            return "jobs", "no running job to revoke", True
+        transfer = next((r["id"] for r in running if r["task"] == TRANSFER_TASK), None)
+        requeue = [r["id"] for r in running if r["id"] != transfer][:2]
+        done: list[str] = []
+        async with Client(self.dsn, schema=self.schema) as client:
+            for ids, back in (([transfer] if transfer else [], False), (requeue, True)):
+                if not ids:
+                    continue
+                try:
+                    report = await client.cancel(
+                        ids, reason="soak: operator revoke", requeue=back, actor="soak"
+                    )
+                except ControlRefused as refused:  # finished since it was sampled: nothing changed
+                    done.append(f"refused ({refused})"[:120])
+                    continue
+                if not back:
+                    self.cancelled += report.revoked
+                done.append(f"{'requeued' if back else 'cancelled'} {report.revoked}")
+        return "jobs", "; ".join(done), False
+
+    async def _queue_pause(self) -> tuple[str, str, bool]:
+        """Pauses the soak's queue for two leases, checks no worker claimed from it meanwhile,
+        and resumes it."""
+        seconds = 2.0 * self.lease
+        async with Client(self.dsn, schema=self.schema) as client:
+            pause = await client.pause_queue(SOAK_QUEUE, reason="soak: operator pause", actor="soak")
+            try:
+                await asyncio.sleep(seconds)
+                async with await connect(self.dsn) as conn:
+                    # A claim that began before the pause committed may still land just after
+                    # paused_at; the margin leaves those out.
+                    claims = await self.queries.claims_since(
+                        conn, SOAK_QUEUE, pause.paused_at + timedelta(seconds=PAUSE_COMMIT_MARGIN)
+                    )
+            finally:
+                await client.resume_queue(SOAK_QUEUE, actor="soak")
+        self.claims_while_paused += claims
+        return SOAK_QUEUE, f"paused {seconds:g}s; {claims} claims while paused", False

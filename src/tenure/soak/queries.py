@@ -61,5 +61,13 @@ class SoakQueries:
         rows = await self._rows(conn, "soak_terminate_workers", {"prefix": prefix + "%"})
         return int(rows[0]["terminated"])
 
+    async def running_sample(self, conn: AsyncConnection[Any], limit: int) -> list[Row]:
+        return await self._rows(conn, "soak_running_sample", {"limit": limit})
+
+    async def claims_since(self, conn: AsyncConnection[Any], queue: str, since: Any) -> int:
+        return int(
+            (await self._rows(conn, "soak_claims_since", {"queue": queue, "since": since}))[0]["claims"]
+        )
+
     def account_reopen(self, tx: SyncTransaction, account: int) -> None:
         tx.execute(self._sql["soak_account_reopen"], {"id": account})

@@ -135,6 +135,7 @@ async def _run(args: argparse.Namespace) -> int:
         async with await connect(dsn) as conn:
             report.checks += await ordered_effects.checks(conn, args.schema, Kind.EFFECT.value, run_dir)
         report.failures.extend(failures)
+        report.checks += _control_checks(report, faults)
         report.faults = [r.as_dict() for r in faults.records]
         report.fault_counts = faults.counts()
         never = sorted(kind for kind, count in report.fault_counts.items() if count == 0)
@@ -393,6 +394,24 @@ async def _read_report(
         ),
     ]
     return report
+
+
+def _control_checks(report: SoakReport, faults: FaultSchedule) -> list[Check]:
+    """What the operator's faults must leave: exactly the jobs it cancelled are cancelled (the
+    ledger checks prove they wrote nothing), and no claim came from the queue while paused."""
+    cancelled = int(report.jobs["cancelled"])
+    return [
+        Check(
+            "only the jobs an operator cancelled are cancelled",
+            cancelled == len(faults.cancelled),
+            f"{cancelled} cancelled, {len(faults.cancelled)} by the operator",
+        ),
+        Check(
+            "no claim from a paused queue",
+            faults.claims_while_paused == 0,
+            f"{faults.claims_while_paused} claims while paused",
+        ),
+    ]
 
 
 def _longest_network_fault(records: list[FaultRecord]) -> float:

@@ -63,5 +63,10 @@ def expected(kind: str, state: str, code: str) -> bool:
         # Its own Permanent stands, raised from a savepoint: not the constraint's SQLSTATE.
         return state == "dead" and code == "ACCOUNT_EXISTS"
     if kind == Kind.TRANSFER:
-        return state == "succeeded" or (state == "dead" and code == "INSUFFICIENT_FUNDS")
+        # Or cancelled while it ran, by the soak's operator (JOB_REVOKE; counted separately).
+        return (
+            state == "succeeded"
+            or (state == "dead" and code == "INSUFFICIENT_FUNDS")
+            or (state == "cancelled" and code == "REVOKED")
+        )
     return state == "succeeded"

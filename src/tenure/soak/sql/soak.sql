@@ -71,3 +71,16 @@ FOR UPDATE SKIP LOCKED;
 SELECT count(pg_terminate_backend(pid)) AS terminated
 FROM pg_stat_activity
 WHERE datname = current_database() AND application_name LIKE %(prefix)s AND pid <> pg_backend_pid();
+
+-- name: soak_running_sample
+-- Running jobs an operator picks to revoke, oldest claims first.
+SELECT id, task FROM __schema__.jobs
+WHERE state = 'running'
+ORDER BY attempted_at
+LIMIT %(limit)s;
+
+-- name: soak_claims_since
+-- Claims of a queue whose statement began after %(since)s: while the queue is paused, none.
+SELECT count(*) AS claims
+FROM __schema__.jobs
+WHERE queue = %(queue)s AND attempted_at > %(since)s;
