@@ -257,6 +257,11 @@ class ControlQueries:
     def pauses_sync(self, conn: Connection[Any], now: datetime | None = None) -> list[Row]:
         return _fetch_sync(conn, self._sql["queue_pauses_list"], {"now": now})
 
+    async def db_now(self, conn: AsyncConnection[Any]) -> datetime:
+        """The database's clock (the transaction's start, inside one): what relative times are
+        measured against, whatever the caller's clock says."""
+        return (await _fetch(conn, self._sql["clock_now"], {}))[0]["now"]  # type: ignore[no-any-return]
+
     async def queue_events(
         self, conn: AsyncConnection[Any], queue: str | None = None, limit: int = 50
     ) -> list[Row]:
