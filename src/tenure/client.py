@@ -415,7 +415,7 @@ class Client:
         check_queue(queue)
         async with self._conn(None) as c:
             row = await self.control.resume(c, queue, actor=actor or default_actor(), reason=reason)
-        if row is None:
+        if row is None or not row["was_in_effect"]:
             raise not_paused(queue)
 
     async def paused_queues(self) -> list[QueuePause]:
@@ -634,7 +634,7 @@ class SyncClient:
         check_queue(queue)
         with self._conn(None) as c:
             row = self.control.resume_sync(c, queue, actor=actor or default_actor(), reason=reason)
-        if row is None:
+        if row is None or not row["was_in_effect"]:
             raise not_paused(queue)
 
     def paused_queues(self) -> list[QueuePause]:

@@ -68,6 +68,14 @@ def settled(row: dict[str, Any] | None, job_id: int) -> tuple[bool, Any]:
     return False, state
 
 
+def _interval(poll: float, *, listening: bool, row: dict[str, Any] | None) -> float:
+    """How long to wait before reading the job again: a job that notifies when it finishes is
+    read only now and then in case a notification was lost; any other is polled."""
+    if listening and row is not None and row["result_wanted"]:
+        return poll * LISTENING_POLL_FACTOR
+    return poll
+
+
 def _check_wait(timeout: float | None, poll: float) -> None:
     if timeout is not None and (
         isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0
@@ -109,12 +117,13 @@ async def wait_for_result(
     _check_wait(timeout, poll)
     deadline = None if timeout is None else time.monotonic() + timeout
     async with _listening(listen_dsn, control.results_channel) as listener:
-        interval = poll * LISTENING_POLL_FACTOR if listener is not None else poll
         while True:
             async with connection() as conn:
-                done, value = settled(await control.result(conn, job_id), job_id)
+                row = await control.result(conn, job_id)
+            done, value = settled(row, job_id)
             if done:
                 return value
+            interval = _interval(poll, listening=listener is not None, row=row)
             wait = interval if deadline is None else min(interval, deadline - time.monotonic())
             if wait <= 0:
                 assert timeout is not None
@@ -128,7 +137,6 @@ async def wait_for_result(
                         break
             except psycopg.Error:
                 listener = None  # lost: poll from here on
-                interval = poll
 
 
 @contextlib.contextmanager
@@ -161,12 +169,13 @@ def wait_for_result_sync(
     _check_wait(timeout, poll)
     deadline = None if timeout is None else time.monotonic() + timeout
     with _listening_sync(listen_dsn, control.results_channel) as listener:
-        interval = poll * LISTENING_POLL_FACTOR if listener is not None else poll
         while True:
             with connection() as conn:
-                done, value = settled(control.result_sync(conn, job_id), job_id)
+                row = control.result_sync(conn, job_id)
+            done, value = settled(row, job_id)
             if done:
                 return value
+            interval = _interval(poll, listening=listener is not None, row=row)
             wait = interval if deadline is None else min(interval, deadline - time.monotonic())
             if wait <= 0:
                 assert timeout is not None
@@ -180,4 +189,3 @@ def wait_for_result_sync(
                         break
             except psycopg.Error:
                 listener = None
-                interval = poll

@@ -243,7 +243,8 @@ async def test_a_paused_queue_is_claimed_by_no_worker_until_resumed(
 
 
 async def test_a_pause_until_a_time_ends_by_itself(dsn: str, db: AsyncConnection[Any]) -> None:
-    """A pause for 1 s holds the queue, then claims resume without anyone resuming it."""
+    """A pause for 1 s holds the queue, then claims resume without anyone resuming it (and a
+    resume after that is refused: the pause is over)."""
     app = Tenure(dsn)
 
     @app.task(name="t.later", queue="timed")
@@ -256,6 +257,8 @@ async def test_a_pause_until_a_time_ends_by_itself(dsn: str, db: AsyncConnection
         await asyncio.sleep(0.5)
         assert (await job_row(db, job.id))["state"] == "pending"
         await wait_state(db, job.id, "succeeded", timeout=5)
+    with pytest.raises(tenure.ControlRefused, match="is not paused"):  # its time ended it already
+        await app.resume_queue("timed")
     with pytest.raises(tenure.ValidationError, match="not in the future"):
         await app.pause_queue("timed", reason="x", until=-5)
     await app.close()

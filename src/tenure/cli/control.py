@@ -35,8 +35,8 @@ from tenure.validation import MAX_ATTEMPTS_LIMIT
 
 EXIT_REFUSED = 1
 #: How often `result --wait` reads a job that sends no notification when it finishes (one
-#: enqueued without result_wanted); the waiter reads every five polls while it listens.
-RESULT_POLL_SECONDS = 0.2
+#: enqueued without result_wanted).
+RESULT_POLL_SECONDS = 0.5
 SHOWN_IDS = 20
 
 

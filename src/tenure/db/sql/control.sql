@@ -147,7 +147,8 @@ SELECT known.ok AS known, p.queue, p.paused_at, p.until
 FROM known LEFT JOIN paused p ON true;
 
 -- name: queue_resume
--- Ends a queue's pause (also one whose time has passed) and wakes its workers.
+-- Ends a queue's pause and wakes its workers. A pause whose time has passed is over already:
+-- its row is removed, but nothing is logged or woken, and was_in_effect says so.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), resumed AS (
@@ -156,8 +157,9 @@ WITH clock AS (
 ), logged AS (
     INSERT INTO __schema__.queue_events (queue, event, actor, reason, at)
     SELECT r.queue, 'resume', %(actor)s, %(reason)s, clock.now FROM resumed r CROSS JOIN clock
+    WHERE r.was_in_effect
 ), notified AS (
-    SELECT count(pg_notify(%(channel)s, r.queue)) AS n FROM resumed r
+    SELECT count(pg_notify(%(channel)s, r.queue)) AS n FROM resumed r WHERE r.was_in_effect
 )
 SELECT r.queue, r.was_in_effect FROM resumed r CROSS JOIN notified;
 
@@ -180,7 +182,7 @@ LIMIT %(limit)s;
 -- What a caller waiting for a job needs: its state, result and last error. A waited-for job
 -- that succeeded always has a result (JSON null for none); SQL NULL there means its handler
 -- completed in its own transaction and the result is still on its way (job_result_set).
-SELECT id, state::text AS state, result, result IS NULL AND result_wanted AS result_pending,
+SELECT id, state::text AS state, result, result_wanted, result IS NULL AND result_wanted AS result_pending,
        last_error_code, last_error,
        extract(epoch FROM statement_timestamp() - finished_at)::float8 AS finished_seconds_ago
 FROM __schema__.jobs
