@@ -110,7 +110,7 @@ def commands(block: Block) -> list[str]:
 def jobs(dsn: str) -> list[tuple[Any, ...]]:
     with psycopg.connect(dsn) as conn:
         return conn.execute(
-            "SELECT task, queue, max_attempts, state::text, payload, idempotency_key, last_error "
+            "SELECT task, queue, max_attempts, state::text, payload, idempotency_key, last_error, result "
             "FROM tenure.jobs ORDER BY id"
         ).fetchall()
 
@@ -119,7 +119,7 @@ def wait_until_finished(dsn: str, expected: int, worker: subprocess.Popen[bytes]
     deadline = time.monotonic() + 90
     while True:
         rows = jobs(dsn)
-        if len(rows) >= expected and all(r[3] in ("succeeded", "dead") for r in rows):
+        if len(rows) >= expected and all(r[3] in ("succeeded", "dead", "cancelled") for r in rows):
             return rows
         assert worker.poll() is None, "the README's worker exited"
         assert time.monotonic() < deadline, f"jobs did not finish: {rows}"
@@ -128,7 +128,8 @@ def wait_until_finished(dsn: str, expected: int, worker: subprocess.Popen[bytes]
 
 def test_readme_first_ten_minutes_runs_verbatim(dsn: str, tmp_path: Path) -> None:
     """The README's files and commands, copied as they stand, migrate, run a worker, enqueue from the
-    CLI, from a transaction and blocking, and every job succeeds where the README says it goes."""
+    CLI, from a transaction and blocking, wait for a result, cancel by filter, pause and resume a
+    queue, and every job ends where and as the README says."""
     assert shutil.which("tenure"), "the `tenure` command is not installed (pip install -e '.[dev]')"
     runnable = [b for b in blocks(README) if b.language in ("python", "bash") and not b.not_run]
     for block in runnable:
@@ -157,7 +158,7 @@ def test_readme_first_ten_minutes_runs_verbatim(dsn: str, tmp_path: Path) -> Non
                 )
                 assert done.returncode == 0, (block.where, line, done.stdout, done.stderr)
         assert worker is not None, "the README starts no `tenure worker`"
-        rows = wait_until_finished(dsn, 4, worker)
+        rows = wait_until_finished(dsn, 6, worker)
     finally:
         if worker is not None and worker.poll() is None:
             worker.send_signal(signal.SIGTERM)  # what Ctrl-C or a process manager sends
@@ -165,14 +166,19 @@ def test_readme_first_ten_minutes_runs_verbatim(dsn: str, tmp_path: Path) -> Non
         worker_log.close()
     assert worker.returncode == 0, (tmp_path / "worker.out").read_text()
     send, compress = "shop.tasks.send_receipt", "shop.tasks.compress_logs"
+    count = "shop.tasks.count_logs"
     assert [(r[0], r[1], r[2], r[3], r[4]) for r in rows] == [
         (send, "emails", 5, "succeeded", {"order_id": 7, "email": "a@b.c"}),
         (compress, "files", 20, "succeeded", {"folder": "logs"}),
         (send, "emails", 5, "succeeded", {"order_id": 8, "email": "b@c.d"}),
         (compress, "files", 20, "succeeded", {"folder": "logs"}),
+        (count, "files", 20, "succeeded", {"folder": "logs"}),
+        (send, "emails", 5, "cancelled", {"order_id": 9, "email": "c@d.e"}),
     ], rows
+    assert rows[4][7] == 2, "count_logs's result is the number of log files"
+    assert rows[5][6] == "order refunded", "the cancel's reason is the job's last error"
     receipts = sorted(p.name for p in (tmp_path / "outbox").iterdir())
-    assert receipts == sorted(f"{r[5]}.eml" for r in rows if r[0] == send)
+    assert receipts == sorted(f"{r[5]}.eml" for r in rows if r[0] == send and r[3] == "succeeded")
     assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["web.log.gz", "worker.log.gz"]
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT id, email FROM orders").fetchall() == [(8, "b@c.d")]
