@@ -58,6 +58,11 @@ class JobContext:
         return self.job.lease.token
 
     @property
+    def snoozes(self) -> int:
+        """How many times this job has snoozed (tenure.Snooze) before this run."""
+        return self.job.snoozes
+
+    @property
     def idempotency_key(self) -> uuid.UUID:
         """Stable across every retry of this job (E1): pass it to payment, e-mail, webhook APIs."""
         return self.job.idempotency_key

@@ -70,6 +70,8 @@ class ClaimedJob:
     db_now: datetime
     result_wanted: bool = False
     """A caller waits for this job's result: its completion notifies (K2)."""
+    snoozes: int = 0
+    """How many times the job snoozed before this attempt."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -359,6 +359,7 @@ class Queries:
                 created_at=r["created_at"],
                 db_now=r["db_now"],
                 result_wanted=r["result_wanted"],
+                snoozes=r["snoozes"],
             )
             for r in sorted(rows, key=lambda r: r["id"])
         ]

@@ -9,10 +9,11 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
+from typing import Any
 
 import psycopg
 
-from tenure import Backoff, JobContext, Permanent, Tenure, Transient
+from tenure import Backoff, JobContext, Permanent, Snooze, Tenure, Transient
 from tenure.demo.bank import TRANSFER_TXN, bank
 from tenure.demo.bank import transfer as bank_transfer
 from tenure.soak.attempts import AttemptLog
@@ -38,6 +39,12 @@ class Kind(enum.StrEnum):
     OWN_TIMEOUT = "soak.own_timeout"
     NUL_ERROR = "soak.nul_error"
     REFUSED = "soak.refused_transfer"
+    SNOOZE = "soak.snooze"
+    THREAD_SNOOZE = "soak.thread_snooze"
+
+
+#: How many times the snoozing kinds snooze before they return their result.
+SNOOZES = 2
 
 
 app = Tenure()
@@ -131,6 +138,24 @@ def refused_transfer(ctx: JobContext, source: int, target: int, amount: int) -> 
 
 _soak_sql = SoakQueries("tenure")
 
+
+async def snooze(ctx: JobContext, wait: float) -> Any:
+    """Not ready the first SNOOZES times it runs (no attempt spent), then returns its result,
+    which a caller waits for (enqueued with result_wanted)."""
+    with attempts.running(ctx):
+        if ctx.snoozes < SNOOZES:
+            return Snooze(wait, "not ready yet")
+        return {"snoozed": ctx.snoozes, "attempt": ctx.attempt}
+
+
+def thread_snooze(ctx: JobContext, wait: float) -> Any:
+    """`snooze` as a plain function: it raises the Snooze instead of returning it."""
+    with attempts.running(ctx):
+        if ctx.snoozes < SNOOZES:
+            raise Snooze(wait, "not ready yet")
+        return {"snoozed": ctx.snoozes, "attempt": ctx.attempt}
+
+
 app.task(transfer, name=Kind.TRANSFER.value, **_policy)
 app.task(noop, name=Kind.NOOP.value, **_policy)
 app.task(slow, name=Kind.SLOW.value, **_policy)
@@ -143,3 +168,5 @@ app.task(thread_slow, name=Kind.THREAD_SLOW.value, **_policy)
 app.task(own_timeout, name=Kind.OWN_TIMEOUT.value, **_policy)
 app.task(nul_error, name=Kind.NUL_ERROR.value, **_policy)
 app.task(refused_transfer, name=Kind.REFUSED.value, **_policy)
+app.task(snooze, name=Kind.SNOOZE.value, **_policy)
+app.task(thread_snooze, name=Kind.THREAD_SNOOZE.value, **_policy)

@@ -30,11 +30,14 @@ from tenure.soak.network import WorkerNetwork
 from tenure.soak.queries import SoakQueries
 from tenure.soak.roles import SoakRole, set_read_only
 from tenure.soak.server import SoakServer
+from tenure.soak.workload import CANCELLABLE_KINDS
 
 PACKET_LOSS_SHARE = 0.3
 #: Seconds after a pause's timestamp within which a claim may still have begun before it committed.
 PAUSE_COMMIT_MARGIN = 0.5
 TRANSFER_TASK = Kind.TRANSFER.value
+#: Kinds the JOB_REVOKE fault may cancel outright (see workload.expected).
+CANCELLABLE_TASKS = frozenset(k.value for k in CANCELLABLE_KINDS)
 
 
 class FaultKind(enum.Enum):
@@ -48,7 +51,7 @@ class FaultKind(enum.Enum):
     ROW_LOCKS = "foreign session holding running jobs' row locks"
     READ_ONLY = "database read-only, workers reconnected"
     REVOKE = "worker role's UPDATE on jobs revoked"
-    JOB_REVOKE = "an operator revokes running jobs (requeue, or cancel a transfer)"
+    JOB_REVOKE = "an operator revokes running jobs (cancels one, requeues others)"
     QUEUE_PAUSE = "an operator pauses the queue, then resumes it"
 
 
@@ -260,13 +263,18 @@ class FaultSchedule:
         return self.role.name, f"UPDATE on jobs revoked for {seconds:g}s, then granted again", False
 
     async def _job_revoke(self) -> tuple[str, str, bool]:
-        """Revokes up to three running jobs through the library: one transfer is cancelled (its
-        holder may commit nothing), the others go back to pending under a new token."""
+        """Revokes up to three running jobs through the library: one is cancelled (its holder
+        may commit nothing), the others go back to pending under a new token."""
         async with await connect(self.dsn) as conn:
             running = await self.queries.running_sample(conn, limit=10)
         if not running:
             return "jobs", "no running job to revoke", True
-        transfer = next((r["id"] for r in running if r["task"] == TRANSFER_TASK), None)
+        # A transfer if one runs (its ledger proves a revoked holder commits nothing), else a
+        # slow job; kinds with checks of their own (ordering, effects, snoozes) are requeued.
+        cancellable = sorted(
+            (r for r in running if r["task"] in CANCELLABLE_TASKS), key=lambda r: r["task"] != TRANSFER_TASK
+        )
+        transfer = cancellable[0]["id"] if cancellable else None
         requeue = [r["id"] for r in running if r["id"] != transfer][:2]
         done: list[str] = []
         async with Client(self.dsn, schema=self.schema) as client:

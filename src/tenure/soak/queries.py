@@ -69,5 +69,8 @@ class SoakQueries:
             (await self._rows(conn, "soak_claims_since", {"queue": queue, "since": since}))[0]["claims"]
         )
 
+    async def snooze_results(self, conn: AsyncConnection[Any], tasks: Sequence[str]) -> list[Row]:
+        return await self._rows(conn, "soak_snooze_results", {"tasks": list(tasks)})
+
     def account_reopen(self, tx: SyncTransaction, account: int) -> None:
         tx.execute(self._sql["soak_account_reopen"], {"id": account})

@@ -25,7 +25,7 @@ from tenure.demo.queries import BankQueries
 from tenure.demo.workload import make_workload
 from tenure.errors import ConfigurationError, TenureError
 from tenure.soak import ordered_effects
-from tenure.soak.app import Kind, app
+from tenure.soak.app import SNOOZES, Kind, app
 from tenure.soak.attempts import host_clock, overlaps, read_intervals
 from tenure.soak.faults import FaultRecord, FaultSchedule
 from tenure.soak.fleet import SoakFleet, faketime_available
@@ -34,7 +34,8 @@ from tenure.soak.queries import SoakQueries
 from tenure.soak.report import Check, SoakReport, render
 from tenure.soak.roles import SoakRole
 from tenure.soak.server import SoakServer
-from tenure.soak.workload import Mixer, expected
+from tenure.soak.waiters import ResultWaiters
+from tenure.soak.workload import RESULT_WANTED, Mixer, expected
 
 TICK = 0.25
 
@@ -127,7 +128,13 @@ async def _run(args: argparse.Namespace) -> int:
             worker_prefix=f"{fleet.owner_prefix}-{run_id}-",
         )
         acked: dict[str, list[int]] = {k.value: [] for k in Kind}
-        failures = await _load_and_drain(args, dsn, fleet, faults, acked, started)
+        waiting = Client(dsn, schema=args.schema)
+        waiters = ResultWaiters(waiting, timeout=args.duration + args.drain_timeout + 60)
+        try:
+            failures = await _load_and_drain(args, dsn, fleet, faults, acked, started, waiters)
+            await waiters.finish(timeout=30)
+        finally:
+            await waiting.close()
         fleet.stop(timeout=max(1.0, args.lease) + 15.0)
         finished = host_clock()
         recovered = await _recover_everything(dsn, args)
@@ -136,6 +143,8 @@ async def _run(args: argparse.Namespace) -> int:
             report.checks += await ordered_effects.checks(conn, args.schema, Kind.EFFECT.value, run_dir)
         report.failures.extend(failures)
         report.checks += _control_checks(report, faults)
+        async with await connect(dsn) as conn:
+            report.checks += await _result_checks(conn, args.schema, waiters)
         report.faults = [r.as_dict() for r in faults.records]
         report.fault_counts = faults.counts()
         never = sorted(kind for kind, count in report.fault_counts.items() if count == 0)
@@ -197,6 +206,7 @@ async def _load_and_drain(
     faults: FaultSchedule,
     acked: dict[str, list[int]],
     started: float,
+    waiters: ResultWaiters,
 ) -> list[str]:
     stop_faults = asyncio.Event()
 
@@ -210,7 +220,7 @@ async def _load_and_drain(
     fault_task = asyncio.create_task(faults.run(stop_faults, args.fault_gap, on_fault))
     failures: list[str] = []
     try:
-        await _produce(args, dsn, acked, started)
+        await _produce(args, dsn, acked, started, waiters)
     finally:
         stop_faults.set()
         await fault_task
@@ -233,7 +243,9 @@ async def _load_and_drain(
     return failures
 
 
-async def _produce(args: argparse.Namespace, dsn: str, acked: dict[str, list[int]], started: float) -> None:
+async def _produce(
+    args: argparse.Namespace, dsn: str, acked: dict[str, list[int]], started: float, waiters: ResultWaiters
+) -> None:
     """Enqueues `rate` jobs a second until the load time is over; counts only acknowledged jobs.
 
     An enqueue that fails (the server restarting) is not retried: whether it committed is
@@ -251,7 +263,12 @@ async def _produce(args: argparse.Namespace, dsn: str, acked: dict[str, list[int
             if size:
                 batch = mixer.batch(size)
                 specs = [
-                    client.builder.spec(kind.value, payload, ordering_key=payload.get("key"))
+                    client.builder.spec(
+                        kind.value,
+                        payload,
+                        ordering_key=payload.get("key"),
+                        result_wanted=kind in RESULT_WANTED,
+                    )
                     for kind, payload in batch
                 ]
                 try:
@@ -260,6 +277,8 @@ async def _produce(args: argparse.Namespace, dsn: str, acked: dict[str, list[int
                     jobs = []
                 for (kind, _), job in zip(batch, jobs, strict=False):
                     acked[kind.value].append(job.id)
+                    if kind in RESULT_WANTED:
+                        waiters.watch(job.id)
             if time.monotonic() >= next_report:
                 next_report += args.report_every
                 with contextlib.suppress(TenureError, OSError):
@@ -410,6 +429,33 @@ def _control_checks(report: SoakReport, faults: FaultSchedule) -> list[Check]:
             "no claim from a paused queue",
             faults.claims_while_paused == 0,
             f"{faults.claims_while_paused} claims while paused",
+        ),
+    ]
+
+
+async def _result_checks(conn: AsyncConnection[Any], schema: str, waiters: ResultWaiters) -> list[Check]:
+    """Snoozing jobs end succeeded after exactly SNOOZES snoozes with their result stored, and
+    every caller that waited got exactly that result."""
+    stored = await SoakQueries(schema).snooze_results(conn, [Kind.SNOOZE.value, Kind.THREAD_SNOOZE.value])
+    wrong = {
+        r["id"]: r
+        for r in stored
+        if r["snoozes"] != SNOOZES or r["result"] is None or r["result"].get("snoozed") != SNOOZES
+    }
+    results = {r["id"]: r["result"] for r in stored}
+    mismatched = [i for i, value in waiters.received.items() if results.get(i) != value]
+    return [
+        Check(
+            f"snoozing jobs snoozed exactly {SNOOZES} times and stored their result",
+            not wrong and bool(stored),
+            f"{len(stored)} jobs, {len(wrong)} wrong" + (f": {list(wrong.values())[:3]}" if wrong else ""),
+        ),
+        Check(
+            "every awaited result arrived, and is the one stored",
+            not waiters.failed and not mismatched and bool(waiters.received),
+            f"{len(waiters.received)} received ({waiters.retries} waits resumed after a fault), "
+            f"{len(waiters.failed)} failed, {len(mismatched)} differ"
+            + (f": {list(waiters.failed.values())[:2]}" if waiters.failed else ""),
         ),
     ]
 

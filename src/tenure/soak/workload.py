@@ -23,7 +23,11 @@ MIX = {
     Kind.OWN_TIMEOUT: 0.04,
     Kind.NUL_ERROR: 0.04,
     Kind.REFUSED: 0.04,
+    Kind.SNOOZE: 0.03,
+    Kind.THREAD_SNOOZE: 0.03,
 }
+#: Kinds whose producer waits for the result: their finish notifies.
+RESULT_WANTED = frozenset({Kind.SNOOZE, Kind.THREAD_SNOOZE})
 
 
 @dataclass
@@ -52,21 +56,24 @@ class Mixer:
             return {"key": f"k{self.rng.randint(1, ORDERING_KEYS)}"}
         if kind is Kind.DOOMED:
             return {"reason": "the payload names an account that never existed"}
+        if kind in (Kind.SNOOZE, Kind.THREAD_SNOOZE):
+            return {"wait": round(self.rng.uniform(0.0, self.lease / 2), 3)}
         return {}
+
+
+#: Kinds the soak's operator may cancel while they run (JOB_REVOKE; counted separately).
+CANCELLABLE_KINDS = frozenset({Kind.TRANSFER, Kind.SLOW, Kind.THREAD_SLOW, Kind.NOOP, Kind.FLAKY})
 
 
 def expected(kind: str, state: str, code: str) -> bool:
     """Whether a job of this kind may end in this state with this error code."""
+    if state == "cancelled" and code == "REVOKED" and kind in CANCELLABLE_KINDS:
+        return True
     if kind == Kind.DOOMED:
         return state == "dead" and code == "DOOMED"
     if kind == Kind.REFUSED:
         # Its own Permanent stands, raised from a savepoint: not the constraint's SQLSTATE.
         return state == "dead" and code == "ACCOUNT_EXISTS"
     if kind == Kind.TRANSFER:
-        # Or cancelled while it ran, by the soak's operator (JOB_REVOKE; counted separately).
-        return (
-            state == "succeeded"
-            or (state == "dead" and code == "INSUFFICIENT_FUNDS")
-            or (state == "cancelled" and code == "REVOKED")
-        )
+        return state == "succeeded" or (state == "dead" and code == "INSUFFICIENT_FUNDS")
     return state == "succeeded"

@@ -83,7 +83,7 @@ WHERE j.id = ANY(ARRAY(SELECT id FROM candidate))
   AND j.state = 'pending'
 RETURNING j.id, j.queue, j.task, j.payload, j.priority, j.attempt_count, j.max_attempts,
           j.lease_token, j.lease_expires_at, j.lease_deadline, j.progress, j.idempotency_key,
-          j.available_at, j.created_at, j.result_wanted, clock.now AS db_now;
+          j.available_at, j.created_at, j.result_wanted, j.snoozes, clock.now AS db_now;
 
 -- name: job_complete_many
 -- Fenced success for a batch. Rows are locked with SKIP LOCKED, so a row lock held elsewhere

@@ -84,3 +84,11 @@ LIMIT %(limit)s;
 SELECT count(*) AS claims
 FROM __schema__.jobs
 WHERE queue = %(queue)s AND attempted_at > %(since)s;
+
+-- name: soak_snooze_results
+-- The snoozing kinds' jobs that succeeded: how often they snoozed, on which attempt, and the
+-- result they stored.
+SELECT id, snoozes, attempt_count, result
+FROM __schema__.jobs
+WHERE task = ANY(%(tasks)s::text[]) AND state = 'succeeded'
+ORDER BY id;
