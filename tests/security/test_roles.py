@@ -13,8 +13,9 @@ from psycopg import conninfo, errors
 
 from tenure.cli import main
 from tenure.client import Client
+from tenure.db.control_queries import ControlQueries
 from tenure.db.queries import Queries
-from tenure.jobs import JobSpec
+from tenure.jobs import JobSpec, JobState
 from tenure.security.roles import Role, grants
 
 SCHEMA = "tenure"
@@ -361,3 +362,47 @@ async def test_applying_the_grants_again_tightens_an_older_broad_grant(
             await conn.execute(forge)
         with pytest.raises(errors.InsufficientPrivilege):
             await conn.execute(f"SELECT idempotency_key FROM {SCHEMA}.jobs")
+
+
+async def test_only_the_admin_may_cancel_or_pause_and_the_worker_may_snooze_and_store_results(
+    dsn: str, roles: dict[Role, str]
+) -> None:
+    """Job control by role: the worker and producer roles may neither cancel (the trigger) nor
+    pause; the worker role honours a pause, snoozes and stores results for jobs it holds; the
+    producer may ask for a result; the admin cancels and pauses."""
+    control, q = ControlQueries(SCHEMA), Queries(SCHEMA)
+    producer, worker, admin = (as_role(dsn, roles[r]) for r in (Role.PRODUCER, Role.WORKER, Role.ADMIN))
+    async with Client(producer, schema=SCHEMA) as client:
+        [waited] = await client.enqueue_many([JobSpec(task="sec.task", queue="sec", result_wanted=True)])
+    [snoozy, target] = await _enqueue(dsn, 2)
+    for who in (producer, worker):
+        async with await psycopg.AsyncConnection.connect(who, autocommit=True) as conn:
+            with pytest.raises(errors.InsufficientPrivilege):
+                await control.cancel_many(conn, [target], max_jobs=1, actor="x", reason="try")
+            with pytest.raises(errors.InsufficientPrivilege):
+                await control.pause(conn, "sec", until=None, actor="x", reason="try")
+    async with await psycopg.AsyncConnection.connect(worker, autocommit=True) as conn:
+        held = {j.id: j for j in await _claim(conn, "w", limit=3)}
+        assert set(held) == {waited.id, snoozy, target}
+        done = await q.job_complete_many(
+            conn,
+            owner="w",
+            leases=[(waited.id, held[waited.id].lease.token)],
+            results={(waited.id, held[waited.id].lease.token): {"answer": 42}},
+        )
+        assert done == {(waited.id, held[waited.id].lease.token): "done"}
+        snoozed = await q.job_snooze(
+            conn, job_id=snoozy, owner="w", token=held[snoozy].lease.token, delay=0, max_snoozes=5
+        )
+        assert (snoozed.outcome, snoozed.state) == ("snoozed", JobState.PENDING)
+        with pytest.raises(
+            errors.InsufficientPrivilege
+        ):  # a running job is not the worker's to cancel either
+            await control.cancel_many(conn, [target], max_jobs=1, actor="w", reason="try")
+    async with await psycopg.AsyncConnection.connect(admin, autocommit=True) as conn:
+        assert (await control.result(conn, waited.id))["result"] == {"answer": 42}
+        assert (await control.pause(conn, "sec", until=None, actor="admin", reason="hold"))["known"]
+        moved = await control.cancel_many(conn, [target], max_jobs=1, actor="admin", reason="stop")
+        assert [(r["id"], r["from_state"]) for r in moved.moved] == [(target, "running")]
+    async with await psycopg.AsyncConnection.connect(worker, autocommit=True) as conn:
+        assert await _claim(conn, "w") == [], "the worker role claimed from a paused queue"
