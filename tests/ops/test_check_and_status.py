@@ -128,3 +128,23 @@ def test_a_worker_with_a_failing_service_shows_in_status_and_trips_check(
     assert row["failing"] == failing and json.loads(out)["workers"]["failing"] == 1
     code, out, _ = cli(capsys, "check", "--dsn", dsn, "--max-claimable-age", "1h")
     assert code == 1 and "1 workers report a failing service" in out
+
+
+def test_a_paused_queue_waits_on_purpose_until_the_pause_is_too_old(
+    dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A paused queue's old job does not trip --max-claimable-age; the pause shows in status;
+    --max-paused-age trips on a pause held too long, naming the fix."""
+    job_id = enqueue(capsys, dsn, "reports")
+    sql(dsn, "UPDATE tenure.jobs SET available_at = now() - interval '10 minutes' WHERE id = %s", (job_id,))
+    assert cli(capsys, "queues", "pause", "reports", "--reason", "month end", "--dsn", dsn)[0] == 0
+    code, out, _ = cli(capsys, "check", "--dsn", dsn, "--max-claimable-age", "5m")
+    assert (code, out.strip()) == (0, "OK")
+    code, out, _ = cli(capsys, "status", "--dsn", dsn)
+    assert code == 0 and "queue reports paused" in " ".join(out.split())
+    code, out, _ = cli(capsys, "status", "--dsn", dsn, "--json")
+    assert [q["paused"] for q in json.loads(out)["queues"]] == [True]
+    sql(dsn, "UPDATE tenure.queue_pauses SET paused_at = now() - interval '5 hours'")
+    code, out, _ = cli(capsys, "check", "--dsn", dsn, "--max-paused-age", "4h")
+    assert code == 1 and out.startswith("CRITICAL: queue reports: paused for 5.0h (limit 4.0h)")
+    assert "tenure queues resume reports" in out

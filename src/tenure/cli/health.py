@@ -71,10 +71,17 @@ def queue_summaries(report: Report, stale_after: float) -> dict[str, Any]:
         per_minute = q.setdefault("finished_per_minute", {}).setdefault(r["state"], [0] * THROUGHPUT_MINUTES)
         if 0 <= r["minutes_ago"] < THROUGHPUT_MINUTES:
             per_minute[r["minutes_ago"]] += r["jobs"]
+    paused = {p["queue"]: p for p in report.snapshot.paused}
+    for q in queues.values():
+        q["paused"] = q["queue"] in paused
     w = report.snapshot.workers
     return {
         "db_now": w.db_now,
         "queues": sorted(queues.values(), key=lambda q: q["queue"]),
+        "paused": [
+            {"queue": p["queue"], "paused_s": round(p["paused_seconds"], 3), "until": p["until"]}
+            for p in report.snapshot.paused
+        ],
         "workers": {
             "registered": w.registered,
             "stale": w.stale,
@@ -128,6 +135,13 @@ async def cmd_status(args: argparse.Namespace) -> int:
                 " ".join(str(n) for n in reversed(done)),
             )
         out.print(table)
+    for p in summary["paused"]:
+        ends = f"until {p['until']:%Y-%m-%d %H:%M:%S %Z}" if p["until"] else "until resumed"
+        out.print(
+            f"[bold yellow]queue {escape(p['queue'])} paused[/] for {human(p['paused_s'])}, {ends} "
+            "(no worker claims from it; `tenure queues list` says by whom and why)",
+            highlight=False,
+        )
     w = summary["workers"]
     out.print(
         f"workers: {w['registered']} registered ({w['stale']} silent for over {human(args.stale_after)}), "
@@ -149,7 +163,16 @@ def problems(report: Report, args: argparse.Namespace) -> list[str]:
     """Every threshold crossed, worst first within each kind, as one-line reasons."""
     found: list[str] = []
     queues = [q for q in report.snapshot.queues if args.queue is None or q.queue == args.queue]
+    paused = {p["queue"]: p for p in report.snapshot.paused if args.queue is None or p["queue"] == args.queue}
+    for p in sorted(paused.values(), key=lambda p: -p["paused_seconds"]):
+        if args.max_paused_age is not None and p["paused_seconds"] > args.max_paused_age:
+            found.append(
+                f"queue {p['queue']}: paused for {human(p['paused_seconds'])} (limit "
+                f"{human(args.max_paused_age)}); resume it with `tenure queues resume {p['queue']}`"
+            )
     for q in sorted(queues, key=lambda q: -q.oldest_claimable_age):
+        if q.queue in paused:
+            continue  # it waits on purpose; --max-paused-age watches the pause itself
         if args.max_claimable_age is not None and q.oldest_claimable_age > args.max_claimable_age:
             found.append(
                 f"queue {q.queue}: oldest claimable job has waited {human(q.oldest_claimable_age)} "
@@ -210,6 +233,13 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--queue", default=None, help="check this queue only")
     p.add_argument(
         "--max-claimable-age", type=duration, default=300.0, help="oldest claimable job's wait (default 5m)"
+    )
+    p.add_argument(
+        "--max-paused-age",
+        type=duration,
+        default=None,
+        help="longest a queue may stay paused (default: no limit); a paused queue's waiting jobs "
+        "never count against --max-claimable-age",
     )
     p.add_argument("--max-dead", type=int, default=None, help="most dead jobs allowed (default: no limit)")
     p.add_argument("--max-dead-age", type=duration, default=None, help="oldest unresolved dead job's age")
