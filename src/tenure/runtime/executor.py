@@ -7,14 +7,17 @@ import functools
 import logging
 import time
 import traceback
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
 from tenure.context import JobContext
+from tenure.db.queries import FailOutcome
 from tenure.errors import JobFailure, LeaseLost, Transient
 from tenure.jobs import ClaimedJob, JobState
 from tenure.logging_context import bind_job, job_fields
@@ -322,30 +325,21 @@ class Executor:
     async def _snooze(self, execution: Execution, task: Task, snooze: Snooze) -> None:
         """Puts the job back to wait `snooze.delay` seconds without spending its attempt (K2)."""
         job, services = execution.job, self.services
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                async with services.connection() as conn:
-                    result = await services.queries.job_snooze(
-                        conn,
-                        job_id=job.id,
-                        owner=services.owner,
-                        token=job.lease.token,
-                        delay=snooze.delay,
-                        max_snoozes=task.policy.max_snoozes,
-                        reason=snooze.reason,
-                    )
-                if result.outcome != "busy":
-                    break
-            except Exception as write_exc:
-                services.stats.write_errors += 1
-                log.warning("snooze write for job %s failed: %s", job.id, describe_error(write_exc))
-            pause = min(2.0, 0.05 * 2**attempt)
-            if time.monotonic() + pause >= execution.local_expiry:
-                self.lose(execution, "lease ran out before its snooze could be written", "WRITE_FAILED")
-                return
-            await asyncio.sleep(pause)
+
+        async def write(conn: AsyncConnection[Any], attempt: int) -> FailOutcome:
+            return await services.queries.job_snooze(
+                conn,
+                job_id=job.id,
+                owner=services.owner,
+                token=job.lease.token,
+                delay=snooze.delay,
+                max_snoozes=task.policy.max_snoozes,
+                reason=snooze.reason,
+            )
+
+        result = await self._write_outcome(execution, write, "snooze", execution.local_expiry)
+        if result is None:
+            return
         if result.outcome == "lost":
             services.stats.fencing_losses += 1
             services.events.fencing_loss(job, "FENCED_SNOOZE")
@@ -387,42 +381,28 @@ class Executor:
         # Worth trying until the lease ends; a failure at the deadline may be written a little
         # after it, until recovery takes the job.
         until = time.monotonic() + DEADLINE_WRITE_WINDOW if at_deadline else execution.local_expiry
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                async with services.connection() as conn:
-                    result = await services.queries.job_fail(
-                        conn,
-                        job_id=job.id,
-                        owner=services.owner,
-                        token=job.lease.token,
-                        error_code=code,
-                        error=error,
-                        retry_delay=delay,
-                        at_deadline=at_deadline,
-                    )
-            except Exception as write_exc:
-                services.stats.write_errors += 1
-                log.warning(
-                    "failure write for job %s failed (attempt %s): %s",
-                    job.id,
-                    attempt,
-                    describe_error(write_exc),
-                )
-                if not isinstance(write_exc, psycopg.OperationalError | TimeoutError | OSError):
-                    # Not the connection: something about this write itself. Settle the job with
-                    # a minimal record rather than leave it running until its lease expires.
-                    unstorable = type(write_exc).__name__
-                    error = f"[{failure}] {code}: the error text could not be stored ({unstorable})"
-                result = None
-            if result is not None and result.outcome != "busy":
-                break
-            pause = min(2.0, 0.05 * 2**attempt)
-            if time.monotonic() + pause >= until:
-                self.lose(execution, "lease ran out before its failure could be written", "WRITE_FAILED")
-                return
-            await asyncio.sleep(pause)
+        text = [error]
+
+        async def write(conn: AsyncConnection[Any], attempt: int) -> FailOutcome:
+            return await services.queries.job_fail(
+                conn,
+                job_id=job.id,
+                owner=services.owner,
+                token=job.lease.token,
+                error_code=code,
+                error=text[0],
+                retry_delay=delay,
+                at_deadline=at_deadline,
+            )
+
+        def unstorable(write_exc: Exception) -> None:
+            # Not the connection: something about this write itself. Settle the job with a
+            # minimal record rather than leave it running until its lease expires.
+            text[0] = f"[{failure}] {code}: the error text could not be stored ({type(write_exc).__name__})"
+
+        result = await self._write_outcome(execution, write, "failure", until, unstorable)
+        if result is None:
+            return
         if result.outcome == "lost":
             services.stats.fencing_losses += 1
             services.events.fencing_loss(job, "FENCED_FAIL")
@@ -439,6 +419,44 @@ class Executor:
                 services.scheduled(result.available_at)
             self._finished(execution, Outcome.RETRIED, code)
             log.debug("job %s failed with %s; retry scheduled", job.id, code)
+
+    async def _write_outcome(
+        self,
+        execution: Execution,
+        write: Callable[[AsyncConnection[Any], int], Awaitable[FailOutcome]],
+        what: str,
+        until: float,
+        unstorable: Callable[[Exception], None] | None = None,
+    ) -> FailOutcome | None:
+        """Runs a fenced outcome write until it is answered (not 'busy') or `until` (local
+        monotonic time) passes; None then, with the job given up as lost."""
+        services = self.services
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                async with services.connection() as conn:
+                    result = await write(conn, attempt)
+                if result.outcome != "busy":
+                    return result
+            except Exception as write_exc:
+                services.stats.write_errors += 1
+                log.warning(
+                    "%s write for job %s failed (attempt %s): %s",
+                    what,
+                    execution.job.id,
+                    attempt,
+                    describe_error(write_exc),
+                )
+                if unstorable is not None and not isinstance(
+                    write_exc, psycopg.OperationalError | TimeoutError | OSError
+                ):
+                    unstorable(write_exc)
+            pause = min(2.0, 0.05 * 2**attempt)
+            if time.monotonic() + pause >= until:
+                self.lose(execution, f"lease ran out before its {what} could be written", "WRITE_FAILED")
+                return None
+            await asyncio.sleep(pause)
 
     def _finished(self, execution: Execution, outcome: Outcome, code: str | None) -> None:
         self.services.events.job_finished(execution.job, outcome, code, time.monotonic() - execution.started)
