@@ -41,6 +41,7 @@ from tenure.txn import (
     run_transaction,
     run_transaction_sync,
 )
+from tenure.unique import Unique
 
 __all__ = [
     "AsyncTransaction",
@@ -91,6 +92,7 @@ __all__ = [
     "TooManyMatched",
     "TransactionPolicy",
     "Transient",
+    "Unique",
     "UnknownTask",
     "ValidationError",
     "Worker",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -28,6 +29,7 @@ from tenure.control import (
     check_ids,
     check_reason,
     default_actor,
+    key_held,
     not_paused,
     pause_until,
     queue_pause,
@@ -51,6 +53,7 @@ from tenure.jobs import (
 from tenure.results import wait_for_result, wait_for_result_sync
 from tenure.secrets import CredentialPolicy, check_credentials, credential_policy_from
 from tenure.tasks import Task, TaskRegistry
+from tenure.unique import unique_from
 from tenure.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_queue, check_schema_name, check_spec
 
 # The state goes as text: in COPY's binary format an enum value is its label's bytes.
@@ -99,6 +102,7 @@ class JobBuilder:
                 queue=policy.queue if spec.queue is None else spec.queue,
                 priority=policy.priority if spec.priority is None else spec.priority,
                 max_attempts=policy.max_attempts if spec.max_attempts is None else spec.max_attempts,
+                unique=policy.unique if spec.unique is None else spec.unique,
             )
         elif spec.queue is None:
             raise self._unknown(spec.task)
@@ -109,7 +113,11 @@ class JobBuilder:
                 max_attempts=DEFAULT_MAX_ATTEMPTS if spec.max_attempts is None else spec.max_attempts,
             )
         check_credentials(complete.payload, self.credential_policy)
-        return complete
+        unique = unique_from(complete.unique)  # refuses a bad value, or a payload without its fields
+        if unique is not None:
+            unique.key_for(complete.task, complete.payload)
+        check_idempotency_key(complete.idempotency_key)
+        return replace(complete, unique=unique)
 
     def _unknown(self, name: str) -> UnknownTask:
         by_name = (
@@ -138,6 +146,8 @@ class JobBuilder:
         max_attempts: int | None = None,
         ordering_key: str | None = None,
         result_wanted: bool = False,
+        unique: Any = None,
+        idempotency_key: uuid.UUID | str | None = None,
     ) -> JobSpec:
         """A complete spec for one job; options left as None come from the task's policy."""
         name = task.name if isinstance(task, Task) else task
@@ -151,6 +161,8 @@ class JobBuilder:
             max_attempts=max_attempts,
             ordering_key=ordering_key,
             result_wanted=result_wanted,
+            unique=unique,
+            idempotency_key=idempotency_key,
         )
         return self.check(spec, task if isinstance(task, Task) else None)
 
@@ -207,10 +219,26 @@ def _copy_rows(specs: Sequence[JobSpec], db_now: datetime) -> _CopyRows:
 
 
 def _refuse_ordering_keys(specs: Sequence[JobSpec]) -> None:
-    """COPY cannot take the per-key enqueue locks that keep a key's ids in commit order (O2)."""
+    """COPY cannot take the per-key enqueue locks that keep a key's ids in commit order (O2), and
+    has no ON CONFLICT: one job meeting a held unique key or a stored idempotency key would
+    abort the whole load. Such jobs go through enqueue_many."""
     if any(s.ordering_key is not None for s in specs):
         raise ValidationError(
             "enqueue_copy does not accept jobs with an ordering_key; enqueue them with enqueue_many"
+        )
+    if any(s.unique is not None or s.idempotency_key is not None for s in specs):
+        raise ValidationError(
+            "enqueue_copy does not accept unique jobs or caller idempotency keys: COPY cannot skip a "
+            "job whose key is taken, so one such job would abort the whole load; use enqueue_many"
+        )
+
+
+def check_idempotency_key(key: object) -> None:
+    if key is None or isinstance(key, uuid.UUID):
+        return
+    if not isinstance(key, str) or not 1 <= len(key) <= 500:
+        raise ValidationError(
+            f"idempotency_key must be a UUID or a string of 1 to 500 characters, got {key!r}"
         )
 
 
@@ -303,7 +331,10 @@ class Client:
         if not checked:
             return []
         async with self._conn(conn) as c:
-            return await self.queries.job_insert_many(c, checked)
+            if len(checked) == 1:
+                return await self.queries.job_insert_many(c, checked)
+            async with c.transaction():  # several statements when keyed jobs are among them
+                return await self.queries.job_insert_many(c, checked)
 
     async def enqueue_copy(self, specs: Iterable[JobSpec]) -> int:
         """Bulk enqueue through COPY, in one transaction: all or none (P4)."""
@@ -383,9 +414,12 @@ class Client:
         check_attempts(attempts)
         text = check_reason(reason, "retry")
         async with self._conn(None) as c:
-            rows = await self.control.retry_many(
-                c, checked, attempts=attempts, actor=actor or default_actor(), reason=text
-            )
+            try:
+                rows = await self.control.retry_many(
+                    c, checked, attempts=attempts, actor=actor or default_actor(), reason=text
+                )
+            except psycopg.errors.UniqueViolation as exc:
+                raise key_held(exc, "retried") from None
         return retry_report(rows)
 
     async def pause_queue(
@@ -530,7 +564,10 @@ class SyncClient:
         if not checked:
             return []
         with self._conn(conn) as c:
-            return self.queries.job_insert_many_sync(c, checked)
+            if len(checked) == 1:
+                return self.queries.job_insert_many_sync(c, checked)
+            with c.transaction():
+                return self.queries.job_insert_many_sync(c, checked)
 
     def enqueue_copy(self, specs: Iterable[JobSpec]) -> int:
         checked = [self.builder.check(s) for s in specs]
@@ -601,9 +638,12 @@ class SyncClient:
         check_attempts(attempts)
         text = check_reason(reason, "retry")
         with self._conn(None) as c:
-            rows = self.control.retry_many_sync(
-                c, checked, attempts=attempts, actor=actor or default_actor(), reason=text
-            )
+            try:
+                rows = self.control.retry_many_sync(
+                    c, checked, attempts=attempts, actor=actor or default_actor(), reason=text
+                )
+            except psycopg.errors.UniqueViolation as exc:
+                raise key_held(exc, "retried") from None
         return retry_report(rows)
 
     def pause_queue(

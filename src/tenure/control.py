@@ -193,6 +193,15 @@ def pause_until(
     return at
 
 
+def key_held(exc: Exception, verb: str) -> ControlRefused:
+    """A job brought back to waiting would share its unique key with a job that holds it now."""
+    detail = getattr(getattr(exc, "diag", None), "message_detail", None) or ""
+    return ControlRefused(
+        f"a job named would hold a unique key another job holds now ({detail.strip() or exc}); "
+        f"cancel or finish that job first. Nothing was {verb}"
+    )
+
+
 def unknown_queue(queue: str) -> ControlRefused:
     return ControlRefused(
         f"no job was ever enqueued to queue {queue!r} and no worker serves it: check the name "

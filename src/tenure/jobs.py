@@ -126,8 +126,14 @@ class EnqueuedJob:
     """The identity of a job that was just enqueued."""
 
     id: int
-    idempotency_key: uuid.UUID
+    idempotency_key: uuid.UUID | None
+    """The job's idempotency key; None for an existing job found by its unique key (its key is
+    its own, and the producer role may not read it)."""
     available_at: datetime
+    existing: bool = False
+    """True when no job was added: this is the job that already had the idempotency key, or
+    that holds the unique key (Q2)."""
+    unique_key: str | None = None
 
 
 #: What `priority` and `max_attempts` left as None become for a task the client does not know.
@@ -156,3 +162,11 @@ class JobSpec:
     result_wanted: bool = False
     """A caller will wait for this job's result (`app.result`): its finish then notifies at
     once. Without it a waiter polls; jobs nobody waits for send no notification."""
+    unique: Any = None
+    """A tenure.Unique (or a key string, or True): while a job holding the same key is in its
+    scope, the enqueue returns that job instead of a second one. None: the task's policy;
+    False: not unique."""
+    idempotency_key: uuid.UUID | str | None = None
+    """The caller's own key for this enqueue: retried after an ambiguous commit, the enqueue
+    returns the job the first attempt stored, never a second one. A string is turned into a
+    UUID (uuid5). None: a fresh key."""

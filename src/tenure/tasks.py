@@ -14,6 +14,7 @@ from tenure.errors import ConfigurationError
 from tenure.outcomes import DEFAULT_MAX_SNOOZES
 from tenure.retry import Backoff, FailurePolicy
 from tenure.secrets import SecretResolver
+from tenure.unique import unique_from
 from tenure.validation import (
     MAX_ATTEMPTS_LIMIT,
     PRIORITY_RANGE,
@@ -45,10 +46,19 @@ class TaskPolicy:
     failure: FailurePolicy = field(default_factory=FailurePolicy)
     max_snoozes: int = DEFAULT_MAX_SNOOZES
     """How many times one job may snooze (tenure.Snooze) before it goes dead (SNOOZE_LIMIT)."""
+    unique: Any = None
+    """A tenure.Unique (or True: by the whole payload): the task's jobs are unique by key."""
 
     def __post_init__(self) -> None:
         check_queue(self.queue)
         _check_int("max_snoozes", self.max_snoozes, 0, 1_000_000, "snoozes before a job is dead")
+        if isinstance(self.unique, str):
+            raise ConfigurationError(
+                "a task's unique= takes a tenure.Unique (fields=..., scope=..., period=...) or True, "
+                "not a key string: one key for every job of the task would make it run one at a time; "
+                "give a key string at enqueue instead"
+            )
+        object.__setattr__(self, "unique", unique_from(self.unique))
         _check_int("priority", self.priority, *PRIORITY_RANGE, "higher runs first")
         _check_int("max_attempts", self.max_attempts, 1, MAX_ATTEMPTS_LIMIT, "runs before a job is dead")
         for name in ("lease_seconds", "max_runtime_seconds"):

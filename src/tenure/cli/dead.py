@@ -6,10 +6,12 @@ import argparse
 import os
 from typing import Any
 
+import psycopg
 from rich.table import Table
 
 from tenure.cli._common import EXIT_USAGE, as_dict, emit_json, err, out, positive_int, resolve
 from tenure.cli._duration import duration, human
+from tenure.control import key_held
 from tenure.db.connect import connect
 from tenure.db.migrate import require_current_schema
 from tenure.db.ops_queries import OpsQueries
@@ -177,6 +179,8 @@ async def cmd_dead(args: argparse.Namespace) -> int:
             return int(await handler[args.dead_command](args, conn))
         except _Refused as refused:
             return await _explain_refusal(args, conn, refused.ids)
+        except psycopg.errors.UniqueViolation as exc:
+            raise key_held(exc, "reprocessed") from None
 
 
 def _filter_options(p: argparse.ArgumentParser) -> None:

@@ -50,6 +50,8 @@ async def cmd_enqueue(args: argparse.Namespace) -> int:
         delay=args.delay,
         max_attempts=args.max_attempts,
         ordering_key=args.ordering_key,
+        unique=args.unique_key,
+        idempotency_key=args.idempotency_key,
     )
     async with client:
         if args.count > 1:
@@ -57,10 +59,22 @@ async def cmd_enqueue(args: argparse.Namespace) -> int:
             result: dict[str, Any] = {"enqueued": n}
         else:
             [job] = await client.enqueue_many([spec])
-            result = {"id": job.id, "idempotency_key": str(job.idempotency_key)}
+            result = {
+                "id": job.id,
+                "idempotency_key": None if job.idempotency_key is None else str(job.idempotency_key),
+                "existing": job.existing,
+                "unique_key": job.unique_key,
+            }
     result.update(task=spec.task, queue=spec.queue, max_attempts=spec.max_attempts)
     if args.json:
         emit_json(result)
+    elif result.get("existing"):
+        why = (
+            f"holds the unique key {result['unique_key']}"
+            if result["unique_key"]
+            else "has this idempotency key"
+        )
+        out.print(f"job {result['id']} already {why}: it is returned, and nothing was enqueued", markup=False)
     else:
         out.print(result)
     return 0
@@ -163,6 +177,16 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--max-attempts", type=int, default=None, help="default: the task's max_attempts")
     p.add_argument("--ordering-key", default=None, help="run one at a time, in order, with this key's jobs")
     p.add_argument("--count", type=positive_int, default=1, help="enqueue this many copies through COPY")
+    p.add_argument(
+        "--unique-key",
+        default=None,
+        help="while a job of this task holds this key (queued or running), return it instead of enqueueing",
+    )
+    p.add_argument(
+        "--idempotency-key",
+        default=None,
+        help="your key for this enqueue: run again (after a timeout, say), it returns the first job",
+    )
     p.set_defaults(handler=cmd_enqueue)
 
     p = sub.add_parser("recover", parents=[common], help="recover expired leases now")

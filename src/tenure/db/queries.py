@@ -154,9 +154,29 @@ def _job(row: Row) -> Job:
     return Job(**{**row, "state": JobState(row["state"])})
 
 
-def _enqueued(rows: list[Row], keys: list[uuid.UUID]) -> list[EnqueuedJob]:
-    """Rows come back in input order (see job_insert_many), so they pair with the keys sent."""
-    return [EnqueuedJob(r["id"], key, r["available_at"]) for r, key in zip(rows, keys, strict=True)]
+#: How often an enqueue tries again for a job whose key-holder finished between its insert and
+#: the lookup of that holder (each time the key was held, and then no longer).
+INSERT_ROUNDS = 5
+#: Caller-given idempotency keys that are strings become UUIDs in this namespace.
+IDEMPOTENCY_NAMESPACE = uuid.UUID("6f2c1d9e-4b7a-5e8f-9a3b-2d1c0e4f5a6b")
+
+
+def idempotency_key_of(spec: JobSpec) -> uuid.UUID:
+    given = spec.idempotency_key
+    if given is None:
+        return uuid.uuid4()
+    if isinstance(given, uuid.UUID):
+        return given
+    return uuid.uuid5(IDEMPOTENCY_NAMESPACE, given)
+
+
+def _keyed(spec: JobSpec) -> bool:
+    """Whether an insert of `spec` can meet a stored key (unique, or the caller's own key)."""
+    return spec.idempotency_key is not None or (spec.unique is not None and spec.unique is not False)
+
+
+class InsertRace(RuntimeError):
+    """A job's unique key was held at its insert and free at the lookup, round after round."""
 
 
 def _event(row: Row) -> JobEvent:
@@ -181,7 +201,7 @@ class Queries:
     # -- producers --------------------------------------------------------------------------
 
     def _insert_params(
-        self, specs: Sequence[JobSpec], keys: list[uuid.UUID], now: datetime | None
+        self, specs: Sequence[JobSpec], keys: Sequence[uuid.UUID], now: datetime | None
     ) -> dict[str, Any]:
         # The client hands over complete specs (it resolves them against the task registry and
         # refuses an unknown task without a queue). A spec written here directly, as tests and
@@ -199,6 +219,7 @@ class Queries:
             "ordering_keys": [s.ordering_key for s in specs],
             "idempotency_keys": keys,
             "result_wanted": [s.result_wanted for s in specs],
+            **_unique_params(specs),
             "ordering_lock_space": f"tenure.ordering:{self.schema}",
             "channel": self.channel,
             "scheduled_prefix": SCHEDULED_PREFIX,
@@ -208,16 +229,63 @@ class Queries:
     async def job_insert_many(
         self, conn: AsyncConnection[Any], specs: Sequence[JobSpec], now: datetime | None = None
     ) -> list[EnqueuedJob]:
-        keys = [uuid.uuid4() for _ in specs]
-        rows = await _fetch(conn, self._sql["job_insert_many"], self._insert_params(specs, keys, now))
-        return _enqueued(rows, keys)
+        """Stores the jobs, in order. A job whose idempotency key is stored already, or whose
+        unique key another job holds, comes back as that job (`existing`) and is not stored.
+        Give `conn` a transaction when `specs` mixes such jobs with others (several statements)."""
+        out: list[EnqueuedJob | None] = [None] * len(specs)
+        plain = [i for i, s in enumerate(specs) if not _keyed(s)]
+        if plain:
+            keys = [idempotency_key_of(specs[i]) for i in plain]
+            params = self._insert_params([specs[i] for i in plain], keys, now)
+            rows = await _fetch(conn, self._sql["job_insert_many"], params)
+            for i, row, key in zip(plain, rows, keys, strict=True):
+                out[i] = EnqueuedJob(row["id"], key, row["available_at"])
+        for i, spec in enumerate(specs):
+            if out[i] is None:
+                out[i] = await self._insert_keyed(conn, spec, now)
+        return [job for job in out if job is not None]
+
+    async def _insert_keyed(
+        self, conn: AsyncConnection[Any], spec: JobSpec, now: datetime | None
+    ) -> EnqueuedJob:
+        key = idempotency_key_of(spec)
+        params = self._insert_params([spec], [key], now)
+        for _ in range(INSERT_ROUNDS):
+            rows = await _fetch(conn, self._sql["job_insert_many"], params)
+            if rows:
+                return EnqueuedJob(rows[0]["id"], key, rows[0]["available_at"], False, _held_key(params))
+            holder = await _fetch(conn, self._sql["job_find_holder"], _holder_params(params))
+            if holder:
+                return _existing(holder[0], key, _held_key(params))
+        raise InsertRace(_RACE)
 
     def job_insert_many_sync(
         self, conn: Connection[Any], specs: Sequence[JobSpec], now: datetime | None = None
     ) -> list[EnqueuedJob]:
-        keys = [uuid.uuid4() for _ in specs]
-        rows = _fetch_sync(conn, self._sql["job_insert_many"], self._insert_params(specs, keys, now))
-        return _enqueued(rows, keys)
+        out: list[EnqueuedJob | None] = [None] * len(specs)
+        plain = [i for i, s in enumerate(specs) if not _keyed(s)]
+        if plain:
+            keys = [idempotency_key_of(specs[i]) for i in plain]
+            params = self._insert_params([specs[i] for i in plain], keys, now)
+            rows = _fetch_sync(conn, self._sql["job_insert_many"], params)
+            for i, row, key in zip(plain, rows, keys, strict=True):
+                out[i] = EnqueuedJob(row["id"], key, row["available_at"])
+        for i, spec in enumerate(specs):
+            if out[i] is None:
+                out[i] = self._insert_keyed_sync(conn, spec, now)
+        return [job for job in out if job is not None]
+
+    def _insert_keyed_sync(self, conn: Connection[Any], spec: JobSpec, now: datetime | None) -> EnqueuedJob:
+        key = idempotency_key_of(spec)
+        params = self._insert_params([spec], [key], now)
+        for _ in range(INSERT_ROUNDS):
+            rows = _fetch_sync(conn, self._sql["job_insert_many"], params)
+            if rows:
+                return EnqueuedJob(rows[0]["id"], key, rows[0]["available_at"], False, _held_key(params))
+            holder = _fetch_sync(conn, self._sql["job_find_holder"], _holder_params(params))
+            if holder:
+                return _existing(holder[0], key, _held_key(params))
+        raise InsertRace(_RACE)
 
     def _notify_params(self, queues: Sequence[str], first_scheduled: datetime | None) -> dict[str, Any]:
         return {
@@ -603,6 +671,56 @@ class Queries:
         params = {"limit": limit, "channel": self.channel, "now": now}
         [row] = await _fetch(conn, self._sql["job_promote_due"], params)
         return Promotion(int(row["promoted"]), row["next_due"], row["db_now"])
+
+
+_RACE = (
+    f"the job's unique key was held when it was inserted and free when its holder was looked up, "
+    f"{INSERT_ROUNDS} times in a row: its holders finish as fast as it is enqueued; try again"
+)
+
+
+def _holder_params(insert: dict[str, Any]) -> dict[str, Any]:
+    """job_find_holder's parameters for the one job of `insert` (job_insert_many's)."""
+    return {
+        "idempotency_key": insert["idempotency_keys"][0],
+        "unique_key": insert["unique_keys"][0],
+        "unique_period": insert["unique_periods"][0],
+        "now": insert["now"],
+    }
+
+
+def _held_key(insert: dict[str, Any]) -> str | None:
+    """The unique key of the one job of `insert`, as `tenure unique show` takes it (a period's
+    window number, which the database's clock decides, is stored after it as '@N')."""
+    key: str | None = insert["unique_keys"][0]
+    return key
+
+
+def _existing(row: Row, key: uuid.UUID, unique_key: str | None) -> EnqueuedJob:
+    # Found by its unique key, the job has an idempotency key of its own, not ours to read.
+    return EnqueuedJob(
+        row["id"], key if row["by_idempotency_key"] else None, row["available_at"], True, unique_key
+    )
+
+
+def _unique_params(specs: Sequence[JobSpec]) -> dict[str, list[Any]]:
+    """Each spec's unique key (before its period's window is appended), scope and period."""
+    from tenure.unique import unique_from
+
+    keys: list[str | None] = []
+    states: list[str | None] = []
+    periods: list[float | None] = []
+    for spec in specs:
+        unique = unique_from(spec.unique)
+        if unique is None:
+            keys.append(None)
+            states.append(None)
+            periods.append(None)
+            continue
+        keys.append(unique.key_for(spec.task, spec.payload))
+        states.append("{" + ",".join(sorted(s.value for s in unique.states)) + "}")
+        periods.append(None if unique.period is None else float(unique.period))
+    return {"unique_keys": keys, "unique_states": states, "unique_periods": periods}
 
 
 def _result_json(result: Any) -> Jsonb | None:

@@ -32,6 +32,8 @@ CREATE TABLE __schema__.jobs (
     result           jsonb,
     result_wanted    boolean NOT NULL DEFAULT false,
     snoozes          integer NOT NULL DEFAULT 0,
+    unique_key       text,
+    unique_states    __schema__.job_state[],
     CONSTRAINT jobs_queue_format CHECK (queue ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$'),
     CONSTRAINT jobs_task_length CHECK (char_length(task) BETWEEN 1 AND 200),
     CONSTRAINT jobs_payload_object CHECK (jsonb_typeof(payload) = 'object'),
@@ -195,3 +197,30 @@ $$;
 CREATE TRIGGER jobs_cancel_guard BEFORE UPDATE OF state ON __schema__.jobs
     FOR EACH ROW WHEN (NEW.state = 'cancelled' AND OLD.state IS DISTINCT FROM 'cancelled')
     EXECUTE FUNCTION __schema__.jobs_cancel_guard();
+
+-- Unique jobs (migrations 0011, 0012): a key held while the job is in one of its unique_states.
+-- NOT VALID, as migration 0011 adds it (a test proves the two schemas equal).
+ALTER TABLE __schema__.jobs ADD CONSTRAINT jobs_unique_scope CHECK (
+    (unique_key IS NULL) = (unique_states IS NULL)
+    AND (unique_key IS NULL OR (unique_states @> ARRAY['scheduled', 'pending', 'running']::__schema__.job_state[]
+                                AND char_length(unique_key) BETWEEN 1 AND 500))
+) NOT VALID;
+CREATE UNIQUE INDEX jobs_unique_key_idx ON __schema__.jobs (unique_key)
+    WHERE unique_key IS NOT NULL AND state = ANY(unique_states);
+
+-- Which job an enqueue met, for a key the caller already knows. The producer role reads no
+-- idempotency keys, payloads or unique keys (they quote the payload); these answer only for the
+-- one key given, so a producer learns the id of its own earlier job and nothing else.
+CREATE FUNCTION __schema__.job_by_idempotency_key(key uuid)
+RETURNS TABLE (id bigint, available_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$ SELECT j.id, j.available_at FROM __schema__.jobs j WHERE j.idempotency_key = key $$;
+
+CREATE FUNCTION __schema__.job_holding_unique_key(key text)
+RETURNS TABLE (id bigint, available_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$ SELECT j.id, j.available_at FROM __schema__.jobs j
+      WHERE j.unique_key = key AND j.state = ANY(j.unique_states) $$;
+
+REVOKE ALL ON FUNCTION __schema__.job_by_idempotency_key(uuid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION __schema__.job_holding_unique_key(text) FROM PUBLIC;

@@ -11,31 +11,43 @@
 -- The idempotency keys come from the client, which therefore knows them without reading them
 -- back: the producer role may insert these columns but read only id and available_at. Ids are
 -- drawn in input order (the ORDER BY feeds the insert), so the rows come back in that order.
+-- A job that would share its idempotency key with a stored job, or its unique key (Q2, with
+-- its period's window number appended) with a job holding that key, is not inserted (ON
+-- CONFLICT DO NOTHING). Jobs that can meet such a key (unique, or with the caller's own
+-- idempotency key) are therefore sent one to a statement, and job_find_holder names the job
+-- that kept one out; a batch of other jobs cannot conflict, so its rows pair with its input.
 WITH input AS (
     SELECT *
     FROM unnest(
         %(queues)s::text[], %(tasks)s::text[], %(payloads)s::jsonb[], %(priorities)s::smallint[],
         %(run_ats)s::timestamptz[], %(delays)s::float8[], %(max_attempts)s::integer[],
-        %(ordering_keys)s::text[], %(idempotency_keys)s::uuid[], %(result_wanted)s::boolean[]
+        %(ordering_keys)s::text[], %(idempotency_keys)s::uuid[], %(result_wanted)s::boolean[],
+        %(unique_keys)s::text[], %(unique_states)s::text[], %(unique_periods)s::float8[]
     ) WITH ORDINALITY AS u(queue, task, payload, priority, run_at, delay, max_attempts, ordering_key,
-                           idempotency_key, result_wanted, ord)
+                           idempotency_key, result_wanted, unique_key, unique_states, unique_period, ord)
 ), clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), timed AS (
     SELECT i.*, coalesce(i.run_at, clock.now + make_interval(secs => coalesce(i.delay, 0))) AS at,
-           clock.now
+           clock.now,
+           CASE WHEN i.unique_period IS NULL THEN i.unique_key
+                ELSE i.unique_key || '@' || floor(extract(epoch FROM clock.now) / i.unique_period)::bigint
+           END AS held_key
     FROM input i CROSS JOIN clock
 ), ordering_locks AS (
     SELECT count(pg_advisory_xact_lock(hashtext(%(ordering_lock_space)s), hashtext(k.ordering_key))) AS n
     FROM (SELECT DISTINCT ordering_key FROM input WHERE ordering_key IS NOT NULL ORDER BY 1) k
 ), inserted AS (
     INSERT INTO __schema__.jobs (queue, task, payload, priority, available_at, state, max_attempts,
-                                 created_at, ordering_key, idempotency_key, result_wanted)
+                                 created_at, ordering_key, idempotency_key, result_wanted, unique_key,
+                                 unique_states)
     SELECT t.queue, t.task, t.payload, t.priority, t.at,
            CASE WHEN t.at > t.now THEN 'scheduled' ELSE 'pending' END::__schema__.job_state,
-           t.max_attempts, t.now, t.ordering_key, t.idempotency_key, t.result_wanted
+           t.max_attempts, t.now, t.ordering_key, t.idempotency_key, t.result_wanted, t.held_key,
+           t.unique_states::__schema__.job_state[]
     FROM timed t CROSS JOIN ordering_locks
     ORDER BY t.ord
+    ON CONFLICT DO NOTHING
     RETURNING id, available_at
 ), notified AS (
     SELECT count(pg_notify(%(channel)s, w.payload)) AS n
@@ -47,6 +59,30 @@ WITH input AS (
 SELECT inserted.id, inserted.available_at
 FROM inserted CROSS JOIN notified
 ORDER BY inserted.id;
+
+-- name: job_find_holder
+-- The stored job that kept one job out of job_insert_many: the one with its idempotency key,
+-- else the one holding its unique key now (both computed as the insert did, through functions
+-- that answer only for a key the caller already knows: the producer role reads no keys).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), key AS (
+    SELECT CASE WHEN %(unique_period)s::float8 IS NULL THEN %(unique_key)s::text
+                ELSE %(unique_key)s::text || '@'
+                     || floor(extract(epoch FROM clock.now) / %(unique_period)s::float8)::bigint
+           END AS held
+    FROM clock
+)
+SELECT h.id, h.available_at, h.by_idempotency_key, key.held AS unique_key
+FROM key
+CROSS JOIN LATERAL (
+    SELECT f.id, f.available_at, true AS by_idempotency_key
+    FROM __schema__.job_by_idempotency_key(%(idempotency_key)s::uuid) f
+    UNION ALL
+    SELECT f.id, f.available_at, false
+    FROM __schema__.job_holding_unique_key(key.held) f
+    LIMIT 1
+) h;
 
 -- name: queue_notify
 -- Wakes listeners after a COPY load: each queue given, and promoters when %(first_scheduled)s

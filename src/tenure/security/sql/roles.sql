@@ -12,9 +12,12 @@
 REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role};
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT INSERT (queue, task, payload, priority, available_at, state, max_attempts, created_at,
-              ordering_key, idempotency_key, result_wanted)
+              ordering_key, idempotency_key, result_wanted, unique_key, unique_states)
     ON {schema}.jobs TO {role};
 GRANT SELECT (id, available_at) ON {schema}.jobs TO {role};
+-- Which stored job an idempotent or unique enqueue met: answered only for the one key given.
+GRANT EXECUTE ON FUNCTION {schema}.job_by_idempotency_key(uuid), {schema}.job_holding_unique_key(text)
+    TO {role};
 GRANT SELECT ON {schema}.schema_migrations TO {role};
 
 -- name: worker
@@ -43,3 +46,4 @@ GRANT SELECT ON {schema}.schema_migrations TO {role};
 GRANT USAGE, CREATE ON SCHEMA {schema} TO {role};
 GRANT ALL PRIVILEGES ON ALL TABLES IN SCHEMA {schema} TO {role};
 GRANT ALL PRIVILEGES ON ALL SEQUENCES IN SCHEMA {schema} TO {role};
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} TO {role};
