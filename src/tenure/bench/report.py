@@ -260,6 +260,25 @@ def figure_rows(result: dict[str, Any]) -> list[Row]:
                 fair["claim_ms_by_priority_only"],
             )
         )
+    uq = s.get("unique")
+    if uq:
+        for name, label in (
+            ("unique_new", "unique key, each new"),
+            ("unique_held", "unique key held: the holder returned"),
+            ("idempotency_key", "the caller's idempotency key"),
+        ):
+            r = _row(
+                "unique",
+                f"single enqueue, {label}",
+                uq[f"{name}_per_second"],
+                "jobs/s",
+                "plain enqueue",
+                uq["plain_per_second"],
+                ">= 0.8x" if name != "unique_held" else "",
+            )
+            if name != "unique_held":
+                r["met"] = _at_least(r["ratio"], 0.8)
+            rows.append(r)
     cp = s.get("copy")
     if cp:
         r = _row(

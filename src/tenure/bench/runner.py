@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tenure.bench import peers, sections, waiting
+from tenure.bench import enqueue, peers, sections, waiting
 from tenure.bench.drain import DrainResult
 from tenure.bench.report import chart, figure_rows, print_table
 from tenure.bench.server import Databases, check_server, server_settings
@@ -18,7 +18,17 @@ from tenure.bench.sizes import SIZES
 from tenure.client import Client
 from tenure.db.connect import connect
 
-SECTIONS = ("copy", "throughput", "peers", "latency", "backlog", "recovery", "scheduled", "fairness")
+SECTIONS = (
+    "copy",
+    "throughput",
+    "peers",
+    "latency",
+    "backlog",
+    "recovery",
+    "scheduled",
+    "fairness",
+    "unique",
+)
 
 
 @dataclass
@@ -171,6 +181,9 @@ async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
             out["fairness"] = await waiting.fairness_cost(
                 dsn, options.claim_batch, sizes.waiting, sizes.fairness_step, sizes.claim_samples
             )
+        if "unique" in options.sections:
+            log(f"unique: {sizes.unique_enqueues} single enqueues of each kind, plain and keyed")
+            out["unique"] = await enqueue.unique_cost(dsn, sizes.unique_enqueues)
     finally:
         await dbs.drop_all()
     result["meta"]["seconds"] = round(time.monotonic() - started, 1)

@@ -20,6 +20,7 @@ class Sizes:
     waiting: int  # the backlog that waits through the simulated hour of the fairness section
     fairness_step: float  # seconds between the periodic passes over that hour
     claim_samples: int = 15
+    unique_enqueues: int = 2000  # single enqueues of each kind in the unique section
     drain_largest: bool = False  # drain the largest backlog to the end instead of for a window
     repeats: int = 3  # throughput drains per contender, interleaved; the median is reported
     peers: tuple[str, ...] = field(default=("pgqueuer", "procrastinate"))
@@ -39,6 +40,7 @@ SIZES = {
         fairness_step=60.0,
         claim_samples=5,
         repeats=1,
+        unique_enqueues=400,
     ),
     "standard": Sizes(
         jobs=30_000,
