@@ -433,3 +433,23 @@ def test_result_prints_json_and_waits_only_when_asked(dsn: str, capsys: pytest.C
         assert code == 0 and json.loads(out) == {"sum": 42}, err
         code, out, err = cli(capsys, "result", str(later_bad), "--wait", "20", "--dsn", dsn)
         assert code == 1 and f"job {later_bad} is dead: BAD_INPUT" in err
+
+
+def test_enqueue_with_a_unique_key_says_which_job_holds_it(
+    dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`tenure enqueue --unique-key` twice: the second names the first job and stores nothing;
+    `tenure unique show` lists the key's job as its holder; an unknown key exits 1."""
+    base = ["enqueue", "ops.u", "--by-name", "--queue", "q", "--dsn", dsn, "--unique-key", "nightly"]
+    code, out, err = cli(capsys, *base, "--json")
+    assert code == 0, err
+    first = json.loads(out)
+    code, out, _ = cli(capsys, *base)
+    assert code == 0 and f"job {first['id']} already holds the unique key ops.u:nightly" in " ".join(
+        out.split()
+    )
+    code, out, _ = cli(capsys, "unique", "show", "ops.u:nightly", "--dsn", dsn, "--json")
+    assert code == 0 and [(r["id"], r["holds"]) for r in json.loads(out)] == [(first["id"], True)]
+    code, out, _ = cli(capsys, "unique", "show", "ops.u:nightly", "--dsn", dsn)
+    assert code == 0 and f"held by job {first['id']} (pending)" in out
+    assert cli(capsys, "unique", "show", "ops.u:other", "--dsn", dsn)[0] == 1

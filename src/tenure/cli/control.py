@@ -354,6 +354,42 @@ async def cmd_result(args: argparse.Namespace) -> int:
     return 0
 
 
+async def cmd_unique_show(args: argparse.Namespace) -> int:
+    async with _client(args) as client, (await client.pool()).connection() as conn:
+        rows = await client.control.unique_key_jobs(conn, args.key, limit=args.limit)
+    if args.json:
+        emit_json(rows)
+        return 0 if rows else EXIT_REFUSED
+    if not rows:
+        err.print(
+            f"error: no job carries the unique key {args.key!r} (keys read task:key, as "
+            "`tenure enqueue --unique-key` prints them)",
+            markup=False,
+        )
+        return EXIT_REFUSED
+    holder = next((r for r in rows if r["holds"]), None)
+    out.print(
+        f"held by job {holder['id']} ({holder['state']})"
+        if holder
+        else "held by no job now: the next enqueue stores one",
+        markup=False,
+    )
+    table = Table(title=f"jobs with unique key {args.key}")
+    for column in ("id", "state", "holds it", "key", "enqueued", "finished"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(
+            str(r["id"]),
+            r["state"],
+            "yes" if r["holds"] else "",
+            escape(r["unique_key"]),
+            f"{r['created_at']:%Y-%m-%d %H:%M:%S}",
+            f"{r['finished_at']:%Y-%m-%d %H:%M:%S}" if r["finished_at"] else "",
+        )
+    out.print(table)
+    return 0
+
+
 # -- wiring ------------------------------------------------------------------------------------
 
 
@@ -454,3 +490,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=cmd_result)
     p.add_argument("id", type=int)
     p.add_argument("--wait", type=duration, default=None, help="wait this long for it to finish (30, 5m)")
+
+    p = sub.add_parser("unique", help="which job holds a unique key")
+    unique = p.add_subparsers(dest="unique_command", required=True)
+    u = unique.add_parser("show", parents=[common], help="the jobs with a unique key, and which holds it now")
+    u.set_defaults(handler=cmd_unique_show)
+    u.add_argument("key", help="the key as the enqueue reported it (task:key)")
+    u.add_argument("--limit", type=positive_int, default=20)

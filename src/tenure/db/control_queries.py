@@ -267,6 +267,10 @@ class ControlQueries:
     ) -> list[Row]:
         return await _fetch(conn, self._sql["queue_events_list"], {"queue": queue, "limit": limit})
 
+    async def unique_key_jobs(self, conn: AsyncConnection[Any], key: str, limit: int = 20) -> list[Row]:
+        """The jobs stored with unique key `key` (any period window), newest first."""
+        return await _fetch(conn, self._sql["unique_key_jobs"], {"key": key, "limit": limit})
+
     async def result(self, conn: AsyncConnection[Any], job_id: int) -> Row | None:
         rows = await _fetch(conn, self._sql["job_result_get"], {"id": job_id})
         return rows[0] if rows else None

@@ -187,3 +187,13 @@ SELECT id, state::text AS state, result, result_wanted, result IS NULL AND resul
        extract(epoch FROM statement_timestamp() - finished_at)::float8 AS finished_seconds_ago
 FROM __schema__.jobs
 WHERE id = %(id)s;
+
+-- name: unique_key_jobs
+-- The jobs that carry a unique key (as the enqueue reported it; a period's windows are stored
+-- as key@N), newest first, and whether each holds it now.
+SELECT id, state::text AS state, unique_key, state = ANY(unique_states) AS holds, created_at,
+       finished_at
+FROM __schema__.jobs
+WHERE unique_key = %(key)s OR unique_key LIKE replace(replace(%(key)s, '\', '\\'), '%%', '\%%') || '@%%'
+ORDER BY id DESC
+LIMIT %(limit)s;
