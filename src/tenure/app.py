@@ -12,6 +12,7 @@ from tenure.control import CancelReport, QueuePause
 from tenure.db.connect import connect, resolve_dsn
 from tenure.db.migrate import MigrationReport, migrate
 from tenure.jobs import EnqueuedJob
+from tenure.limits import QueueLimit
 from tenure.runtime.options import WorkerOptions
 from tenure.runtime.worker import Worker
 from tenure.secrets import CredentialPolicy, SecretResolver, credential_policy_from
@@ -49,6 +50,23 @@ class Tenure:
             return self.registry.register(fn, name=name, **policy)
 
         return register(handler) if handler is not None else register
+
+    def limit(
+        self,
+        queue: str,
+        *,
+        max_running: int | None = None,
+        key: str | None = None,
+        max_running_per_key: int | None = None,
+        rate: int | None = None,
+        per: float = 1.0,
+    ) -> QueueLimit:
+        """Limits `queue` across every worker (Q3): at most `max_running` of its jobs running, at
+        most `max_running_per_key` per value of payload field `key`, at most `rate` starts per
+        `per` seconds. Workers of this app write it to the database when they start."""
+        declared = QueueLimit(queue, max_running, key, max_running_per_key, rate, per)
+        self.registry.limits[queue] = declared
+        return declared
 
     def secret_resolver(self, resolver: SecretResolver) -> SecretResolver:
         """Registers how workers turn `tenure.secret(name)` references into values (E4).

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from tenure.errors import ConfigurationError
+from tenure.limits import QueueLimit
 from tenure.outcomes import DEFAULT_MAX_SNOOZES
 from tenure.retry import Backoff, FailurePolicy
 from tenure.secrets import SecretResolver
@@ -158,6 +159,8 @@ class TaskRegistry:
         self._tasks: dict[str, Task] = {}
         #: Turns `tenure.secret(name)` payload references into values at run time (E4).
         self.secret_resolver: SecretResolver | None = None
+        #: Global limits this app declares, by queue (Q3); its workers write them at start.
+        self.limits: dict[str, QueueLimit] = {}
 
     def register(self, handler: Handler, *, name: str | None = None, **policy: Any) -> Task:
         task_name = check_task_name(name or f"{handler.__module__}.{handler.__qualname__}")

@@ -15,6 +15,7 @@ from tenure.db._sqlfiles import named_queries
 from tenure.db.queries import REVOKE_PREFIX, Row, _fetch, _fetch_sync, notify_channel, results_channel
 from tenure.db.text import storable_text
 from tenure.jobs import JobState
+from tenure.limits import QueueLimit
 
 #: States a cancel by filter takes, and those an id may be in to be cancelled.
 WAITING = (JobState.SCHEDULED, JobState.PENDING)
@@ -266,6 +267,25 @@ class ControlQueries:
         self, conn: AsyncConnection[Any], queue: str | None = None, limit: int = 50
     ) -> list[Row]:
         return await _fetch(conn, self._sql["queue_events_list"], {"queue": queue, "limit": limit})
+
+    async def declare_limit(self, conn: AsyncConnection[Any], limit: QueueLimit, declared_by: str) -> None:
+        params = {
+            "queue": limit.queue,
+            "max_running": limit.max_running,
+            "key_field": limit.key,
+            "max_running_per_key": limit.max_running_per_key,
+            "rate": limit.rate,
+            "per_seconds": None if limit.rate is None else float(limit.per),
+            "declared_by": storable_text(declared_by, 200),
+        }
+        await _fetch(conn, self._sql["queue_limit_declare"], params)
+
+    async def clear_limit(self, conn: AsyncConnection[Any], queue: str) -> bool:
+        return bool(await _fetch(conn, self._sql["queue_limit_clear"], {"queue": queue}))
+
+    async def limits(self, conn: AsyncConnection[Any]) -> list[Row]:
+        """Every limited queue with its limits and the live leases it holds now."""
+        return await _fetch(conn, self._sql["queue_limits_list"], {})
 
     async def unique_key_jobs(self, conn: AsyncConnection[Any], key: str, limit: int = 20) -> list[Row]:
         """The jobs stored with unique key `key` (any period window), newest first."""

@@ -154,6 +154,8 @@ def _job(row: Row) -> Job:
     return Job(**{**row, "state": JobState(row["state"])})
 
 
+#: The fewest due jobs a limited claim looks at to find ones whose keys have room (Q3).
+LIMITED_CLAIM_WINDOW = 200
 #: How often an enqueue tries again for a job whose key-holder finished between its insert and
 #: the lookup of that holder (each time the key was held, and then no longer).
 INSERT_ROUNDS = 5
@@ -390,10 +392,13 @@ class Queries:
         policies: Sequence[TaskLeasePolicy] = (),
         tasks: Sequence[str] | None = None,
         oldest: int = 0,
+        limited: bool = False,
         now: datetime | None = None,
     ) -> list[ClaimedJob]:
         """Claims up to `limit` due jobs of `queue`: the `oldest` oldest whatever their priority,
-        the rest by priority (O3). With `tasks`, only jobs of those tasks; None: any task."""
+        the rest by priority (O3). With `tasks`, only jobs of those tasks; None: any task.
+        A `limited` queue (Q3) is claimed within its limits, one claim at a time; the plain
+        claim takes nothing from a limited queue."""
         oldest = max(0, min(oldest, limit))
         params = {
             "queue": queue,
@@ -410,7 +415,17 @@ class Queries:
             "policy_runtimes": [float(p.max_runtime_seconds) for p in policies],
             "now": now,
         }
-        rows = await _fetch(conn, self._sql["job_claim"], params)
+        if limited:
+            params["window"] = max(LIMITED_CLAIM_WINDOW, 20 * limit)
+            async with conn.transaction():
+                await _fetch(
+                    conn,
+                    self._sql["limit_lock"],
+                    {"lock_space": f"tenure.limit:{self.schema}", "queue": queue},
+                )
+                rows = await _fetch(conn, self._sql["job_claim_limited"], params)
+        else:
+            rows = await _fetch(conn, self._sql["job_claim"], params)
         return [
             ClaimedJob(
                 id=r["id"],

@@ -9,6 +9,7 @@ import time
 
 import psycopg
 
+from tenure.db.control_queries import ControlQueries
 from tenure.db.queries import TaskLeasePolicy
 from tenure.runtime.executor import Executor
 from tenure.runtime.oldest_share import OldestShare
@@ -19,6 +20,8 @@ log = logging.getLogger("tenure.worker")
 
 #: Longest a freed slot waits for others before it is refilled on its own (seconds).
 REFILL_DELAY = 0.005
+#: How often the claimer reads which queues are limited (seconds).
+LIMITS_REFRESH = 2.0
 
 
 class Claimer:
@@ -26,11 +29,16 @@ class Claimer:
         self.services = services
         self.executor = executor
         self.queues = queues
+        self.control = ControlQueries(services.queries.schema)
         self._wake = asyncio.Event()
         self._refill_at = max(1, min(services.options.claim_batch, services.options.concurrency // 2))
         self._refill_timer: asyncio.TimerHandle | None = None
         self._next_queue = 0
         self.health = services.health.service("claimer")
+        #: Queues with a global limit (Q3), as last read; the plain claim takes nothing from a
+        #: limited queue, so a limit set since then binds at once and is seen at the next read.
+        self.limited: set[str] = set()
+        self._limits_read_at = -LIMITS_REFRESH
         self.oldest_share = OldestShare(services.options.oldest_every)
         #: Only tasks this worker can run are claimed: a job of a task registered elsewhere (a
         #: mixed-version deploy) is left for a worker that has it, with no attempt spent.
@@ -76,6 +84,10 @@ class Claimer:
         services, options = self.services, self.services.options
         claimed = 0
         saturated_queue = False
+        if time.monotonic() - self._limits_read_at >= LIMITS_REFRESH:
+            async with services.connection() as conn:
+                self.limited = {r["queue"] for r in await self.control.limits(conn)}
+            self._limits_read_at = time.monotonic()
         plan = self.claim_plan()
         below_share = [(q, room) for q, room in plan if room > 0]
         at_share = [(q, options.concurrency) for q, room in plan if room <= 0]
@@ -97,6 +109,7 @@ class Claimer:
                     policies=self.policies,
                     tasks=self.tasks,
                     oldest=self.oldest_share.take(queue, want),
+                    limited=queue in self.limited,
                 )
             self.oldest_share.record(queue, len(jobs))
             services.events.claimed(queue, jobs, time.perf_counter() - claim_started)

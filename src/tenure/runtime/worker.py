@@ -12,6 +12,7 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool
 
 from tenure.db.connect import open_pool, resolve_dsn
+from tenure.db.control_queries import ControlQueries
 from tenure.db.migrate import require_current_schema
 from tenure.db.queries import Queries
 from tenure.maintenance import RetentionPolicy, WorkerPresence
@@ -88,6 +89,9 @@ class Worker:
         try:
             async with pool.connection() as conn:
                 await require_current_schema(conn, self.schema)
+                control = ControlQueries(self.schema)
+                for limit in self.registry.limits.values():  # the app's own limits, before any claim
+                    await control.declare_limit(conn, limit, self.options.worker_id)
             return await self._run(pool, dsn, handle_signals)
         finally:
             await pool.close()

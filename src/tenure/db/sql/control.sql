@@ -197,3 +197,42 @@ FROM __schema__.jobs
 WHERE unique_key = %(key)s OR unique_key LIKE replace(replace(%(key)s, '\', '\\'), '%%', '\%%') || '@%%'
 ORDER BY id DESC
 LIMIT %(limit)s;
+
+-- name: queue_limit_declare
+-- A worker's app declares a queue's limits (Q3); the last declaration wins. The bucket starts
+-- full, and keeps its tokens while the rate stays the same.
+INSERT INTO __schema__.queue_limits AS l (queue, max_running, key_field, max_running_per_key, rate,
+                                          per_seconds, tokens, refilled_at, declared_by, updated_at)
+VALUES (%(queue)s, %(max_running)s::integer, %(key_field)s, %(max_running_per_key)s::integer,
+        %(rate)s::integer, %(per_seconds)s::float8, %(rate)s::integer::float8,
+        CASE WHEN %(rate)s::integer IS NULL THEN NULL ELSE statement_timestamp() END,
+        %(declared_by)s, statement_timestamp())
+ON CONFLICT (queue) DO UPDATE
+SET max_running = EXCLUDED.max_running,
+    key_field = EXCLUDED.key_field,
+    max_running_per_key = EXCLUDED.max_running_per_key,
+    tokens = CASE WHEN l.rate IS NOT DISTINCT FROM EXCLUDED.rate
+                   AND l.per_seconds IS NOT DISTINCT FROM EXCLUDED.per_seconds THEN l.tokens
+                  ELSE EXCLUDED.tokens END,
+    refilled_at = CASE WHEN l.rate IS NOT DISTINCT FROM EXCLUDED.rate
+                        AND l.per_seconds IS NOT DISTINCT FROM EXCLUDED.per_seconds THEN l.refilled_at
+                       ELSE EXCLUDED.refilled_at END,
+    rate = EXCLUDED.rate,
+    per_seconds = EXCLUDED.per_seconds,
+    declared_by = EXCLUDED.declared_by,
+    updated_at = EXCLUDED.updated_at;
+
+-- name: queue_limit_clear
+DELETE FROM __schema__.queue_limits WHERE queue = %(queue)s RETURNING queue;
+
+-- name: queue_limits_list
+-- Every limited queue, with its live leases (the slots in use) now.
+WITH clock AS (
+    SELECT statement_timestamp() AS now
+)
+SELECT l.queue, l.max_running, l.key_field, l.max_running_per_key, l.rate, l.per_seconds,
+       l.declared_by, l.updated_at,
+       (SELECT count(*) FROM __schema__.jobs r
+        WHERE r.state = 'running' AND r.queue = l.queue AND r.lease_expires_at > clock.now) AS running
+FROM __schema__.queue_limits l CROSS JOIN clock
+ORDER BY l.queue;

@@ -13,10 +13,12 @@
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), paused AS (
-    -- A paused queue (K1) gives nothing, to every worker, from the moment the pause commits.
+    -- A paused queue (K1) gives nothing, to every worker, from the moment the pause commits;
+    -- nor does a limited queue (Q3) here: job_claim_limited claims from it, one claim at a time.
     SELECT EXISTS (
         SELECT 1 FROM __schema__.queue_pauses p
-        WHERE p.queue = %(queue)s AND (p.until IS NULL OR p.until > (SELECT now FROM clock))) AS yes
+        WHERE p.queue = %(queue)s AND (p.until IS NULL OR p.until > (SELECT now FROM clock)))
+        OR EXISTS (SELECT 1 FROM __schema__.queue_limits l WHERE l.queue = %(queue)s) AS yes
 ), oldest AS (
     SELECT c.id
     FROM __schema__.jobs c
@@ -84,6 +86,104 @@ WHERE j.id = ANY(ARRAY(SELECT id FROM candidate))
 RETURNING j.id, j.queue, j.task, j.payload, j.priority, j.attempt_count, j.max_attempts,
           j.lease_token, j.lease_expires_at, j.lease_deadline, j.progress, j.idempotency_key,
           j.available_at, j.created_at, j.result_wanted, j.snoozes, clock.now AS db_now;
+
+-- name: limit_lock
+-- First statement of a limited queue's claim transaction: claims of that queue, from every
+-- worker, then run one at a time, each seeing the running count the one before left.
+SELECT pg_advisory_xact_lock(hashtext(%(lock_space)s), hashtext(%(queue)s));
+
+-- name: job_claim_limited
+-- The claim of a limited queue (Q3), after limit_lock in the same transaction. How many it may
+-- take: the batch, at most max_running less the queue's live leases, at most the whole tokens of
+-- the queue's bucket. Which: a window of the queue's best due jobs by priority, then the first of
+-- each key before any second (round robin across keys), leaving out keys whose live leases
+-- already reach max_running_per_key. Everything else is as job_claim (one lane, by priority).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+), lim AS (
+    SELECT * FROM __schema__.queue_limits WHERE queue = %(queue)s
+), paused AS (
+    SELECT EXISTS (
+        SELECT 1 FROM __schema__.queue_pauses p
+        WHERE p.queue = %(queue)s AND (p.until IS NULL OR p.until > (SELECT now FROM clock))) AS yes
+), live AS (
+    SELECT r.payload
+    FROM __schema__.jobs r CROSS JOIN clock
+    WHERE r.state = 'running' AND r.queue = %(queue)s AND r.lease_expires_at > clock.now
+), bucket AS (
+    SELECT least(l.rate::float8, l.tokens + extract(epoch FROM clock.now - l.refilled_at) * l.rate / l.per_seconds)
+               AS tokens
+    FROM lim l CROSS JOIN clock
+    WHERE l.rate IS NOT NULL
+), budget AS (
+    SELECT greatest(0, least(
+        %(limit)s,
+        coalesce(l.max_running - (SELECT count(*) FROM live), %(limit)s),
+        coalesce((SELECT floor(tokens)::integer FROM bucket), %(limit)s)))::integer AS n
+    FROM lim l
+), candidates AS (
+    SELECT c.id, c.priority, c.available_at,
+           CASE WHEN l.key_field IS NULL THEN c.id::text ELSE c.payload ->> l.key_field END AS k
+    FROM __schema__.jobs c CROSS JOIN lim l
+    WHERE c.state = 'pending'
+      AND c.queue = %(queue)s
+      AND c.available_at <= (SELECT now FROM clock)
+      AND (%(tasks)s::text[] IS NULL OR c.task = ANY(%(tasks)s::text[]))
+      AND (c.ordering_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM __schema__.jobs o
+            WHERE o.ordering_key = c.ordering_key
+              AND o.state IN ('scheduled', 'pending', 'running', 'dead')
+              AND o.id <> c.id
+              AND (o.state = 'running' OR o.id < c.id)))
+      AND NOT (SELECT yes FROM paused)
+      AND (SELECT n FROM budget) > 0
+    ORDER BY c.priority DESC, c.available_at, c.id
+    LIMIT %(window)s
+    FOR UPDATE OF c SKIP LOCKED
+), held AS (
+    SELECT v.payload ->> l.key_field AS k, count(*) AS n
+    FROM live v CROSS JOIN lim l
+    WHERE l.key_field IS NOT NULL
+    GROUP BY 1
+), ranked AS (
+    SELECT c.*, row_number() OVER (PARTITION BY c.k ORDER BY c.priority DESC, c.available_at, c.id) AS rn
+    FROM candidates c
+), chosen AS (
+    SELECT r.id
+    FROM ranked r CROSS JOIN lim l
+    LEFT JOIN held h ON h.k IS NOT DISTINCT FROM r.k
+    WHERE l.key_field IS NULL OR coalesce(h.n, 0) + r.rn <= l.max_running_per_key
+    ORDER BY r.rn, r.priority DESC, r.available_at, r.id
+    LIMIT (SELECT n FROM budget)
+), policy AS (
+    SELECT *
+    FROM unnest(%(policy_tasks)s::text[], %(policy_leases)s::float8[], %(policy_runtimes)s::float8[])
+        AS p(task, lease_seconds, runtime_seconds)
+), claimed AS (
+    UPDATE __schema__.jobs j
+    SET state = 'running',
+        attempt_count = j.attempt_count + 1,
+        lease_token = j.lease_token + 1,
+        lease_owner = %(owner)s,
+        attempted_at = clock.now,
+        lease_deadline = clock.now + make_interval(secs => coalesce(
+            (SELECT p.runtime_seconds FROM policy p WHERE p.task = j.task), %(default_runtime_seconds)s::float8)),
+        lease_expires_at = clock.now + make_interval(secs => least(
+            coalesce((SELECT p.lease_seconds FROM policy p WHERE p.task = j.task), %(default_lease_seconds)s::float8),
+            coalesce((SELECT p.runtime_seconds FROM policy p WHERE p.task = j.task), %(default_runtime_seconds)s::float8)))
+    FROM clock
+    WHERE j.id = ANY(ARRAY(SELECT id FROM chosen))
+      AND j.state = 'pending'
+    RETURNING j.id, j.queue, j.task, j.payload, j.priority, j.attempt_count, j.max_attempts,
+              j.lease_token, j.lease_expires_at, j.lease_deadline, j.progress, j.idempotency_key,
+              j.available_at, j.created_at, j.result_wanted, j.snoozes, clock.now AS db_now
+), spent AS (
+    UPDATE __schema__.queue_limits l
+    SET tokens = b.tokens - (SELECT count(*) FROM claimed), refilled_at = clock.now
+    FROM bucket b CROSS JOIN clock
+    WHERE l.queue = %(queue)s
+)
+SELECT * FROM claimed;
 
 -- name: job_complete_many
 -- Fenced success for a batch. Rows are locked with SKIP LOCKED, so a row lock held elsewhere

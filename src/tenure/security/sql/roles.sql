@@ -37,6 +37,8 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.workers TO {role};
 -- Reads queue pauses (the claim honours them) but may not write them: pausing, and cancelling
 -- (which the jobs_cancel_guard trigger allows only to a role that may pause), are the admin's.
 GRANT SELECT ON {schema}.queue_pauses TO {role};
+-- Limits: a worker writes its app's declaration at start, and a limited claim its bucket.
+GRANT SELECT, INSERT, UPDATE ON {schema}.queue_limits TO {role};
 GRANT SELECT ON {schema}.schema_migrations TO {role};
 
 -- name: admin
