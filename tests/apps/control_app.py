@@ -61,3 +61,21 @@ async def ignores_cancel(ctx: tenure.JobContext, marker_dir: str, seconds: float
 @app.task(name="control.quick", queue="paused")
 def quick(ctx: tenure.JobContext, marker_dir: str) -> None:
     mark(marker_dir, f"ran-{ctx.job_id}", ctx)
+
+
+#: The x13 limits: three running across every worker, and a rated queue.
+LIMITED_QUEUE, RATED_QUEUE = "limited", "rated"
+app.limit(LIMITED_QUEUE, max_running=3)
+app.limit(RATED_QUEUE, rate=20, per=1.0)
+
+
+@app.task(name="control.hold", queue=LIMITED_QUEUE, max_attempts=5)
+def hold(ctx: tenure.JobContext, marker_dir: str, seconds: float) -> None:
+    """Holds its slot for `seconds`, marking when it started."""
+    mark(marker_dir, f"held-{ctx.job_id}-{ctx.token}", ctx)
+    time.sleep(seconds)
+
+
+@app.task(name="control.tick", queue=RATED_QUEUE)
+async def tick(ctx: tenure.JobContext) -> None:
+    pass
