@@ -279,6 +279,23 @@ def figure_rows(result: dict[str, Any]) -> list[Row]:
             if name != "unique_held":
                 r["met"] = _at_least(r["ratio"], 0.8)
             rows.append(r)
+    lim = s.get("limits")
+    if lim:
+        for name, label in (
+            ("limit_not_binding", "claim+complete, a queue limit that never binds"),
+            ("per_key_1000", f"claim+complete, one running per key over {lim['keys']:,} keys"),
+        ):
+            r = _row(
+                "limits",
+                label,
+                lim[f"{name}_jobs_per_second"],
+                "jobs/s",
+                "the unlimited claim",
+                lim["unlimited_jobs_per_second"],
+                ">= 0.8x",
+            )
+            r["met"] = _at_least(r["ratio"], 0.8)
+            rows.append(r)
     cp = s.get("copy")
     if cp:
         r = _row(

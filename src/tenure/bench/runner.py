@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tenure.bench import enqueue, peers, sections, waiting
+from tenure.bench import enqueue, limits, peers, sections, waiting
 from tenure.bench.drain import DrainResult
 from tenure.bench.report import chart, figure_rows, print_table
 from tenure.bench.server import Databases, check_server, server_settings
@@ -28,6 +28,7 @@ SECTIONS = (
     "scheduled",
     "fairness",
     "unique",
+    "limits",
 )
 
 
@@ -184,6 +185,9 @@ async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
         if "unique" in options.sections:
             log(f"unique: {sizes.unique_enqueues} single enqueues of each kind, plain and keyed")
             out["unique"] = await enqueue.unique_cost(dsn, sizes.unique_enqueues)
+        if "limits" in options.sections:
+            log(f"limits: claim-and-complete of {sizes.limit_jobs} jobs, unlimited and limited")
+            out["limits"] = await limits.limit_cost(dsn, sizes.limit_jobs, options.claim_batch)
     finally:
         await dbs.drop_all()
     result["meta"]["seconds"] = round(time.monotonic() - started, 1)

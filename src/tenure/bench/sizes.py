@@ -21,6 +21,7 @@ class Sizes:
     fairness_step: float  # seconds between the periodic passes over that hour
     claim_samples: int = 15
     unique_enqueues: int = 2000  # single enqueues of each kind in the unique section
+    limit_jobs: int = 10_000  # jobs claimed and completed per variant in the limits section
     drain_largest: bool = False  # drain the largest backlog to the end instead of for a window
     repeats: int = 3  # throughput drains per contender, interleaved; the median is reported
     peers: tuple[str, ...] = field(default=("pgqueuer", "procrastinate"))
@@ -41,6 +42,7 @@ SIZES = {
         claim_samples=5,
         repeats=1,
         unique_enqueues=400,
+        limit_jobs=1000,
     ),
     "standard": Sizes(
         jobs=30_000,

@@ -155,7 +155,7 @@ def _job(row: Row) -> Job:
 
 
 #: The fewest due jobs a limited claim looks at to find ones whose keys have room (Q3).
-LIMITED_CLAIM_WINDOW = 200
+LIMITED_CLAIM_WINDOW = 100
 #: How often an enqueue tries again for a job whose key-holder finished between its insert and
 #: the lookup of that holder (each time the key was held, and then no longer).
 INSERT_ROUNDS = 5
@@ -416,14 +416,13 @@ class Queries:
             "now": now,
         }
         if limited:
-            params["window"] = max(LIMITED_CLAIM_WINDOW, 20 * limit)
-            async with conn.transaction():
-                await _fetch(
-                    conn,
-                    self._sql["limit_lock"],
-                    {"lock_space": f"tenure.limit:{self.schema}", "queue": queue},
-                )
-                rows = await _fetch(conn, self._sql["job_claim_limited"], params)
+            params["window"] = max(LIMITED_CLAIM_WINDOW, 5 * limit)
+            lock = {"lock_space": f"tenure.limit:{self.schema}", "queue": queue}
+            # Pipelined: BEGIN, the lock and the claim go out together, in one round trip.
+            async with conn.pipeline(), conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+                await cur.execute(self._sql["limit_lock"], lock)
+                await cur.execute(self._sql["job_claim_limited"], params)
+                rows = await cur.fetchall()
         else:
             rows = await _fetch(conn, self._sql["job_claim"], params)
         return [

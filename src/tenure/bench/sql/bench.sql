@@ -109,3 +109,16 @@ VACUUM (ANALYZE) __schema__.jobs;
 SELECT EXISTS (SELECT 1 FROM __schema__.jobs WHERE state = 'running') AS started,
        EXISTS (SELECT 1 FROM __schema__.jobs WHERE state = 'running')
        OR EXISTS (SELECT 1 FROM __schema__.jobs WHERE state = 'pending') AS unfinished;
+
+-- name: bench_limits_clear
+DELETE FROM __schema__.queue_limits;
+
+-- name: bench_limit_queue
+INSERT INTO __schema__.queue_limits (queue, max_running, declared_by)
+VALUES (%(queue)s, %(max_running)s, 'bench');
+
+-- name: bench_limit_per_key
+-- One running job per key at a time: with jobs spread over many keys it seldom binds, but every
+-- claim ranks its window by key and counts each key's live leases.
+INSERT INTO __schema__.queue_limits (queue, key_field, max_running_per_key, declared_by)
+VALUES (%(queue)s, %(key)s, 1, 'bench');

@@ -98,6 +98,9 @@ SELECT pg_advisory_xact_lock(hashtext(%(lock_space)s), hashtext(%(queue)s));
 -- the queue's bucket. Which: a window of the queue's best due jobs by priority, then the first of
 -- each key before any second (round robin across keys), leaving out keys whose live leases
 -- already reach max_running_per_key. Everything else is as job_claim (one lane, by priority).
+-- The window is a preference, like every order here: when its first %(window)s due jobs all
+-- belong to keys at their limit, this claim takes nothing, though a job deeper in the queue
+-- could run (docs/limits.md).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), lim AS (
@@ -138,8 +141,10 @@ WITH clock AS (
       AND NOT (SELECT yes FROM paused)
       AND (SELECT n FROM budget) > 0
     ORDER BY c.priority DESC, c.available_at, c.id
-    LIMIT %(window)s
-    FOR UPDATE OF c SKIP LOCKED
+    -- Without a per-key limit the batch's own size is the window. No row locks here: claims of
+    -- this queue run one at a time (limit_lock), and the UPDATE below checks each row is still
+    -- pending, so the window costs reads only.
+    LIMIT (SELECT CASE WHEN l.key_field IS NULL THEN %(limit)s ELSE %(window)s END FROM lim l)
 ), held AS (
     SELECT v.payload ->> l.key_field AS k, count(*) AS n
     FROM live v CROSS JOIN lim l
