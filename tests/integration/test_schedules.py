@@ -309,3 +309,27 @@ async def test_the_worker_role_runs_the_scheduler_but_may_not_pause(
         await db.execute(f'DROP OWNED BY "{role}"')
         await db.execute(f'DROP ROLE "{role}"')
     assert len(await fired_slots(db, "granted")) == 2
+
+
+async def test_retention_prunes_old_fired_slots_but_the_schedule_keeps_its_last_fire(
+    dsn: str, db: AsyncConnection[Any]
+) -> None:
+    """The retention pass deletes fired-slot history older than the audit retention and keeps the
+    newer rows; the schedule's row still shows its last fired slot."""
+    from tenure.maintenance import RetentionPolicy, prune
+
+    app = make_app(dsn, ("pruned", "* * * * *", "latest"))
+    async with scheduler(dsn, app, "only") as only:
+        await only.register(now=T0)
+        for m in (1, 2, 3):
+            await only.run_once(now=minute(m) + timedelta(seconds=1))
+    pool = await open_pool(dsn, max_size=2)
+    try:
+        policy = RetentionPolicy(audit_seconds=90)
+        report = await prune(pool, SCHEMA, policy, now=minute(3) + timedelta(seconds=30))
+    finally:
+        await pool.close()
+    assert report.schedule_fires == 1
+    assert await fired_slots(db, "pruned") == [minute(2), minute(3)]
+    [row] = await rows(db, "SELECT last_fired_slot FROM tenure.schedules WHERE name = 'pruned'")
+    assert row["last_fired_slot"] == minute(3)
