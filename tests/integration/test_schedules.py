@@ -333,3 +333,35 @@ async def test_retention_prunes_old_fired_slots_but_the_schedule_keeps_its_last_
     assert await fired_slots(db, "pruned") == [minute(2), minute(3)]
     [row] = await rows(db, "SELECT last_fired_slot FROM tenure.schedules WHERE name = 'pruned'")
     assert row["last_fired_slot"] == minute(3)
+
+
+async def test_the_database_gauges_count_schedules_and_their_last_fire_age(
+    dsn: str, db: AsyncConnection[Any]
+) -> None:
+    """A scrape counts active, paused and undeclared schedules and shows, per schedule that has
+    fired, the seconds since its last fired slot."""
+    from tenure.metrics.database import DatabaseCollector
+
+    app = make_app(
+        dsn,
+        ("m.fires", "* * * * * *", "latest"),
+        ("m.held", "* * * * * *", "latest"),
+        ("m.gone", "0 0 1 1 *", "skip"),
+    )
+    async with scheduler(dsn, app, "only") as only:
+        await only.register()
+        await ScheduleQueries(SCHEMA).pause(db, "m.held", actor="ops", reason="metrics")
+        await db.execute(
+            "UPDATE tenure.schedules SET declared_at = now() - interval '1 hour' WHERE name = 'm.gone'"
+        )
+        await asyncio.sleep(1.1)
+        assert "m.fires" in (await only.run_once()).fired
+    collector = DatabaseCollector(dsn)
+    try:
+        families = {f.name: f for f in await asyncio.to_thread(lambda: list(collector.collect()))}
+    finally:
+        collector.close()
+    states = {s.labels["state"]: s.value for s in families["tenure_schedules"].samples}
+    assert states == {"active": 1.0, "paused": 1.0, "undeclared": 1.0}
+    [age] = families["tenure_schedule_last_fire_age_seconds"].samples
+    assert age.labels == {"schedule": "m.fires"} and 0 <= age.value < 5
