@@ -365,3 +365,17 @@ async def test_the_database_gauges_count_schedules_and_their_last_fire_age(
     assert states == {"active": 1.0, "paused": 1.0, "undeclared": 1.0}
     [age] = families["tenure_schedule_last_fire_age_seconds"].samples
     assert age.labels == {"schedule": "m.fires"} and 0 <= age.value < 5
+
+
+async def test_a_schedule_this_worker_cannot_read_does_not_stop_the_others(
+    dsn: str, db: AsyncConnection[Any]
+) -> None:
+    """A schedule whose row holds a cron this worker's cronsim refuses (written by another version
+    of the app) is left alone with a warning; the worker's other schedules fire as usual."""
+    app = make_app(dsn, ("readable", "* * * * *", "latest"), ("unreadable", "* * * * *", "latest"))
+    async with scheduler(dsn, app, "only") as only:
+        await only.register(now=T0)
+        await db.execute("UPDATE tenure.schedules SET cron = '* * * * * * *' WHERE name = 'unreadable'")
+        tick = await only.run_once(now=minute(1) + timedelta(seconds=1))
+    assert tick.fired == {"readable": [minute(1)]}
+    assert await fired_slots(db, "unreadable") == []

@@ -16,8 +16,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from cronsim import CronSimError
 
 from tenure.db.schedule_queries import ScheduleQueries, ScheduleState
+from tenure.errors import ConfigurationError
 from tenure.runtime.services import WorkerServices
 from tenure.runtime.supervisor import describe_error
 from tenure.schedules import (
@@ -90,18 +94,26 @@ class Scheduler:
         for state in states:
             if state.paused:
                 continue
-            fired = await self._fire(state, db_now, now)
+            try:
+                zone = zone_of(state.timezone, where=f"schedule {state.name!r}")
+                fired = await self._fire(state, zone, db_now, now)
+                upcoming = next_slot(state.cron, zone, max(db_now, state.last_slot))
+            except (ConfigurationError, CronSimError) as exc:
+                # Registered by another version of the app (a rolling deploy) with a definition this
+                # host cannot read: workers that can read it fire it; the other schedules go on here.
+                log.warning("schedule %s cannot be planned on this worker: %s", state.name, exc)
+                continue
             if fired:
                 tick.fired[state.name] = fired
-            upcoming = next_slot(state.cron, zone_of(state.timezone), max(db_now, state.last_slot))
             if upcoming is not None and (tick.next_due is None or upcoming < tick.next_due):
                 tick.next_due = upcoming
         if tick.fired:
             self.wake_claimer()
         return tick
 
-    async def _fire(self, state: ScheduleState, db_now: datetime, now: datetime | None) -> list[datetime]:
-        zone = zone_of(state.timezone, where=f"schedule {state.name!r}")
+    async def _fire(
+        self, state: ScheduleState, zone: ZoneInfo, db_now: datetime, now: datetime | None
+    ) -> list[datetime]:
         plan = plan_slots(
             state.cron,
             zone,
