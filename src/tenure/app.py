@@ -11,11 +11,13 @@ from tenure.client import Client, SyncClient
 from tenure.control import CancelReport, QueuePause
 from tenure.db.connect import connect, resolve_dsn
 from tenure.db.migrate import MigrationReport, migrate
+from tenure.errors import ConfigurationError
 from tenure.jobs import EnqueuedJob
 from tenure.limits import QueueLimit
 from tenure.runtime.options import WorkerOptions
 from tenure.runtime.worker import Worker
-from tenure.secrets import CredentialPolicy, SecretResolver, credential_policy_from
+from tenure.schedules import Schedule, declare_schedule
+from tenure.secrets import CredentialPolicy, SecretResolver, check_credentials, credential_policy_from
 from tenure.tasks import Handler, Task, TaskRegistry
 from tenure.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_schema_name
 
@@ -67,6 +69,60 @@ class Tenure:
         declared = QueueLimit(queue, max_running, key, max_running_per_key, rate, per)
         self.registry.limits[queue] = declared
         return declared
+
+    def periodic(
+        self,
+        cron: str,
+        /,
+        *,
+        name: str | None = None,
+        timezone: str = "UTC",
+        payload: dict[str, Any] | None = None,
+        missed: Any = "latest",
+        **policy: Any,
+    ) -> Any:
+        """Registers a handler as a task (as `task` does, with its policy options) and a schedule
+        that enqueues it at every slot of `cron` (5 fields, or 6 with seconds first) read in
+        `timezone`. `name` names both the task and the schedule. `missed`: what runs of the slots
+        no worker was up for, 'skip', 'latest' (the default) or ('backfill', N); docs/schedules.md."""
+
+        def register(fn: Handler) -> Task:
+            task = self.registry.register(fn, name=name, **policy)
+            self.schedule(task, cron, name=name, timezone=timezone, payload=payload, missed=missed)
+            return task
+
+        return register
+
+    def schedule(
+        self,
+        task: str | Task,
+        cron: str,
+        *,
+        name: str | None = None,
+        timezone: str = "UTC",
+        payload: dict[str, Any] | None = None,
+        missed: Any = "latest",
+    ) -> Schedule:
+        """Schedules a registered task at every slot of `cron` (see `periodic`). `name` defaults to
+        the task's name; give each further schedule of one task its own."""
+        task_name = task.name if isinstance(task, Task) else task
+        known = self.registry.get(task_name) if isinstance(task_name, str) else None
+        if known is None:
+            raise ConfigurationError(
+                f"cannot schedule task {task_name!r}: this app has no such task; register it with "
+                "@app.task first (or declare handler and schedule at once with @app.periodic)"
+            )
+        declared = declare_schedule(
+            known,
+            cron,
+            name=name,
+            timezone=timezone,
+            payload=payload,
+            missed=missed,
+            max_payload_bytes=self.max_payload_bytes,
+        )
+        check_credentials(declared.payload, self.credential_policy)
+        return self.registry.add_schedule(declared)
 
     def secret_resolver(self, resolver: SecretResolver) -> SecretResolver:
         """Registers how workers turn `tenure.secret(name)` references into values (E4).

@@ -25,6 +25,7 @@ from tenure.validation import (
 
 if TYPE_CHECKING:
     from tenure.context import JobContext
+    from tenure.schedules import Schedule
 
 Handler = Callable[..., Any]
 
@@ -161,6 +162,8 @@ class TaskRegistry:
         self.secret_resolver: SecretResolver | None = None
         #: Global limits this app declares, by queue (Q3); its workers write them at start.
         self.limits: dict[str, QueueLimit] = {}
+        #: The periodic jobs this app declares (Q1), by schedule name; its workers fire them.
+        self.schedules: dict[str, Schedule] = {}
 
     def register(self, handler: Handler, *, name: str | None = None, **policy: Any) -> Task:
         task_name = check_task_name(name or f"{handler.__module__}.{handler.__qualname__}")
@@ -178,6 +181,17 @@ class TaskRegistry:
         task = Task(task_name, handler, _policy(task_name, policy))
         self._tasks[task_name] = task
         return task
+
+    def add_schedule(self, schedule: Schedule) -> Schedule:
+        known = self.schedules.get(schedule.name)
+        if known is not None and known != schedule:
+            raise ConfigurationError(
+                f"schedule {schedule.name!r} is declared twice (for task {known.task!r} at "
+                f"{known.cron!r} and for task {schedule.task!r} at {schedule.cron!r}); "
+                "give one of them another name="
+            )
+        self.schedules[schedule.name] = schedule
+        return schedule
 
     def get(self, name: str) -> Task | None:
         return self._tasks.get(name)

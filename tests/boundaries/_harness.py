@@ -152,10 +152,11 @@ def spawn_worker_process(
     lease: float,
     extra: tuple[str, ...] = (),
     app: str = PROCESS_APP,
+    env_extra: dict[str, str] | None = None,
 ) -> WorkerProcess:
     out_path = workdir / f"{worker_id}.out"
     log_path = workdir / f"{worker_id}.log"
-    env = dict(os.environ)
+    env = {**os.environ, **(env_extra or {})}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS_DIR), env.get("PYTHONPATH")) if p)
     env.pop("TENURE_DSN", None)
     cmd = [

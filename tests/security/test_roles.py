@@ -125,7 +125,8 @@ async def test_worker_runs_the_whole_lease_cycle_under_its_grants(dsn: str, role
 
 async def test_worker_cannot_change_a_job_it_does_not_hold(dsn: str, roles: dict[Role, str]) -> None:
     """Through Tenure's queries another worker's job is untouchable (the fence), and the worker role
-    can never rewrite payloads or budgets, insert, delete, create tables or read other tables."""
+    can never rewrite payloads or budgets, insert a job with a lease, delete, create tables or read
+    other tables."""
     [job_id] = await _enqueue(dsn)
     with psycopg.connect(dsn, autocommit=True) as admin:
         admin.execute("CREATE TABLE public.billing (id int)")
@@ -148,7 +149,7 @@ async def test_worker_cannot_change_a_job_it_does_not_hold(dsn: str, roles: dict
             f"UPDATE {SCHEMA}.jobs SET payload = '{{\"x\": 1}}' WHERE id = {job_id}",
             f"UPDATE {SCHEMA}.jobs SET max_attempts = 99 WHERE id = {job_id}",
             f"DELETE FROM {SCHEMA}.jobs WHERE id = {job_id}",
-            f"INSERT INTO {SCHEMA}.jobs (queue, task) VALUES ('sec', 'forged')",
+            f"INSERT INTO {SCHEMA}.jobs (queue, task, lease_owner) VALUES ('sec', 'forged', 'thief')",
             f"TRUNCATE {SCHEMA}.job_events",
             f"CREATE TABLE {SCHEMA}.stash (id int)",
             "SELECT * FROM public.billing",

@@ -8,7 +8,21 @@ import inspect
 import logging
 import sys
 
-from tenure.cli import bench, control, dead, demo, effects, health, ops, ordering, queue, roles, soak, worker
+from tenure.cli import (
+    bench,
+    control,
+    dead,
+    demo,
+    effects,
+    health,
+    ops,
+    ordering,
+    queue,
+    roles,
+    schedules,
+    soak,
+    worker,
+)
 from tenure.cli._common import EXIT_NOT_MIGRATED, EXIT_UNAVAILABLE, EXIT_USAGE, err
 from tenure.db.connect import DSN_ENV
 from tenure.errors import DatabaseUnavailable, SchemaNotMigrated, TenureError
@@ -17,7 +31,21 @@ from tenure.logging_context import configure_logging
 __all__ = ["EXIT_NOT_MIGRATED", "EXIT_UNAVAILABLE", "EXIT_USAGE", "build_parser", "main"]
 
 #: Command groups, in the order `tenure --help` lists them.
-COMMAND_MODULES = [queue, health, worker, dead, control, ops, ordering, effects, demo, soak, roles, bench]
+COMMAND_MODULES = [
+    queue,
+    health,
+    worker,
+    dead,
+    control,
+    schedules,
+    ops,
+    ordering,
+    effects,
+    demo,
+    soak,
+    roles,
+    bench,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

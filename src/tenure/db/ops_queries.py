@@ -72,6 +72,8 @@ class Snapshot:
     """Queues paused now: queue, paused_seconds, until."""
     control_recent: list[Row] = field(default_factory=list)
     """Control acts (cancel, revoke, snooze, retry_now) of the last CONTROL_WINDOW_SECONDS."""
+    schedules: list[Row] = field(default_factory=list)
+    """Schedules (Q1): name, paused, declared (by a live worker), since_last_fire_seconds."""
 
 
 class OpsQueries:
@@ -92,7 +94,7 @@ class OpsQueries:
 
     @staticmethod
     def _snapshot(results: list[list[Row]]) -> Snapshot:
-        queues, workers, connections, locks, paused, control = results
+        queues, workers, connections, locks, paused, control, schedules = results
         return Snapshot(
             queues=[QueueGauges(**r) for r in queues],
             workers=WorkerGauges(**workers[0]),
@@ -101,6 +103,7 @@ class OpsQueries:
             longest_lock_wait=float(locks[0]["longest_seconds"]),
             paused=paused,
             control_recent=control,
+            schedules=schedules,
         )
 
     def _snapshot_queries(self) -> list[str]:
@@ -113,6 +116,7 @@ class OpsQueries:
                 "gauge_lock_waits",
                 "gauge_paused",
                 "gauge_control_recent",
+                "gauge_schedules",
             )
         ]
 

@@ -10,6 +10,7 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool
 
 from tenure.db.ops_queries import OpsQueries
+from tenure.db.schedule_queries import ScheduleQueries
 from tenure.errors import ConfigurationError
 from tenure.validation import check_queue
 
@@ -19,7 +20,8 @@ DAY = 86400.0
 @dataclass(frozen=True)
 class RetentionPolicy:
     """finished_seconds: succeeded and cancelled jobs are kept this long after they finished,
-    unless `per_queue` names their queue. audit_seconds: audit rows of jobs no longer in play.
+    unless `per_queue` names their queue. audit_seconds: audit rows of jobs no longer in play,
+    and the fired-slot history of schedules.
     dead_seconds: None keeps dead jobs until an operator purges them (the default, R4).
     batch / max_batches bound the work of one pass, so a pass never holds locks for long."""
 
@@ -52,6 +54,7 @@ class PruneReport:
     audit_rows: int = 0
     dead_jobs: int = 0
     silent_workers: int = 0
+    schedule_fires: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return {
@@ -59,6 +62,7 @@ class PruneReport:
             "audit_rows": self.audit_rows,
             "dead_jobs": self.dead_jobs,
             "silent_workers": self.silent_workers,
+            "schedule_fires": self.schedule_fires,
         }
 
 
@@ -96,6 +100,13 @@ async def prune(
         async with pool.connection() as conn:
             n = await ops.job_events_prune(conn, seconds=policy.audit_seconds, limit=policy.batch, now=now)
         report.audit_rows += n
+        if n < policy.batch:
+            break
+    fires = ScheduleQueries(schema)
+    for _ in range(policy.max_batches):
+        async with pool.connection() as conn:
+            n = await fires.prune_fires(conn, seconds=policy.audit_seconds, limit=policy.batch, now=now)
+        report.schedule_fires += n
         if n < policy.batch:
             break
     async with pool.connection() as conn:

@@ -154,6 +154,7 @@ class DatabaseCollector(Collector):
         for row in snap.control_recent:
             acts.add_metric([row["queue"], row["event"]], float(row["n"]))
         yield acts
+        yield from _schedule_families(snap)
         connections = GaugeMetricFamily(
             "tenure_db_connections",
             "Sessions Tenure opened on the database (application_name tenure*), by application and state",
@@ -162,3 +163,28 @@ class DatabaseCollector(Collector):
         for row in snap.connections:
             connections.add_metric([row["application"], row["state"]], float(row["connections"]))
         yield connections
+
+
+def _schedule_families(snap: Snapshot) -> Iterator[GaugeMetricFamily]:
+    """How many schedules are active, paused or declared by no live worker, and how long ago each
+    last fired: compare it with the schedule's own interval to see one that stopped firing."""
+    states = GaugeMetricFamily(
+        "tenure_schedules",
+        "Registered schedules (Q1), by state: active, paused, undeclared",
+        labels=["state"],
+    )
+    counts = {"active": 0, "paused": 0, "undeclared": 0}
+    for row in snap.schedules:
+        counts["undeclared" if not row["declared"] else "paused" if row["paused"] else "active"] += 1
+    for state, n in counts.items():
+        states.add_metric([state], float(n))
+    yield states
+    since = GaugeMetricFamily(
+        "tenure_schedule_last_fire_age_seconds",
+        "Seconds since each schedule's last fired slot; absent until it first fires",
+        labels=["schedule"],
+    )
+    for row in snap.schedules:
+        if row["since_last_fire_seconds"] is not None:
+            since.add_metric([row["name"]], float(row["since_last_fire_seconds"]))
+    yield since

@@ -26,6 +26,7 @@ from tenure.runtime.options import WorkerOptions
 from tenure.runtime.promoter import Promoter
 from tenure.runtime.recovery import Recovery
 from tenure.runtime.revocation import RevocationCheck
+from tenure.runtime.scheduler import Scheduler
 from tenure.runtime.services import WorkerServices
 from tenure.runtime.stats import WorkerStats
 from tenure.runtime.supervisor import describe_error
@@ -61,6 +62,7 @@ class Worker:
         self.promoter: Promoter | None = None
         self.listener: Listener | None = None
         self.revocations: RevocationCheck | None = None
+        self.scheduler: Scheduler | None = None
         self._force = False
         #: Why the worker stopped on its own (a critical service kept failing), else None.
         self.failure: str | None = None
@@ -117,6 +119,10 @@ class Worker:
             asyncio.create_task(promoter.run(), name="tenure-promoter"),
             asyncio.create_task(self._watch_health(services), name="tenure-health"),
         ]
+        if self.registry.schedules:
+            schedules = list(self.registry.schedules.values())
+            self.scheduler = Scheduler(services, schedules, wake_claimer=claimer.wake)
+            background.append(asyncio.create_task(self.scheduler.run(), name="tenure-scheduler"))
         presence = WorkerPresence(
             pool,
             self.schema,

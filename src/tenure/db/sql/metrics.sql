@@ -139,6 +139,17 @@ WHERE e.at > clock.now - make_interval(secs => %(control_window_seconds)s)
 GROUP BY j.queue, e.event
 ORDER BY j.queue, e.event;
 
+-- name: gauge_schedules
+-- Every registered schedule (Q1): paused or not, whether a worker declared it in the last
+-- %(stale_seconds)s seconds, and seconds since its last fired slot (NULL: it never fired).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+)
+SELECT s.name, s.paused, s.declared_at > clock.now - make_interval(secs => %(stale_seconds)s) AS declared,
+       extract(epoch FROM clock.now - s.last_fired_slot)::float8 AS since_last_fire_seconds
+FROM __schema__.schedules s CROSS JOIN clock
+ORDER BY s.name;
+
 -- name: snapshot_begin
 -- First statement of a report's transaction: every gauge after it sees the same snapshot (T6).
 SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;

@@ -21,9 +21,11 @@ GRANT EXECUTE ON FUNCTION {schema}.job_by_idempotency_key(uuid), {schema}.job_ho
 GRANT SELECT ON {schema}.schema_migrations TO {role};
 
 -- name: worker
--- Claim, heartbeat, complete, fail, recover expired leases. It may rewrite only the lease and
--- outcome columns of jobs: never a job's payload, queue, task, priority or attempt budget, and it
--- may not insert or delete jobs. No DDL: no CREATE on the schema, no ownership.
+-- Claim, heartbeat, complete, fail, recover expired leases, fire schedules. It may rewrite only
+-- the lease and outcome columns of jobs: never a job's payload, queue, task, priority or attempt
+-- budget, and it may not delete jobs. It inserts jobs only as its scheduler does (the columns a
+-- fresh waiting job has, as the producer's grant: the CHECK constraints make any such row a job
+-- nobody claimed yet). No DDL: no CREATE on the schema, no ownership.
 REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role};
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.jobs TO {role};
@@ -40,6 +42,20 @@ GRANT SELECT ON {schema}.queue_pauses TO {role};
 -- Limits: a worker writes its app's declaration at start, and a limited claim its bucket.
 GRANT SELECT, INSERT, UPDATE ON {schema}.queue_limits TO {role};
 GRANT SELECT ON {schema}.schema_migrations TO {role};
+-- The scheduler (docs/schedules.md): it registers its app's schedules, fires their slots as jobs
+-- and records each fired slot. It may not pause or resume a schedule (the pause columns are the
+-- admin's), change a schedule's key namespace, or delete schedules or their history.
+GRANT INSERT (queue, task, payload, priority, available_at, state, max_attempts, created_at,
+              idempotency_key)
+    ON {schema}.jobs TO {role};
+GRANT SELECT ON {schema}.schedules TO {role};
+GRANT INSERT (name, task, queue, cron, timezone, payload, priority, max_attempts, missed, last_slot,
+              created_at, updated_at, declared_at)
+    ON {schema}.schedules TO {role};
+GRANT UPDATE (task, queue, cron, timezone, payload, priority, max_attempts, missed, last_slot,
+              last_fired_slot, updated_at, declared_at)
+    ON {schema}.schedules TO {role};
+GRANT SELECT, INSERT ON {schema}.schedule_fires TO {role};
 
 -- name: admin
 -- Migrations and operations: dead jobs (inspect, reprocess, prune), cancel and revoke, pause. Run `tenure migrate`

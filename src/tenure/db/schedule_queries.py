@@ -1,0 +1,148 @@
+"""Typed access to the periodic-job queries (schedules.sql)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg.types.json import Jsonb
+
+from tenure.db._sqlfiles import named_queries
+from tenure.db.queries import Row, _fetch, notify_channel
+from tenure.db.text import storable_text
+from tenure.schedules import Schedule
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleState:
+    """A registered schedule as a scheduler plans its next fire."""
+
+    name: str
+    cron: str
+    timezone: str
+    missed: str
+    paused: bool
+    last_slot: datetime
+    key_namespace: uuid.UUID
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleFire:
+    """What one fire statement did. `won` False: the schedule was fired by another scheduler
+    since the plan was made, changed, paused or unknown, and nothing was written."""
+
+    won: bool
+    last_slot: datetime | None
+    slots: list[datetime]
+    job_ids: list[int]
+    db_now: datetime
+
+
+class ScheduleQueries:
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        self._sql = named_queries(schema)
+        self.channel = notify_channel(schema)
+
+    async def register(
+        self, conn: AsyncConnection[Any], schedules: Sequence[Schedule], now: datetime | None = None
+    ) -> dict[str, bool]:
+        """Upserts the declarations; each name with True when it is new to the table."""
+        ordered = sorted(schedules, key=lambda s: s.name)
+        params = {
+            "names": [s.name for s in ordered],
+            "tasks": [s.task for s in ordered],
+            "queues": [s.queue for s in ordered],
+            "crons": [s.cron for s in ordered],
+            "timezones": [s.timezone for s in ordered],
+            "payloads": [Jsonb(s.payload) for s in ordered],
+            "priorities": [s.priority for s in ordered],
+            "max_attempts": [s.max_attempts for s in ordered],
+            "missed": [str(s.missed) for s in ordered],
+            "now": now,
+        }
+        rows = await _fetch(conn, self._sql["schedule_register"], params)
+        return {r["name"]: bool(r["created"]) for r in rows}
+
+    async def state(
+        self, conn: AsyncConnection[Any], names: Sequence[str], now: datetime | None = None
+    ) -> tuple[datetime, list[ScheduleState]]:
+        """The database's now, and the registered schedules among `names`."""
+        rows = await _fetch(conn, self._sql["schedule_state"], {"names": list(names), "now": now})
+        found = [
+            ScheduleState(
+                r["name"],
+                r["cron"],
+                r["timezone"],
+                r["missed"],
+                r["paused"],
+                r["last_slot"],
+                r["key_namespace"],
+            )
+            for r in rows
+            if r["name"] is not None
+        ]
+        return rows[0]["db_now"], found
+
+    async def fire(
+        self,
+        conn: AsyncConnection[Any],
+        *,
+        name: str,
+        seen_last_slot: datetime,
+        cron: str,
+        timezone: str,
+        slots: Sequence[datetime],
+        keys: Sequence[uuid.UUID],
+        advance_to: datetime,
+        worker: str,
+        now: datetime | None = None,
+    ) -> ScheduleFire:
+        params = {
+            "name": name,
+            "seen_last_slot": seen_last_slot,
+            "cron": cron,
+            "timezone": timezone,
+            "slots": list(slots),
+            "keys": list(keys),
+            "advance_to": advance_to,
+            "worker": worker,
+            "channel": self.channel,
+            "now": now,
+        }
+        [r] = await _fetch(conn, self._sql["schedule_fire"], params)
+        return ScheduleFire(bool(r["won"]), r["last_slot"], list(r["slots"]), list(r["job_ids"]), r["db_now"])
+
+    async def list_all(self, conn: AsyncConnection[Any], now: datetime | None = None) -> list[Row]:
+        return await _fetch(conn, self._sql["schedule_list"], {"now": now})
+
+    async def fires(self, conn: AsyncConnection[Any], name: str, *, limit: int = 20) -> list[Row]:
+        return await _fetch(conn, self._sql["schedule_fires_recent"], {"name": name, "limit": limit})
+
+    async def pause(
+        self, conn: AsyncConnection[Any], name: str, *, actor: str, reason: str, now: datetime | None = None
+    ) -> Row | None:
+        """{'outcome': 'paused' | 'already', and the pause}; None: no such schedule."""
+        params = {
+            "name": name,
+            "actor": storable_text(actor, 200),
+            "reason": storable_text(reason, 2000),
+            "now": now,
+        }
+        rows = await _fetch(conn, self._sql["schedule_pause"], params)
+        return rows[0] if rows else None
+
+    async def resume(self, conn: AsyncConnection[Any], name: str, now: datetime | None = None) -> Row | None:
+        """{'outcome': 'resumed' | 'not_paused', 'skipped_until'}; None: no such schedule."""
+        rows = await _fetch(conn, self._sql["schedule_resume"], {"name": name, "now": now})
+        return rows[0] if rows else None
+
+    async def prune_fires(
+        self, conn: AsyncConnection[Any], *, seconds: float, limit: int, now: datetime | None = None
+    ) -> int:
+        params = {"seconds": seconds, "limit": limit, "now": now}
+        return len(await _fetch(conn, self._sql["schedule_fires_prune"], params))
