@@ -453,3 +453,23 @@ def test_enqueue_with_a_unique_key_says_which_job_holds_it(
     code, out, _ = cli(capsys, "unique", "show", "ops.u:nightly", "--dsn", dsn)
     assert code == 0 and f"held by job {first['id']} (pending)" in out
     assert cli(capsys, "unique", "show", "ops.u:other", "--dsn", dsn)[0] == 1
+
+
+def test_limits_list_shows_each_limited_queue_and_clear_removes_one(
+    dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A declared limit shows in `tenure limits list` with its running count; clear removes it;
+    clearing a queue with no limit exits 1."""
+    sql(
+        dsn,
+        "INSERT INTO tenure.queue_limits (queue, max_running, key_field, max_running_per_key, declared_by)"
+        " VALUES ('mail', 3, 'customer', 1, 'w1')",
+    )
+    code, out, _ = cli(capsys, "limits", "list", "--dsn", dsn, "--json")
+    assert code == 0
+    [row] = json.loads(out)
+    assert (row["queue"], row["max_running"], row["key_field"], row["running"]) == ("mail", 3, "customer", 0)
+    code, out, _ = cli(capsys, "limits", "list", "--dsn", dsn)
+    assert code == 0 and "1 per customer" in out
+    assert cli(capsys, "limits", "clear", "mail", "--dsn", dsn)[0] == 0
+    assert cli(capsys, "limits", "clear", "mail", "--dsn", dsn)[0] == 1

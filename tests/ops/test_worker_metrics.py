@@ -192,9 +192,11 @@ async def _recovered(worker: tenure.Worker) -> bool:
 
 
 async def test_job_control_shows_in_the_metrics(dsn: str) -> None:
-    """A revoked job, a snooze and a paused queue are each visible on a scrape: the worker's
-    revoke counter and snoozed outcome, the paused-queue gauge and the recent control acts."""
+    """A revoked job, a snooze, a paused queue and a limited one are each visible on a scrape:
+    the worker's revoke counter and snoozed outcome, the paused-queue gauge, the recent control
+    acts and the limited queue's live leases."""
     app = tenure.Tenure(dsn)
+    app.limit("work", max_running=50)
     started = asyncio.Event()
 
     @app.task(name="ops.blocks", queue="work")
@@ -233,6 +235,7 @@ async def test_job_control_shows_in_the_metrics(dsn: str) -> None:
     assert labels == {"queue": "held"} and paused_for >= 0
     acts = {labels["act"]: v for labels, v in samples["tenure_control_acts_recent"]}
     assert acts == {"revoke": 1.0, "snooze": 1.0}
+    assert samples["tenure_queue_limit_running"] == [({"queue": "work", "limit": "50"}, 0.0)]
 
 
 async def _in_state(dsn: str, job_id: int, state: str) -> bool:

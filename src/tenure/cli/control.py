@@ -390,6 +390,47 @@ async def cmd_unique_show(args: argparse.Namespace) -> int:
     return 0
 
 
+async def cmd_limits_list(args: argparse.Namespace) -> int:
+    async with _client(args) as client, (await client.pool()).connection() as conn:
+        rows = await client.control.limits(conn)
+    if args.json:
+        emit_json(rows)
+        return 0
+    if not rows:
+        out.print("no queue has a global limit (declare one with app.limit(...))")
+        return 0
+    table = Table(title="global limits")
+    for column in ("queue", "running now", "max running", "per key", "rate", "declared by"):
+        table.add_column(column)
+    for r in rows:
+        per_key = f"{r['max_running_per_key']} per {r['key_field']}" if r["key_field"] else ""
+        rate = f"{r['rate']} per {r['per_seconds']:g}s" if r["rate"] else ""
+        table.add_row(
+            escape(r["queue"]),
+            str(r["running"]),
+            "" if r["max_running"] is None else str(r["max_running"]),
+            escape(per_key),
+            rate,
+            escape(r["declared_by"]),
+        )
+    out.print(table)
+    return 0
+
+
+async def cmd_limits_clear(args: argparse.Namespace) -> int:
+    async with _client(args) as client, (await client.pool()).connection() as conn:
+        cleared = await client.control.clear_limit(conn, args.queue)
+    if not cleared:
+        err.print(f"error: queue {args.queue!r} has no limit; nothing was cleared", markup=False)
+        return EXIT_REFUSED
+    out.print(
+        f"queue {args.queue}'s limit is cleared; a worker whose app declares it writes it again "
+        "when it starts",
+        markup=False,
+    )
+    return 0
+
+
 # -- wiring ------------------------------------------------------------------------------------
 
 
@@ -497,3 +538,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     u.set_defaults(handler=cmd_unique_show)
     u.add_argument("key", help="the key as the enqueue reported it (task:key)")
     u.add_argument("--limit", type=positive_int, default=20)
+
+    p = sub.add_parser("limits", help="global concurrency and rate limits of queues")
+    limits = p.add_subparsers(dest="limits_command", required=True)
+    lp = limits.add_parser("list", parents=[common], help="every limited queue, with its running jobs now")
+    lp.set_defaults(handler=cmd_limits_list)
+    lp = limits.add_parser("clear", parents=[common], help="remove a queue's limit")
+    lp.set_defaults(handler=cmd_limits_clear)
+    lp.add_argument("queue")

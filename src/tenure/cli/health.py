@@ -78,6 +78,7 @@ def queue_summaries(report: Report, stale_after: float) -> dict[str, Any]:
     return {
         "db_now": w.db_now,
         "queues": sorted(queues.values(), key=lambda q: q["queue"]),
+        "limits": report.snapshot.limits,
         "paused": [
             {"queue": p["queue"], "paused_s": round(p["paused_seconds"], 3), "until": p["until"]}
             for p in report.snapshot.paused
@@ -135,6 +136,15 @@ async def cmd_status(args: argparse.Namespace) -> int:
                 " ".join(str(n) for n in reversed(done)),
             )
         out.print(table)
+    for lim in report.snapshot.limits:
+        parts = [f"{lim['running']} running"]
+        if lim["max_running"] is not None:
+            parts[0] += f" of at most {lim['max_running']}"
+        if lim["key_field"]:
+            parts.append(f"at most {lim['max_running_per_key']} per {lim['key_field']}")
+        if lim["rate"]:
+            parts.append(f"{lim['rate']} starts per {lim['per_seconds']:g}s")
+        out.print(f"queue {escape(lim['queue'])} is limited: {', '.join(parts)}", highlight=False)
     for p in summary["paused"]:
         ends = f"until {p['until']:%Y-%m-%d %H:%M:%S %Z}" if p["until"] else "until resumed"
         out.print(

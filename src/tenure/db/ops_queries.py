@@ -72,6 +72,8 @@ class Snapshot:
     """Queues paused now: queue, paused_seconds, until."""
     control_recent: list[Row] = field(default_factory=list)
     """Control acts (cancel, revoke, snooze, retry_now) of the last CONTROL_WINDOW_SECONDS."""
+    limits: list[Row] = field(default_factory=list)
+    """Limited queues (Q3): their limits and live leases now."""
     schedules: list[Row] = field(default_factory=list)
     """Schedules (Q1): name, paused, declared (by a live worker), since_last_fire_seconds."""
 
@@ -94,7 +96,7 @@ class OpsQueries:
 
     @staticmethod
     def _snapshot(results: list[list[Row]]) -> Snapshot:
-        queues, workers, connections, locks, paused, control, schedules = results
+        queues, workers, connections, locks, paused, control, schedules, limits = results
         return Snapshot(
             queues=[QueueGauges(**r) for r in queues],
             workers=WorkerGauges(**workers[0]),
@@ -104,6 +106,7 @@ class OpsQueries:
             paused=paused,
             control_recent=control,
             schedules=schedules,
+            limits=limits,
         )
 
     def _snapshot_queries(self) -> list[str]:
@@ -117,6 +120,7 @@ class OpsQueries:
                 "gauge_paused",
                 "gauge_control_recent",
                 "gauge_schedules",
+                "queue_limits_list",
             )
         ]
 

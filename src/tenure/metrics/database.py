@@ -155,6 +155,15 @@ class DatabaseCollector(Collector):
             acts.add_metric([row["queue"], row["event"]], float(row["n"]))
         yield acts
         yield from _schedule_families(snap)
+        limited = GaugeMetricFamily(
+            "tenure_queue_limit_running",
+            "Live leases of a queue with a global limit (Q3), against its max_running (label limit)",
+            labels=["queue", "limit"],
+        )
+        for row in snap.limits:
+            bound = "none" if row["max_running"] is None else str(row["max_running"])
+            limited.add_metric([row["queue"], bound], float(row["running"]))
+        yield limited
         connections = GaugeMetricFamily(
             "tenure_db_connections",
             "Sessions Tenure opened on the database (application_name tenure*), by application and state",
