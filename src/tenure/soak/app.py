@@ -41,6 +41,16 @@ class Kind(enum.StrEnum):
     REFUSED = "soak.refused_transfer"
     SNOOZE = "soak.snooze"
     THREAD_SNOOZE = "soak.thread_snooze"
+    LIMITED = "soak.limited"
+    TICK = "soak.tick"
+
+
+#: A queue with a global limit: the soak samples its live leases, which must never exceed it.
+LIMITED_QUEUE, LIMITED_MAX = "soak.limited", 3
+#: The schedule the soak's workers fire every second; through every fault, each slot once.
+TICK_SCHEDULE = Kind.TICK.value
+#: Slots a restarted fleet fires for the seconds it missed: more than any fault lasts.
+TICK_BACKFILL = 600
 
 
 #: How many times the snoozing kinds snooze before they return their result.
@@ -156,6 +166,18 @@ def thread_snooze(ctx: JobContext, wait: float) -> Any:
         return {"snoozed": ctx.snoozes, "attempt": ctx.attempt}
 
 
+async def limited(ctx: JobContext, seconds: float) -> None:
+    """Work on a queue that may run only LIMITED_MAX jobs at once, cluster-wide."""
+    with attempts.running(ctx):
+        await asyncio.sleep(seconds)
+
+
+async def tick(ctx: JobContext) -> None:
+    """Fired by the soak's every-second schedule."""
+    with attempts.running(ctx):
+        pass
+
+
 app.task(transfer, name=Kind.TRANSFER.value, **_policy)
 app.task(noop, name=Kind.NOOP.value, **_policy)
 app.task(slow, name=Kind.SLOW.value, **_policy)
@@ -170,3 +192,7 @@ app.task(nul_error, name=Kind.NUL_ERROR.value, **_policy)
 app.task(refused_transfer, name=Kind.REFUSED.value, **_policy)
 app.task(snooze, name=Kind.SNOOZE.value, **_policy)
 app.task(thread_snooze, name=Kind.THREAD_SNOOZE.value, **_policy)
+app.task(limited, name=Kind.LIMITED.value, queue=LIMITED_QUEUE, max_attempts=MAX_ATTEMPTS)
+app.limit(LIMITED_QUEUE, max_running=LIMITED_MAX)
+app.task(tick, name=TICK_SCHEDULE, **_policy)
+app.schedule(TICK_SCHEDULE, "* * * * * *", name=TICK_SCHEDULE, missed=("backfill", TICK_BACKFILL))

@@ -15,7 +15,7 @@ from psycopg import conninfo
 
 from tenure.db.connect import DSN_ENV
 from tenure.demo.fleet import Fleet, WorkerProcess
-from tenure.soak.app import QUEUE
+from tenure.soak.app import LIMITED_QUEUE, QUEUE
 from tenure.soak.attempts import ATTEMPTS_ENV
 from tenure.soak.network import WorkerNetwork
 
@@ -37,7 +37,7 @@ def faketime_available() -> bool:
 
 class SoakFleet(Fleet):
     app_module = "tenure.soak.app"
-    queues = QUEUE
+    queues = f"{QUEUE},{LIMITED_QUEUE}"
     owner_prefix = "soak"
 
     def __init__(

@@ -72,5 +72,11 @@ class SoakQueries:
     async def snooze_results(self, conn: AsyncConnection[Any], tasks: Sequence[str]) -> list[Row]:
         return await self._rows(conn, "soak_snooze_results", {"tasks": list(tasks)})
 
+    async def limited_live(self, conn: AsyncConnection[Any], queue: str) -> int:
+        return int((await self._rows(conn, "soak_limited_live", {"queue": queue}))[0]["live"])
+
+    async def schedule_fires(self, conn: AsyncConnection[Any], schedule: str) -> Row:
+        return (await self._rows(conn, "soak_schedule_fires", {"schedule": schedule}))[0]
+
     def account_reopen(self, tx: SyncTransaction, account: int) -> None:
         tx.execute(self._sql["soak_account_reopen"], {"id": account})

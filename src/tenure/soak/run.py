@@ -25,7 +25,7 @@ from tenure.demo.queries import BankQueries
 from tenure.demo.workload import make_workload
 from tenure.errors import ConfigurationError, TenureError
 from tenure.soak import ordered_effects
-from tenure.soak.app import SNOOZES, Kind, app
+from tenure.soak.app import LIMITED_MAX, LIMITED_QUEUE, SNOOZES, TICK_SCHEDULE, Kind, app
 from tenure.soak.attempts import host_clock, overlaps, read_intervals
 from tenure.soak.faults import FaultRecord, FaultSchedule
 from tenure.soak.fleet import SoakFleet, faketime_available
@@ -145,6 +145,7 @@ async def _run(args: argparse.Namespace) -> int:
         report.checks += _control_checks(report, faults)
         async with await connect(dsn) as conn:
             report.checks += await _result_checks(conn, args.schema, waiters)
+            report.checks += await _limit_and_schedule_checks(conn, args.schema)
         report.faults = [r.as_dict() for r in faults.records]
         report.fault_counts = faults.counts()
         never = sorted(kind for kind, count in report.fault_counts.items() if count == 0)
@@ -218,6 +219,7 @@ async def _load_and_drain(
         )
 
     fault_task = asyncio.create_task(faults.run(stop_faults, args.fault_gap, on_fault))
+    sampling = asyncio.create_task(_sample_limited(args, dsn, stop_faults))
     failures: list[str] = []
     try:
         await _produce(args, dsn, acked, started, waiters)
@@ -240,6 +242,7 @@ async def _load_and_drain(
                 failures.append("every worker exited before the queue drained")
                 break
             await asyncio.sleep(0.5)
+    LIMITED_PEAK.append(await sampling)
     return failures
 
 
@@ -413,6 +416,46 @@ async def _read_report(
         ),
     ]
     return report
+
+
+#: The most live leases the limited queue was seen holding (set by _load_and_drain).
+LIMITED_PEAK: list[int] = []
+
+
+async def _sample_limited(args: argparse.Namespace, dsn: str, stop: asyncio.Event) -> int:
+    """Samples the limited queue's live leases every 50 ms through the load; the peak seen."""
+    queries = SoakQueries(args.schema)
+    peak = 0
+    while not stop.is_set():
+        with contextlib.suppress(Exception):  # a fault may cut this session off: sample again
+            async with await connect(dsn) as conn:
+                while not stop.is_set():
+                    peak = max(peak, await queries.limited_live(conn, LIMITED_QUEUE))
+                    await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)
+    return peak
+
+
+async def _limit_and_schedule_checks(conn: AsyncConnection[Any], schema: str) -> list[Check]:
+    """The limited queue never held more live leases than its limit, and the every-second
+    schedule fired each second of its span exactly once, each fire a job that succeeded."""
+    peak = LIMITED_PEAK[-1] if LIMITED_PEAK else -1
+    fires = await SoakQueries(schema).schedule_fires(conn, TICK_SCHEDULE)
+    return [
+        Check(
+            "a limited queue never ran over its limit",
+            0 <= peak <= LIMITED_MAX,
+            f"peak {peak} live leases sampled every 50 ms (limit {LIMITED_MAX})",
+        ),
+        Check(
+            "every second of the schedule fired exactly once, and each fire succeeded",
+            fires["fires"] > 0
+            and fires["fires"] == fires["slots"] == fires["span"] == fires["succeeded"]
+            and fires["no_job"] == 0,
+            f"{fires['fires']} fires for {fires['span']} seconds ({fires['slots']} distinct slots), "
+            f"{fires['succeeded']} succeeded",
+        ),
+    ]
 
 
 def _control_checks(report: SoakReport, faults: FaultSchedule) -> list[Check]:

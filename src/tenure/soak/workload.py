@@ -25,6 +25,7 @@ MIX = {
     Kind.REFUSED: 0.04,
     Kind.SNOOZE: 0.03,
     Kind.THREAD_SNOOZE: 0.03,
+    Kind.LIMITED: 0.03,
 }
 #: Kinds whose producer waits for the result: their finish notifies.
 RESULT_WANTED = frozenset({Kind.SNOOZE, Kind.THREAD_SNOOZE})
@@ -56,6 +57,8 @@ class Mixer:
             return {"key": f"k{self.rng.randint(1, ORDERING_KEYS)}"}
         if kind is Kind.DOOMED:
             return {"reason": "the payload names an account that never existed"}
+        if kind is Kind.LIMITED:
+            return {"seconds": round(self.lease / 4, 3)}
         if kind in (Kind.SNOOZE, Kind.THREAD_SNOOZE):
             return {"wait": round(self.rng.uniform(0.0, self.lease / 2), 3)}
         return {}

@@ -92,3 +92,20 @@ SELECT id, snoozes, attempt_count, result
 FROM __schema__.jobs
 WHERE task = ANY(%(tasks)s::text[]) AND state = 'succeeded'
 ORDER BY id;
+
+-- name: soak_limited_live
+-- Live leases of the limited queue, sampled throughout the soak.
+SELECT count(*) AS live
+FROM __schema__.jobs
+WHERE queue = %(queue)s AND state = 'running' AND lease_expires_at > statement_timestamp();
+
+-- name: soak_schedule_fires
+-- The soak's schedule: slots fired, distinct slots, the seconds they span, and their jobs'
+-- states. Every second from the first slot to the last must have fired exactly once.
+SELECT count(*) AS fires, count(DISTINCT f.slot) AS slots,
+       coalesce(extract(epoch FROM max(f.slot) - min(f.slot))::bigint + 1, 0) AS span,
+       count(*) FILTER (WHERE j.state = 'succeeded') AS succeeded,
+       count(*) FILTER (WHERE j.id IS NULL) AS no_job
+FROM __schema__.schedule_fires f
+LEFT JOIN __schema__.jobs j ON j.id = f.job_id
+WHERE f.schedule = %(schedule)s;
