@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -54,6 +55,20 @@ async def test_a_queue_limit_holds_running_jobs_to_it_and_then_drains(
     await app.close()
 
 
+async def claim(db: AsyncConnection[Any], queue: str, *, limited: bool = True, **at: Any) -> list[Any]:
+    """A claim of up to 10 jobs of `queue` by worker w (30 s leases)."""
+    return await Queries("tenure").job_claim(
+        db,
+        queue=queue,
+        owner="w",
+        limit=10,
+        default_lease_seconds=30,
+        default_runtime_seconds=60,
+        limited=limited,
+        **at,
+    )
+
+
 async def test_a_per_key_limit_takes_keys_in_turn(dsn: str, db: AsyncConnection[Any]) -> None:
     """max_running_per_key=1 by customer: never two running jobs of one customer; the first
     claim takes one job of each customer before a second of any (round robin)."""
@@ -64,41 +79,13 @@ async def test_a_per_key_limit_takes_keys_in_turn(dsn: str, db: AsyncConnection[
     )
     specs = [JobSpec(task="t.k", queue="pk", payload={"customer": c}) for c in "aaaabbc"]
     await q.job_insert_many(db, specs)
-    first = await q.job_claim(
-        db,
-        queue="pk",
-        owner="w",
-        limit=10,
-        default_lease_seconds=30,
-        default_runtime_seconds=60,
-        limited=True,
-    )
+    first = await claim(db, "pk")
     assert sorted(j.payload["customer"] for j in first) == ["a", "b", "c"]
-    again = await q.job_claim(
-        db,
-        queue="pk",
-        owner="w",
-        limit=10,
-        default_lease_seconds=30,
-        default_runtime_seconds=60,
-        limited=True,
-    )
-    assert again == [], "a customer already running got a second job"
-    plain = await q.job_claim(
-        db, queue="pk", owner="w", limit=10, default_lease_seconds=30, default_runtime_seconds=60
-    )
-    assert plain == [], "the plain claim took from a limited queue"
+    assert await claim(db, "pk") == [], "a customer already running got a second job"
+    assert await claim(db, "pk", limited=False) == [], "the plain claim took from a limited queue"
     [done] = [j for j in first if j.payload["customer"] == "a"]
     await q.job_complete_many(db, owner="w", leases=[(done.id, done.lease.token)])
-    [next_a] = await q.job_claim(
-        db,
-        queue="pk",
-        owner="w",
-        limit=10,
-        default_lease_seconds=30,
-        default_runtime_seconds=60,
-        limited=True,
-    )
+    [next_a] = await claim(db, "pk")
     assert next_a.payload["customer"] == "a"
 
 
@@ -113,23 +100,13 @@ async def test_a_slot_comes_back_when_its_lease_expires_not_before(
     )
     await q.job_insert_many(db, [JobSpec(task="t.o", queue="one") for _ in range(2)])
     start = (await (await db.execute("SELECT now()")).fetchone())[0]  # type: ignore[index]
-    from datetime import timedelta
 
-    def claim(at: float) -> Any:
-        return q.job_claim(
-            db,
-            queue="one",
-            owner="w",
-            limit=5,
-            default_lease_seconds=10,
-            default_runtime_seconds=60,
-            limited=True,
-            now=start + timedelta(seconds=at),
-        )
+    def at(seconds: float) -> Any:  # the injected database clock, `seconds` after the start
+        return {"now": start + timedelta(seconds=seconds)}
 
-    assert len(await claim(0)) == 1
-    assert await claim(9.9) == [], "a second job ran while the first lease was live"
-    assert len(await claim(10.1)) == 1, "the expired lease's slot did not come back"
+    assert len(await claim(db, "one", **at(0))) == 1
+    assert await claim(db, "one", **at(29.9)) == [], "a second job ran while the first lease was live"
+    assert len(await claim(db, "one", **at(30.1))) == 1, "the expired lease's slot did not come back"
 
 
 async def test_a_rate_limit_bounds_starts_per_second(dsn: str, db: AsyncConnection[Any]) -> None:
