@@ -10,6 +10,8 @@ from typing import Any
 import psycopg
 import pytest
 from _dashboard_jobs import Seeded, seed
+from starlette.applications import Starlette
+from starlette.routing import Mount
 from starlette.testclient import TestClient
 
 from tenure.dashboard import create_app, token_auth
@@ -134,6 +136,7 @@ def test_sql_metacharacters_in_filters_match_nothing_and_harm_nothing(
         ("[1, 2]", "must be a JSON object"),
         (json.dumps({"k": "x" * 5000}), "larger than 4096 bytes"),
     ],
+    ids=["truncated", "not-an-object", "oversized"],
 )
 def test_a_malformed_or_oversized_payload_filter_is_a_clear_400(
     http: TestClient, payload: str, message: str
@@ -275,3 +278,24 @@ def test_with_a_token_every_request_needs_it(dsn: str, seeded: Seeded) -> None:
     assert fetch_one(
         dsn, "SELECT worker FROM tenure.job_events WHERE job_id = %s ORDER BY id DESC LIMIT 1", seeded.dead
     ) == ("dashboard:ops",)
+
+
+def test_mounted_under_a_prefix_in_a_host_app_its_links_and_actions_carry_the_prefix(
+    dsn: str, seeded: Seeded
+) -> None:
+    """Mounted at /ops in another Starlette app (whose lifespan knows nothing of it), the pages
+    render, their links and forms point under /ops, and an action works through the mount."""
+    host = Starlette(routes=[Mount("/ops", app=create_app(dsn))])
+    with TestClient(host) as http:
+        page = http.get("/ops/")
+        assert page.status_code == 200
+        assert 'href="http://testserver/ops/static/dashboard.css"' in page.text
+        assert 'action="http://testserver/ops/queues/mail/pause"' in page.text
+        token = csrf_of(http, f"/ops/jobs/{seeded.dead}")
+        done = http.post(
+            f"/ops/jobs/{seeded.dead}/retry",
+            data={"reason": "via mount", "csrf": token},
+            follow_redirects=False,
+        )
+        assert done.status_code == 303 and done.headers["location"].startswith("http://testserver/ops/jobs/")
+    assert fetch_one(dsn, "SELECT state::text FROM tenure.jobs WHERE id = %s", seeded.dead)[0] == "pending"

@@ -24,13 +24,16 @@ _OPEN_PATHS = ("/login", "/static/")
 
 
 class RequireLogin(BaseHTTPMiddleware):
-    """Answers 401 (with the login form) to a request the authenticator does not let in."""
+    """Answers 401 (with the login form) to a request the authenticator does not let in; opens
+    the database pool first, as every page and the 401 page need it."""
 
     def __init__(self, app: ASGIApp, authenticate: Authenticator | None) -> None:
         super().__init__(app)
         self.authenticate = authenticate
 
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        board: Dashboard = request.app.state.dashboard
+        await board.ensure_open()
         if self.authenticate is None:
             request.state.user = LOCAL_USER
             return await call_next(request)
@@ -38,7 +41,6 @@ class RequireLogin(BaseHTTPMiddleware):
             return await call_next(request)
         user = self.authenticate(request)
         if user is None:
-            board: Dashboard = request.app.state.dashboard
             return board.render(request, "login.html", {"error": None}, status=401)
         request.state.user = user
         return await call_next(request)
@@ -59,7 +61,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await board.open()
+        await board.ensure_open()
         try:
             yield
         finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -56,12 +57,21 @@ class Dashboard:
     templates: jinja2.Environment = field(default_factory=_environment)
     _pool: AsyncConnectionPool[Any] | None = None
     _client: Client | None = None
+    _opening: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def __post_init__(self) -> None:
         self.queries = Queries(self.schema)
         self.ops = OpsQueries(self.schema)
         self.effects = EffectQueries(self.schema)
         self.pages = DashboardQueries(self.schema)
+
+    async def ensure_open(self) -> None:
+        """Opens the pool on first use: a host app that mounts the dashboard need not run its
+        lifespan (Starlette does not run a mounted app's), though it should, to close the pool."""
+        if self._pool is None:
+            async with self._opening:
+                if self._pool is None:
+                    await self.open()
 
     async def open(self) -> None:
         # Small: the dashboard reads a few rows per page, and must not crowd the workers out.
