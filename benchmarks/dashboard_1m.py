@@ -35,7 +35,9 @@ def seed() -> None:
     with psycopg.connect(ADMIN, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {NAME} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {NAME}")
-    subprocess.run([sys.executable, "-m", "tenure.cli", "migrate", "--dsn", DSN], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "tenure.cli", "migrate", "--dsn", DSN], check=True, capture_output=True
+    )
     with psycopg.connect(DSN, autocommit=True) as conn:
         conn.execute(
             "INSERT INTO tenure.jobs (queue, task, payload, state, finished_at, attempt_count, lease_token) "
