@@ -64,6 +64,8 @@ def test_overview_shows_every_queue_with_counts_by_state_and_security_headers(
     assert page.headers["x-content-type-options"] == "nosniff"
     assert page.headers["referrer-policy"] == "same-origin"
     assert http.get("/static/dashboard.css").headers["x-content-type-options"] == "nosniff"
+    assert "1 succeeded" in page.text and "1 dead" in page.text  # finished in the last hour
+    assert '<rect class="bar succeeded"' in page.text and '<rect class="bar dead"' in page.text
     live = http.get("/overview/live")
     assert live.status_code == 200 and "<html" not in live.text and 'data-queue="mail"' in live.text
 
