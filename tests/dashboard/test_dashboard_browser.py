@@ -1,5 +1,6 @@
 """The dashboard in a real headless Chromium (Debian's), driven by Selenium: what an operator sees
-and does, checked in the database after each act. Screenshots go to docs/screenshots/."""
+and does, checked in the database after each act. Screenshots go to $TENURE_SCREENSHOTS (the
+docs' own are in docs/screenshots/)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ from tenure.dashboard import create_app
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 HERE = Path(__file__).resolve().parent
-SHOTS = HERE.parents[1] / "docs" / "screenshots"
+#: Where screenshots go: a test artifact folder (TENURE_SCREENSHOTS), else the system's temp
+#: folder. `TENURE_SCREENSHOTS=docs/screenshots pytest tests/dashboard` refreshes the docs' ones.
+SHOTS = Path(os.environ.get("TENURE_SCREENSHOTS") or Path(tempfile.gettempdir()) / "tenure-screenshots")
 DESKTOP = (1280, 900)
 PHONE = (390, 844)
 
