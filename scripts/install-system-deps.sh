@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# System packages the fault soak (`tenure soak`, tests/soak) uses, installed only when missing:
+# System packages the tests use, installed only when missing. The fault soak (`tenure soak`, tests/soak):
 #   iproute2  - network namespaces and veth pairs (a worker host on its own network)
 #   iptables  - the partition and packet-loss faults (the kernel here may lack tc netem)
 #   faketime  - libfaketime, for the clock-skew fault
+# and the dashboard's browser tests (tests/dashboard/test_dashboard_browser.py) use:
+#   chromium, chromium-driver - headless Chromium driven by Selenium, from Debian (no browser download)
 # Safe to run again; needs root (or sudo). Without these the soak still runs and reports the
 # faults it had to skip.
 set -euo pipefail
@@ -11,6 +13,8 @@ missing=()
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v iptables >/dev/null 2>&1 || missing+=(iptables)
 [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || missing+=(faketime)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 
 if [ "${#missing[@]}" -eq 0 ]; then
     echo "system dependencies present"

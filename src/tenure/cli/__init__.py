@@ -11,6 +11,7 @@ import sys
 from tenure.cli import (
     bench,
     control,
+    dashboard,
     dead,
     demo,
     effects,
@@ -41,6 +42,7 @@ COMMAND_MODULES = [
     ops,
     ordering,
     effects,
+    dashboard,
     demo,
     soak,
     roles,

@@ -1,0 +1,90 @@
+"""The dashboard's ASGI app: mount it in any Starlette or FastAPI app, or serve it alone."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp
+
+from tenure.dashboard import actions, jobs, login, overview
+from tenure.dashboard.security import LOCAL_USER, Authenticator, SecurityHeaders
+from tenure.dashboard.state import Dashboard
+from tenure.validation import check_schema_name
+
+#: Paths a browser reaches before it has logged in.
+_OPEN_PATHS = ("/login", "/static/")
+
+
+class RequireLogin(BaseHTTPMiddleware):
+    """Answers 401 (with the login form) to a request the authenticator does not let in; opens
+    the database pool first, as every page and the 401 page need it."""
+
+    def __init__(self, app: ASGIApp, authenticate: Authenticator | None) -> None:
+        super().__init__(app)
+        self.authenticate = authenticate
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        board: Dashboard = request.app.state.dashboard
+        await board.ensure_open()
+        if self.authenticate is None:
+            request.state.user = LOCAL_USER
+            return await call_next(request)
+        if request.url.path.removeprefix(request.scope.get("root_path", "")).startswith(_OPEN_PATHS):
+            return await call_next(request)
+        user = self.authenticate(request)
+        if user is None:
+            return board.render(request, "login.html", {"error": None}, status=401)
+        request.state.user = user
+        return await call_next(request)
+
+
+def create_app(
+    dsn: str | None = None,
+    schema: str = "tenure",
+    read_only: bool = False,
+    auth: Authenticator | None = None,
+) -> Starlette:
+    """The dashboard over `dsn` (default $TENURE_DSN, else the embedded server).
+
+    `auth` decides who is let in (see `token_auth`); None lets everyone in, which is right only
+    on a loopback address. With `read_only`, no action is shown or accepted.
+    """
+    board = Dashboard(dsn=dsn, schema=check_schema_name(schema), read_only=read_only)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await board.ensure_open()
+        try:
+            yield
+        finally:
+            await board.close()
+
+    routes = [
+        Route("/", overview.overview_page, name="overview"),
+        Route("/overview/live", overview.overview_fragment, name="overview_live"),
+        Route("/jobs", jobs.jobs_page, name="jobs"),
+        Route("/jobs/{job_id:int}", jobs.job_page, name="job"),
+        Route("/jobs/{job_id:int}/retry", actions.retry_job, methods=["POST"], name="job_retry"),
+        Route("/jobs/{job_id:int}/cancel", actions.cancel_job, methods=["POST"], name="job_cancel"),
+        Route("/queues/{queue}/pause", actions.pause_queue, methods=["POST"], name="queue_pause"),
+        Route("/queues/{queue}/resume", actions.resume_queue, methods=["POST"], name="queue_resume"),
+        Route("/login", login.login_form, name="login"),
+        Route("/login", login.login_submit, methods=["POST"], name="login_submit"),
+        Mount("/static", StaticFiles(packages=[("tenure.dashboard", "static")]), name="static"),
+    ]
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        middleware=[Middleware(SecurityHeaders), Middleware(RequireLogin, authenticate=auth)],
+    )
+    app.state.dashboard = board
+    app.state.authenticate = auth
+    return app

@@ -1,0 +1,61 @@
+"""Typed access to the dashboard's own named queries (sql/dashboard.sql)."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from tenure.db._sqlfiles import SCHEMA_PLACEHOLDER, quote_schema, read_sections
+
+Row = dict[str, Any]
+
+
+@functools.cache
+def _sections() -> dict[str, str]:
+    return read_sections("tenure.dashboard", "sql")
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """The jobs list's filters; None matches every job."""
+
+    queue: str | None = None
+    task: str | None = None
+    state: str | None = None
+    error_code: str | None = None
+    contains: dict[str, Any] | None = None
+    before: int | None = None
+
+
+class DashboardQueries:
+    def __init__(self, schema: str) -> None:
+        quoted = quote_schema(schema)
+        self._sql = {name: body.replace(SCHEMA_PLACEHOLDER, quoted) for name, body in _sections().items()}
+
+    async def _rows(self, conn: AsyncConnection[Any], name: str, params: Row | None = None) -> list[Row]:
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(self._sql[name], params or {})
+            return await cur.fetchall()
+
+    async def jobs_list(self, conn: AsyncConnection[Any], where: JobFilter, limit: int) -> list[Row]:
+        params = {
+            "queue": where.queue,
+            "task": where.task,
+            "state": where.state,
+            "error_code": where.error_code,
+            "contains": None if where.contains is None else Jsonb(where.contains),
+            "before": where.before,
+            "limit": limit,
+        }
+        return await self._rows(conn, "dashboard_jobs_list", params)
+
+    async def queue_counts(self, conn: AsyncConnection[Any]) -> dict[str, dict[str, int]]:
+        counts: dict[str, dict[str, int]] = {}
+        for r in await self._rows(conn, "dashboard_queue_counts"):
+            counts.setdefault(r["queue"], {})[r["state"]] = int(r["jobs"])
+        return counts

@@ -1,0 +1,78 @@
+"""Jobs in every state for the dashboard's tests, put in place with plain SQL."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+
+@dataclass(frozen=True)
+class Seeded:
+    pending: int
+    scheduled: int
+    running: int
+    dead: int
+    succeeded: int
+    cancelled: int
+    secret: int
+
+
+def _insert(conn: psycopg.Connection[Any], queue: str, task: str, payload: dict[str, Any]) -> int:
+    row = conn.execute(
+        "INSERT INTO tenure.jobs (queue, task, payload) VALUES (%s, %s, %s) RETURNING id",
+        (queue, task, Jsonb(payload)),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def seed(dsn: str) -> Seeded:
+    """One job per state in queues `mail` and `billing`, with distinct payloads, and a history
+    (a lease expiry, then death) on the dead one."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        pending = _insert(conn, "mail", "mail.send", {"customer_id": 7, "kind": "welcome"})
+        scheduled = _insert(conn, "mail", "mail.send", {"customer_id": 8})
+        conn.execute(
+            "UPDATE tenure.jobs SET state = 'scheduled', available_at = now() + interval '1 hour' "
+            "WHERE id = %s",
+            (scheduled,),
+        )
+        running = _insert(conn, "billing", "billing.charge", {"customer_id": 7, "amount": 12})
+        conn.execute(
+            "UPDATE tenure.jobs SET state = 'running', attempt_count = 1, lease_token = 1, "
+            "lease_owner = 'worker-a', attempted_at = now(), lease_expires_at = now() + interval '1 hour', "
+            "lease_deadline = now() + interval '2 hours', progress = '{\"done\": 3}' WHERE id = %s",
+            (running,),
+        )
+        dead = _insert(conn, "billing", "billing.charge", {"customer_id": 9, "amount": 5})
+        conn.execute(
+            "UPDATE tenure.jobs SET state = 'dead', attempt_count = 2, max_attempts = 2, lease_token = 2, "
+            "attempted_at = now(), finished_at = now(), last_error_code = 'CARD_DECLINED', "
+            "last_error = 'the card was declined' WHERE id = %s",
+            (dead,),
+        )
+        conn.execute(
+            "INSERT INTO tenure.job_events (job_id, event, from_state, to_state, token, worker, error_code, "
+            "error) VALUES (%s, 'lease_expired', 'running', 'pending', 1, 'worker-gone', NULL, NULL), "
+            "(%s, 'dead', 'running', 'dead', 2, 'worker-a', 'CARD_DECLINED', 'the card was declined')",
+            (dead, dead),
+        )
+        succeeded = _insert(conn, "mail", "mail.send", {"customer_id": 10})
+        conn.execute(
+            "UPDATE tenure.jobs SET state = 'succeeded', attempt_count = 1, lease_token = 1, "
+            "attempted_at = now(), finished_at = now(), result = '{\"sent\": true}' WHERE id = %s",
+            (succeeded,),
+        )
+        cancelled = _insert(conn, "mail", "mail.send", {"customer_id": 11})
+        conn.execute(
+            "UPDATE tenure.jobs SET state = 'cancelled', finished_at = now(), last_error_code = 'CANCELLED' "
+            "WHERE id = %s",
+            (cancelled,),
+        )
+        secret = _insert(
+            conn, "mail", "mail.login", {"user": "ann", "password": "hunter2", "nested": {"api_key": "sk-1"}}
+        )
+    return Seeded(pending, scheduled, running, dead, succeeded, cancelled, secret)

@@ -1,0 +1,32 @@
+"""The overview's throughput chart geometry (no database)."""
+
+from __future__ import annotations
+
+from tenure.dashboard.chart import HEIGHT, WIDTH, throughput_chart
+
+
+def test_bars_stack_per_minute_scaled_to_the_busiest_minute_with_now_rightmost() -> None:
+    """Succeeded stacks under dead in one minute; the busiest minute fills the height; minute 0 is
+    at the right edge, minute 59 at the left; queues add up."""
+    rows = [
+        {"queue": "a", "state": "succeeded", "minutes_ago": 0, "jobs": 6},
+        {"queue": "b", "state": "succeeded", "minutes_ago": 0, "jobs": 2},
+        {"queue": "a", "state": "dead", "minutes_ago": 0, "jobs": 2},
+        {"queue": "a", "state": "succeeded", "minutes_ago": 59, "jobs": 5},
+        {"queue": "a", "state": "succeeded", "minutes_ago": 60, "jobs": 99},  # outside the hour
+    ]
+    chart = throughput_chart(rows)
+    assert chart.peak == 10 and chart.totals == {"succeeded": 13, "cancelled": 0, "dead": 2}
+    now = [b for b in chart.bars if b.minutes_ago == 0]
+    succeeded, dead = sorted(now, key=lambda b: -b.y)
+    assert (succeeded.kind, succeeded.jobs, succeeded.height) == ("succeeded", 8, HEIGHT * 0.8)
+    assert (dead.kind, dead.y, dead.height) == ("dead", 0.0, HEIGHT * 0.2)
+    assert succeeded.x + succeeded.width <= WIDTH and succeeded.x > WIDTH - WIDTH / 60
+    oldest = next(b for b in chart.bars if b.minutes_ago == 59)
+    assert oldest.x < WIDTH / 60 and oldest.height == HEIGHT * 0.5
+
+
+def test_an_idle_hour_draws_no_bar() -> None:
+    """With nothing finished, there is no bar and no division by zero."""
+    chart = throughput_chart([])
+    assert chart.bars == [] and chart.peak == 0
