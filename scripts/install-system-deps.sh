@@ -5,8 +5,8 @@
 #   faketime  - libfaketime, for the clock-skew fault
 # and the dashboard's browser tests (tests/dashboard/test_dashboard_browser.py) use:
 #   chromium, chromium-driver - headless Chromium driven by Selenium, from Debian (no browser download)
-# Safe to run again; needs root (or sudo). Without these the soak still runs and reports the
-# faults it had to skip.
+# Safe to run again; needs root (or sudo). Without the soak's packages, the soak fails its check
+# that every kind of fault ran, naming what is missing; without Chromium, the browser tests fail.
 set -euo pipefail
 
 missing=()
