@@ -64,7 +64,8 @@ WHERE j.id = i.id
   AND j.lease_expires_at > statement_timestamp();
 
 -- name: bench_lease_all_expired
--- Turns every pending job into a running one whose lease expired a minute ago.
+-- Turns every waiting job into a running one whose lease expired a minute ago (recovery leaves
+-- the jobs it recovered scheduled for their backoff, so both waiting states count).
 UPDATE __schema__.jobs
 SET state = 'running',
     attempt_count = attempt_count + 1,
@@ -73,7 +74,7 @@ SET state = 'running',
     attempted_at = statement_timestamp() - interval '2 minutes',
     lease_deadline = statement_timestamp() + interval '1 hour',
     lease_expires_at = statement_timestamp() - interval '1 minute'
-WHERE state = 'pending';
+WHERE state IN ('pending', 'scheduled');
 
 -- name: bench_raw_recover_all
 -- The recovery baseline: one plain statement putting every expired lease back, no audit rows.
