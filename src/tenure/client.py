@@ -436,7 +436,7 @@ class Client:
         check_queue(queue)
         text = check_reason(reason, "pause a queue")
         async with self._conn(None) as c:
-            at = pause_until(until, await self._db_now(c))
+            at = pause_until(until, await self.control.db_now(c))
             row = await self.control.pause(
                 c, queue, until=at, actor=actor or default_actor(), reason=text, allow_unknown=allow_unknown
             )
@@ -472,11 +472,6 @@ class Client:
         return await wait_for_result(
             self.control, connection, job_id, timeout=timeout, poll=poll, listen_dsn=_pool_dsn(pool)
         )
-
-    async def _db_now(self, conn: AsyncConnection[Any]) -> datetime:
-        row = await (await conn.execute(named_queries(self.schema)["clock_now"].encode())).fetchone()
-        assert row is not None
-        return row[0]  # type: ignore[no-any-return]
 
 
 class SyncClient:
@@ -659,9 +654,7 @@ class SyncClient:
         check_queue(queue)
         text = check_reason(reason, "pause a queue")
         with self._conn(None) as c:
-            row = c.execute(named_queries(self.schema)["clock_now"].encode()).fetchone()
-            assert row is not None
-            at = pause_until(until, row[0])
+            at = pause_until(until, self.control.db_now_sync(c))
             paused = self.control.pause_sync(
                 c, queue, until=at, actor=actor or default_actor(), reason=text, allow_unknown=allow_unknown
             )

@@ -263,6 +263,9 @@ class ControlQueries:
         measured against, whatever the caller's clock says."""
         return (await _fetch(conn, self._sql["clock_now"], {}))[0]["now"]  # type: ignore[no-any-return]
 
+    def db_now_sync(self, conn: Connection[Any]) -> datetime:
+        return _fetch_sync(conn, self._sql["clock_now"], {})[0]["now"]  # type: ignore[no-any-return]
+
     async def queue_events(
         self, conn: AsyncConnection[Any], queue: str | None = None, limit: int = 50
     ) -> list[Row]:
