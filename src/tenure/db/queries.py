@@ -30,6 +30,7 @@ from tenure.jobs import (
     JobState,
     Lease,
 )
+from tenure.unique import unique_from
 
 Row = dict[str, Any]
 
@@ -719,8 +720,6 @@ def _existing(row: Row, key: uuid.UUID, unique_key: str | None) -> EnqueuedJob:
 
 def _unique_params(specs: Sequence[JobSpec]) -> dict[str, list[Any]]:
     """Each spec's unique key (before its period's window is appended), scope and period."""
-    from tenure.unique import unique_from
-
     keys: list[str | None] = []
     states: list[str | None] = []
     periods: list[float | None] = []
