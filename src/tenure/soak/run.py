@@ -131,7 +131,7 @@ async def _run(args: argparse.Namespace) -> int:
         waiting = Client(dsn, schema=args.schema)
         waiters = ResultWaiters(waiting, timeout=args.duration + args.drain_timeout + 60)
         try:
-            failures = await _load_and_drain(args, dsn, fleet, faults, acked, started, waiters)
+            failures, limited_peak = await _load_and_drain(args, dsn, fleet, faults, acked, started, waiters)
             await waiters.finish(timeout=30)
         finally:
             await waiting.close()
@@ -145,7 +145,7 @@ async def _run(args: argparse.Namespace) -> int:
         report.checks += _control_checks(report, faults)
         async with await connect(dsn) as conn:
             report.checks += await _result_checks(conn, args.schema, waiters)
-            report.checks += await _limit_and_schedule_checks(conn, args.schema)
+            report.checks += await _limit_and_schedule_checks(conn, args.schema, limited_peak)
         report.faults = [r.as_dict() for r in faults.records]
         report.fault_counts = faults.counts()
         never = sorted(kind for kind, count in report.fault_counts.items() if count == 0)
@@ -208,7 +208,9 @@ async def _load_and_drain(
     acked: dict[str, list[int]],
     started: float,
     waiters: ResultWaiters,
-) -> list[str]:
+) -> tuple[list[str], int]:
+    """Runs the load under faults and drains the queue: the failures, and the most live leases
+    the limited queue was seen holding."""
     stop_faults = asyncio.Event()
 
     def on_fault(record: FaultRecord) -> None:
@@ -242,8 +244,7 @@ async def _load_and_drain(
                 failures.append("every worker exited before the queue drained")
                 break
             await asyncio.sleep(0.5)
-    LIMITED_PEAK.append(await sampling)
-    return failures
+    return failures, await sampling
 
 
 async def _produce(
@@ -418,10 +419,6 @@ async def _read_report(
     return report
 
 
-#: The most live leases the limited queue was seen holding (set by _load_and_drain).
-LIMITED_PEAK: list[int] = []
-
-
 async def _sample_limited(args: argparse.Namespace, dsn: str, stop: asyncio.Event) -> int:
     """Samples the limited queue's live leases every 50 ms through the load; the peak seen."""
     queries = SoakQueries(args.schema)
@@ -436,10 +433,9 @@ async def _sample_limited(args: argparse.Namespace, dsn: str, stop: asyncio.Even
     return peak
 
 
-async def _limit_and_schedule_checks(conn: AsyncConnection[Any], schema: str) -> list[Check]:
+async def _limit_and_schedule_checks(conn: AsyncConnection[Any], schema: str, peak: int) -> list[Check]:
     """The limited queue never held more live leases than its limit, and the every-second
     schedule fired each second of its span exactly once, each fire a job that succeeded."""
-    peak = LIMITED_PEAK[-1] if LIMITED_PEAK else -1
     fires = await SoakQueries(schema).schedule_fires(conn, TICK_SCHEDULE)
     return [
         Check(
