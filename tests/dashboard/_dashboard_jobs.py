@@ -76,3 +76,52 @@ def seed(dsn: str) -> Seeded:
             conn, "mail", "mail.login", {"user": "ann", "password": "hunter2", "nested": {"api_key": "sk-1"}}
         )
     return Seeded(pending, scheduled, running, dead, succeeded, cancelled, secret)
+
+
+@dataclass(frozen=True)
+class Attention:
+    blocked_head: int
+    waiting: tuple[int, int]
+    uncertain_job: int
+    uncertain_effect: int
+    schedule: str
+
+
+def seed_attention(dsn: str) -> Attention:
+    """What needs an operator: an ordering key blocked by a dead job with two jobs behind it, a
+    dead job with an uncertain effect, a schedule, a limited queue and a registered worker."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        head = _insert(conn, "ledger", "ledger.post", {"account": "acct-1", "seq": 1})
+        behind = tuple(
+            _insert(conn, "ledger", "ledger.post", {"account": "acct-1", "seq": n}) for n in (2, 3)
+        )
+        conn.execute("UPDATE tenure.jobs SET ordering_key = 'acct-1' WHERE id = ANY(%s)", ([head, *behind],))
+        conn.execute(
+            "UPDATE tenure.jobs SET state = 'dead', attempt_count = 1, max_attempts = 1, lease_token = 1, "
+            "attempted_at = now(), finished_at = now(), last_error_code = 'LEDGER_CLOSED' WHERE id = %s",
+            (head,),
+        )
+        charged = _insert(conn, "payments", "payments.charge", {"order": 42})
+        conn.execute(
+            "UPDATE tenure.jobs SET state = 'dead', attempt_count = 3, max_attempts = 3, lease_token = 3, "
+            "attempted_at = now(), finished_at = now(), last_error_code = 'TIMEOUT' WHERE id = %s",
+            (charged,),
+        )
+        row = conn.execute(
+            "INSERT INTO tenure.job_effects (job_id, name, state, token) VALUES (%s, 'charge-card', "
+            "'uncertain', 3) RETURNING id",
+            (charged,),
+        ).fetchone()
+        assert row is not None
+        conn.execute(
+            "INSERT INTO tenure.schedules (name, task, queue, cron, timezone, last_slot) "
+            "VALUES ('nightly-report', 'reports.nightly', 'reports', '0 3 * * *', 'UTC', now())"
+        )
+        conn.execute(
+            "INSERT INTO tenure.queue_limits (queue, max_running, declared_by) VALUES ('payments', 2, 'w-1')"
+        )
+        conn.execute(
+            "INSERT INTO tenure.workers (id, queues, concurrency, busy) "
+            "VALUES ('w-1', ARRAY['payments', 'ledger'], 8, 3)"
+        )
+    return Attention(head, (behind[0], behind[1]), charged, int(row[0]), "nightly-report")

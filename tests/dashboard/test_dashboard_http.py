@@ -45,6 +45,13 @@ def csrf_of(http: TestClient, path: str) -> str:
     return found.group(1)
 
 
+def csrf_of_login(http: TestClient) -> str:
+    page = http.get("/login")
+    found = CSRF.search(page.text)
+    assert page.status_code == 200 and found, "no CSRF field on the login form"
+    return found.group(1)
+
+
 def listed_ids(html: str) -> set[int]:
     return {int(n) for n in re.findall(r'href="[^"]*/jobs/(\d+)"', html)}
 
@@ -263,16 +270,18 @@ def test_read_only_hides_and_refuses_every_action(dsn: str, seeded: Seeded) -> N
 
 
 def test_with_a_token_every_request_needs_it(dsn: str, seeded: Seeded) -> None:
-    """Missing or wrong credentials answer 401; a bearer header or the login cookie lets the user in,
-    and the actor in the audit log is the authenticated user."""
+    """Missing or wrong credentials answer 401, a login POST without its CSRF token 403; a bearer
+    header or the login cookie lets the user in, and the actor in the audit log is the authenticated user."""
     with TestClient(create_app(dsn, auth=token_auth("s3cret", user="ops"))) as http:
         assert http.get("/").status_code == 401
         assert http.get("/jobs").status_code == 401
         assert http.get("/", headers={"Authorization": "Bearer wrong"}).status_code == 401
         assert http.get("/", headers={"Authorization": "Bearer s3cret"}).status_code == 200
-        assert http.post("/login", data={"token": "wrong"}).status_code == 401
+        login = csrf_of_login(http)
+        assert http.post("/login", data={"token": "s3cret"}).status_code == 403  # no CSRF field
+        assert http.post("/login", data={"token": "wrong", "csrf": login}).status_code == 401
         assert http.get("/").status_code == 401
-        assert http.post("/login", data={"token": "s3cret"}).status_code == 200
+        assert http.post("/login", data={"token": "s3cret", "csrf": login}).status_code == 200
         token = csrf_of(http, f"/jobs/{seeded.dead}")
         assert (
             http.post(f"/jobs/{seeded.dead}/retry", data={"reason": "ok", "csrf": token}).status_code == 200

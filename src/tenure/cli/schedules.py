@@ -23,14 +23,10 @@ from tenure.cli._duration import duration, human
 from tenure.db.connect import connect
 from tenure.db.migrate import require_current_schema
 from tenure.db.schedule_queries import ScheduleQueries
-from tenure.errors import ConfigurationError
-from tenure.schedules import next_slot, zone_of
+from tenure.schedules import DEFAULT_STALE_AFTER, next_fire, schedule_status
 
 EXIT_REFUSED = 1
 MAX_REASON_CHARS = 2000
-#: A schedule no worker has registered for this long is shown as declared by no running worker
-#: (workers re-register theirs every 15 s).
-DEFAULT_STALE_AFTER = 60.0
 
 
 def _relative(at: datetime | None, now: datetime) -> str:
@@ -40,27 +36,13 @@ def _relative(at: datetime | None, now: datetime) -> str:
     return f"in {human(seconds)}" if seconds >= 0 else f"{human(-seconds)} ago"
 
 
-def _next_fire(row: dict[str, Any]) -> datetime | None:
-    try:
-        zone = zone_of(row["timezone"])
-    except ConfigurationError:
-        return None  # registered by code that knows a zone this host does not: shown as unknown
-    return next_slot(row["cron"], zone, max(row["db_now"], row["last_slot"]))
-
-
-def _status(row: dict[str, Any], stale_after: float) -> str:
-    if row["undeclared_seconds"] > stale_after:
-        return "not declared by any running worker"
-    return "paused" if row["paused"] else "active"
-
-
 async def cmd_list(args: argparse.Namespace) -> int:
     async with await connect(resolve(args).dsn, name="tenure-cli") as conn:
         await require_current_schema(conn, args.schema)
         rows = await ScheduleQueries(args.schema).list_all(conn)
     for row in rows:
-        row["next_fire"] = None if row["paused"] else _next_fire(row)
-        row["status"] = _status(row, args.stale_after)
+        row["next_fire"] = next_fire(row)
+        row["status"] = schedule_status(row, args.stale_after)
     if args.json:
         emit_json([{k: v for k, v in r.items() if k != "db_now"} for r in rows])
         return 0
@@ -102,8 +84,8 @@ async def cmd_show(args: argparse.Namespace) -> int:
             return _unknown(args.name)
         fires = await sq.fires(conn, args.name, limit=args.limit)
     [row] = found
-    row["next_fire"] = None if row["paused"] else _next_fire(row)
-    row["status"] = _status(row, args.stale_after)
+    row["next_fire"] = next_fire(row)
+    row["status"] = schedule_status(row, args.stale_after)
     if args.json:
         emit_json({"schedule": {k: v for k, v in row.items() if k != "db_now"}, "fires": fires})
         return 0

@@ -6,25 +6,28 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from urllib.parse import parse_qs
 
+import psycopg
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from tenure.control import ControlRefused
+from tenure.control import ControlRefused, check_reason, key_held
 from tenure.dashboard.security import CSRF_COOKIE, CSRF_FIELD, LOCAL_USER, csrf_matches
 from tenure.dashboard.state import Dashboard, dashboard_of
 from tenure.errors import ValidationError
 
 MAX_FORM_BYTES = 16 * 1024
 
-Act = Callable[[Dashboard, str, str], Awaitable[str]]
-"""Does the act with (dashboard, actor, reason) and returns the URL to go back to."""
+Form = dict[str, str]
+Act = Callable[[Dashboard, str, str, Form], Awaitable[str]]
+"""Does the act with (dashboard, actor, reason, the form's fields) and returns the URL to go
+back to; raises ControlRefused (409) or ValidationError (400) having changed nothing."""
 
 
-def _refuse(board: Dashboard, request: Request, status: int, title: str, message: str) -> HTMLResponse:
+def refuse(board: Dashboard, request: Request, status: int, title: str, message: str) -> HTMLResponse:
     return board.render(request, "message.html", {"title": title, "message": message}, status=status)
 
 
-async def _form(request: Request) -> dict[str, str] | None:
+async def _form(request: Request) -> Form | None:
     body = await request.body()
     if len(body) > MAX_FORM_BYTES:
         return None
@@ -34,33 +37,38 @@ async def _form(request: Request) -> dict[str, str] | None:
 async def run_act(request: Request, act: Act) -> Response:
     board = dashboard_of(request)
     if board.read_only:
-        return _refuse(board, request, 403, "Read-only", "this dashboard is read-only: it takes no actions")
+        return refuse(board, request, 403, "Read-only", "this dashboard is read-only: it takes no actions")
     form = await _form(request)
     if form is None:
-        return _refuse(board, request, 413, "Too large", "the form is too large")
+        return refuse(board, request, 413, "Too large", "the form is too large")
     if not csrf_matches(request.cookies.get(CSRF_COOKIE), form.get(CSRF_FIELD)):
-        return _refuse(
+        return refuse(
             board, request, 403, "Refused", "the form's security token is missing or wrong: reload the page"
         )
-    reason = form.get("reason", "").strip()
-    if not reason:
-        return _refuse(board, request, 400, "A reason is needed", "give a reason: it goes into the audit log")
+    if not form.get("reason", "").strip():
+        return refuse(board, request, 400, "A reason is needed", "give a reason: it goes into the audit log")
     actor = f"dashboard:{getattr(request.state, 'user', LOCAL_USER)}"
     try:
-        back = await act(board, actor, reason)
+        back = await act(board, actor, check_reason(form["reason"], "act"), form)
     except ControlRefused as exc:
-        return _refuse(board, request, 409, "Refused", str(exc))
+        return refuse(board, request, 409, "Refused", str(exc))
+    except psycopg.errors.UniqueViolation as exc:
+        return refuse(board, request, 409, "Refused", str(key_held(exc, "changed")))
     except ValidationError as exc:
-        return _refuse(board, request, 400, "Not valid", str(exc))
+        return refuse(board, request, 400, "Not valid", str(exc))
     return RedirectResponse(back, status_code=303)
+
+
+def job_url(request: Request, job_id: int, done: str) -> str:
+    return f"{request.url_for('job', job_id=job_id)}?done={done}"
 
 
 async def retry_job(request: Request) -> Response:
     job_id = int(request.path_params["job_id"])
 
-    async def act(board: Dashboard, actor: str, reason: str) -> str:
+    async def act(board: Dashboard, actor: str, reason: str, form: Form) -> str:
         await board.client.retry([job_id], reason=reason, actor=actor)
-        return f"{request.url_for('job', job_id=job_id)}?done=retried"
+        return job_url(request, job_id, "retried")
 
     return await run_act(request, act)
 
@@ -68,9 +76,25 @@ async def retry_job(request: Request) -> Response:
 async def cancel_job(request: Request) -> Response:
     job_id = int(request.path_params["job_id"])
 
-    async def act(board: Dashboard, actor: str, reason: str) -> str:
+    async def act(board: Dashboard, actor: str, reason: str, form: Form) -> str:
         await board.client.cancel([job_id], reason=reason, actor=actor)
-        return f"{request.url_for('job', job_id=job_id)}?done=cancelled"
+        return job_url(request, job_id, "cancelled")
+
+    return await run_act(request, act)
+
+
+async def skip_ordering_head(request: Request) -> Response:
+    job_id = int(request.path_params["job_id"])
+
+    async def act(board: Dashboard, actor: str, reason: str, form: Form) -> str:
+        async with board.pool.connection() as conn:
+            skipped = await board.ordering.skip(conn, job_id, actor=actor, reason=reason)
+        if skipped is None:
+            raise ControlRefused(
+                f"job {job_id} is not a dead, pending or scheduled job with an ordering key (it may "
+                "have changed since the page was drawn); nothing was skipped"
+            )
+        return job_url(request, job_id, "skipped")
 
     return await run_act(request, act)
 
@@ -78,7 +102,7 @@ async def cancel_job(request: Request) -> Response:
 async def pause_queue(request: Request) -> Response:
     queue = request.path_params["queue"]
 
-    async def act(board: Dashboard, actor: str, reason: str) -> str:
+    async def act(board: Dashboard, actor: str, reason: str, form: Form) -> str:
         await board.client.pause_queue(queue, reason=reason, actor=actor)
         return str(request.url_for("overview"))
 
@@ -88,7 +112,7 @@ async def pause_queue(request: Request) -> Response:
 async def resume_queue(request: Request) -> Response:
     queue = request.path_params["queue"]
 
-    async def act(board: Dashboard, actor: str, reason: str) -> str:
+    async def act(board: Dashboard, actor: str, reason: str, form: Form) -> str:
         await board.client.resume_queue(queue, reason=reason, actor=actor)
         return str(request.url_for("overview"))
 

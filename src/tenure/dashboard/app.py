@@ -14,7 +14,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
-from tenure.dashboard import actions, jobs, login, overview
+from tenure.dashboard import actions, blocked, dead, fleet, jobs, login, overview, schedules, uncertain
 from tenure.dashboard.security import LOCAL_USER, Authenticator, SecurityHeaders
 from tenure.dashboard.state import Dashboard
 from tenure.validation import check_schema_name
@@ -74,6 +74,24 @@ def create_app(
         Route("/jobs/{job_id:int}", jobs.job_page, name="job"),
         Route("/jobs/{job_id:int}/retry", actions.retry_job, methods=["POST"], name="job_retry"),
         Route("/jobs/{job_id:int}/cancel", actions.cancel_job, methods=["POST"], name="job_cancel"),
+        Route("/jobs/{job_id:int}/skip", actions.skip_ordering_head, methods=["POST"], name="job_skip"),
+        Route("/dead", dead.dead_page, name="dead"),
+        Route("/dead/reprocess", dead.reprocess_matching, methods=["POST"], name="dead_reprocess"),
+        Route("/effects", uncertain.effects_page, name="effects"),
+        Route(
+            "/effects/{effect_id:int}/resolve",
+            uncertain.resolve_effect,
+            methods=["POST"],
+            name="effect_resolve",
+        ),
+        Route("/ordering", blocked.ordering_page, name="ordering"),
+        Route("/schedules", schedules.schedules_page, name="schedules"),
+        Route("/schedules/{name}/pause", schedules.pause_schedule, methods=["POST"], name="schedule_pause"),
+        Route(
+            "/schedules/{name}/resume", schedules.resume_schedule, methods=["POST"], name="schedule_resume"
+        ),
+        Route("/limits", fleet.limits_page, name="limits"),
+        Route("/workers", fleet.workers_page, name="workers"),
         Route("/queues/{queue}/pause", actions.pause_queue, methods=["POST"], name="queue_pause"),
         Route("/queues/{queue}/resume", actions.resume_queue, methods=["POST"], name="queue_resume"),
         Route("/login", login.login_form, name="login"),

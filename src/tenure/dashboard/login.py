@@ -7,7 +7,7 @@ from urllib.parse import parse_qs
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from tenure.dashboard.security import TOKEN_COOKIE
+from tenure.dashboard.security import CSRF_COOKIE, CSRF_FIELD, TOKEN_COOKIE, csrf_matches
 from tenure.dashboard.state import dashboard_of
 
 MAX_LOGIN_BYTES = 4096
@@ -22,6 +22,10 @@ async def login_submit(request: Request) -> Response:
     body = await request.body()
     fields = parse_qs(body[:MAX_LOGIN_BYTES].decode("utf-8", "replace"))
     token = fields.get("token", [""])[0]
+    if not csrf_matches(request.cookies.get(CSRF_COOKIE), fields.get(CSRF_FIELD, [""])[0]):
+        # A login forged from another site would sign the browser in as someone else.
+        error = "the form's security token is missing or wrong: reload the page"
+        return board.render(request, "login.html", {"error": error}, status=403)
     authenticate = request.app.state.authenticate
     # Judge the token exactly as later requests will be judged: as the cookie it becomes.
     probe = Request({**request.scope, "headers": [(b"cookie", f"{TOKEN_COOKIE}={token}".encode())]})

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from tenure.cli.health import Report, problems
-from tenure.dashboard.chart import MINUTES, throughput_chart
+from tenure.dashboard.chart import MINUTES, throughput_chart, trouble_chart
 from tenure.dashboard.state import Dashboard, dashboard_of
 from tenure.jobs import JobState
 
@@ -44,6 +44,7 @@ async def overview_context(board: Dashboard) -> dict[str, Any]:
         workers = await board.ops.worker_list(conn)
         counts = await board.pages.queue_counts(conn)
         finished = await board.ops.finished_recent(conn, minutes=MINUTES)
+        trouble = await board.pages.trouble_recent(conn, minutes=MINUTES)
     gauges = {g.queue: g for g in snapshot.queues}
     pauses = {p["queue"]: p for p in snapshot.paused}
     limits = {lim["queue"]: lim for lim in snapshot.limits}
@@ -68,6 +69,7 @@ async def overview_context(board: Dashboard) -> dict[str, Any]:
         "workers": workers,
         "worker_gauges": snapshot.workers,
         "chart": throughput_chart(finished),
+        "trouble": trouble_chart(trouble),
         "problems": problems(Report(snapshot, [], workers), CHECK_DEFAULTS),
     }
 

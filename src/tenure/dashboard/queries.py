@@ -28,8 +28,33 @@ class JobFilter:
     task: str | None = None
     state: str | None = None
     error_code: str | None = None
+    ordering_key: str | None = None
+    older_than: float | None = None
+    newer_than: float | None = None
     contains: dict[str, Any] | None = None
     before: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadFilter:
+    """Which dead jobs a bulk reprocess takes; the same filters as `tenure dead reprocess`."""
+
+    queue: str | None = None
+    task: str | None = None
+    error_code: str | None = None
+    older_than: float | None = None
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "task": self.task,
+            "error_code": self.error_code,
+            "older_than": self.older_than,
+        }
+
+    @property
+    def empty(self) -> bool:
+        return all(v is None for v in self.params().values())
 
 
 class DashboardQueries:
@@ -48,6 +73,9 @@ class DashboardQueries:
             "task": where.task,
             "state": where.state,
             "error_code": where.error_code,
+            "ordering_key": where.ordering_key,
+            "older_than": where.older_than,
+            "newer_than": where.newer_than,
             "contains": None if where.contains is None else Jsonb(where.contains),
             "before": where.before,
             "limit": limit,
@@ -59,3 +87,13 @@ class DashboardQueries:
         for r in await self._rows(conn, "dashboard_queue_counts"):
             counts.setdefault(r["queue"], {})[r["state"]] = int(r["jobs"])
         return counts
+
+    async def trouble_recent(self, conn: AsyncConnection[Any], minutes: int) -> list[Row]:
+        return await self._rows(conn, "dashboard_trouble_recent", {"minutes": minutes})
+
+    async def dead_count(self, conn: AsyncConnection[Any], where: DeadFilter) -> int:
+        [row] = await self._rows(conn, "dashboard_dead_count", where.params())
+        return int(row["jobs"])
+
+    async def dead_by_error(self, conn: AsyncConnection[Any], limit: int = 20) -> list[Row]:
+        return await self._rows(conn, "dashboard_dead_by_error", {"limit": limit})

@@ -17,10 +17,13 @@ from tenure.client import Client
 from tenure.dashboard.queries import DashboardQueries
 from tenure.dashboard.security import CSRF_COOKIE, LOCAL_USER, new_csrf_token
 from tenure.db.connect import open_pool, resolve_dsn
+from tenure.db.control_queries import ControlQueries
 from tenure.db.effects_queries import EffectQueries
 from tenure.db.migrate import require_current_schema
 from tenure.db.ops_queries import OpsQueries
+from tenure.db.ordering_queries import OrderingQueries
 from tenure.db.queries import Queries
+from tenure.db.schedule_queries import ScheduleQueries
 
 #: Seconds between the overview's refreshes.
 REFRESH_SECONDS = 5
@@ -53,6 +56,9 @@ class Dashboard:
     queries: Queries = field(init=False)
     ops: OpsQueries = field(init=False)
     effects: EffectQueries = field(init=False)
+    ordering: OrderingQueries = field(init=False)
+    schedules: ScheduleQueries = field(init=False)
+    control: ControlQueries = field(init=False)
     pages: DashboardQueries = field(init=False)
     templates: jinja2.Environment = field(default_factory=_environment)
     _pool: AsyncConnectionPool[Any] | None = None
@@ -63,6 +69,9 @@ class Dashboard:
         self.queries = Queries(self.schema)
         self.ops = OpsQueries(self.schema)
         self.effects = EffectQueries(self.schema)
+        self.ordering = OrderingQueries(self.schema)
+        self.schedules = ScheduleQueries(self.schema)
+        self.control = ControlQueries(self.schema)
         self.pages = DashboardQueries(self.schema)
 
     async def ensure_open(self) -> None:
