@@ -115,7 +115,21 @@ async def _run(args: argparse.Namespace) -> int:
         render_report(console, report)
         if keep_logs:
             console.print(f"[dim]worker logs: {run_dir}[/dim]")
+        console.print(
+            f"See every job, crash and fenced write in the browser: {_dashboard_command(args, server)}"
+        )
     return 0 if report.ok else 1
+
+
+def _dashboard_command(args: argparse.Namespace, server: ResolvedDsn) -> str:
+    """The command that opens this run in the dashboard."""
+    parts = ["tenure dashboard"]
+    if not server.embedded:
+        parts.append("--dsn ...")  # the user's own DSN: not echoed, it may carry a password
+    parts.append("--demo" if args.database == "tenure_demo" else f"--demo {args.database}")
+    if args.schema != "tenure":
+        parts.append(f"--schema {args.schema}")
+    return "[bold]" + " ".join(parts) + "[/bold]"
 
 
 def _setup(args: argparse.Namespace, server: ResolvedDsn, run_dir: Path) -> dict[str, Any]:
