@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 import uvicorn
-from _dashboard_jobs import Seeded, seed
+from _dashboard_jobs import Seeded, seed, seed_attention
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -202,3 +202,57 @@ def test_an_operator_finds_inspects_and_acts_on_jobs_in_the_browser(dsn: str, se
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "form[action$='/queues/mail/pause']"))
         with psycopg.connect(dsn) as conn:
             assert conn.execute("SELECT count(*) FROM tenure.queue_pauses").fetchone() == (0,)
+
+
+def test_an_operator_clears_what_needs_attention_in_the_browser(dsn: str, seeded: Seeded) -> None:
+    """From the pages for dead jobs, uncertain effects, blocked keys and schedules: a bulk reprocess
+    after reading its count, a verdict on an effect, a skipped head and a paused schedule, each
+    seen in the database; screenshots of each page."""
+    attention = seed_attention(dsn)
+    with served(dsn) as base, chromium() as driver:
+        wait = WebDriverWait(driver, 15)
+        driver.get(base + "/dead")
+        assert "CARD_DECLINED" in driver.find_element(By.CSS_SELECTOR, "table.groups").text
+        shoot(driver, "dead-desktop", DESKTOP)
+        shoot(driver, "dead-phone", PHONE)
+        driver.find_element(By.NAME, "queue").send_keys("billing")
+        driver.find_element(By.CSS_SELECTOR, "form.filters button").click()
+        wait.until(lambda d: "queue=billing" in d.current_url)
+        assert driver.find_element(By.CSS_SELECTOR, "strong.matching").text == "1"
+        act(driver, "form.bulk", "card processor fixed")
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "p.done"))
+        assert "1 dead job(s) are pending again" in driver.find_element(By.CSS_SELECTOR, "p.done").text
+        assert state_of(dsn, seeded.dead) == "pending"
+        assert last_event(dsn, seeded.dead) == ("reprocess", "dashboard:local", "card processor fixed")
+        assert state_of(dsn, attention.blocked_head) == "dead"
+
+        driver.get(base + "/effects")
+        shoot(driver, "effects-desktop", DESKTOP)
+        row = driver.find_element(By.CSS_SELECTOR, f'tr[data-effect="{attention.uncertain_effect}"]')
+        row.find_element(By.NAME, "reason").send_keys("the bank shows the charge")
+        row.find_element(By.CSS_SELECTOR, "button[value=done]").click()
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "p.done"))
+        assert f"Job {attention.uncertain_job}" in driver.find_element(By.CSS_SELECTOR, "h1").text
+        with psycopg.connect(dsn) as conn:
+            effect = conn.execute(
+                "SELECT state, resolved_by, reason FROM tenure.job_effects WHERE id = %s",
+                (attention.uncertain_effect,),
+            ).fetchone()
+        assert effect == ("done", "dashboard:local", "the bank shows the charge")
+
+        driver.get(base + "/ordering")
+        shoot(driver, "ordering-desktop", DESKTOP)
+        act(driver, 'tr[data-key="acct-1"] form[action$="/skip"]', "ledger reopened by hand")
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "p.done"))
+        assert state_of(dsn, attention.blocked_head) == "cancelled"
+        assert {state_of(dsn, j) for j in attention.waiting} == {"pending"}
+
+        driver.get(base + "/schedules")
+        act(driver, 'tr[data-schedule="nightly-report"] form', "month-end freeze")
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "p.done"))
+        shoot(driver, "schedules-desktop", DESKTOP)
+        with psycopg.connect(dsn) as conn:
+            paused = conn.execute("SELECT paused, paused_by, pause_reason FROM tenure.schedules").fetchone()
+        assert paused == (True, "dashboard:local", "month-end freeze")
+        driver.get(base + "/workers")
+        assert "w-1" in driver.find_element(By.CSS_SELECTOR, "table.workers").text
