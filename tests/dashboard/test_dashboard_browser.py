@@ -167,7 +167,7 @@ def test_an_operator_finds_inspects_and_acts_on_jobs_in_the_browser(dsn: str, se
 
         driver.get(f"{base}/jobs/{seeded.dead}")
         timeline = driver.find_element(By.CSS_SELECTOR, "ol.timeline").text
-        assert "lease_expired" in timeline and "dead" in timeline and "CARD_DECLINED" in timeline
+        assert "lease expired" in timeline and "dead" in timeline and "CARD_DECLINED" in timeline
         shoot(driver, "job-desktop", DESKTOP)
         shoot(driver, "job-phone", PHONE)
         act(driver, "form[action$='/retry']", "card replaced")

@@ -122,6 +122,6 @@ def test_after_tenure_demo_the_dashboard_shows_its_crashes_and_expired_leases(se
                 ).fetchone()
             assert row is not None
             job = httpx.get(f"http://127.0.0.1:{port}/jobs/{row[0]}").text
-            assert "lease_expired" in job
+            assert "lease expired" in job
     finally:
         asyncio.run(drop_database(server_dsn, database))

@@ -163,10 +163,15 @@ def test_an_unknown_state_filter_is_a_400(http: TestClient) -> None:
 
 
 def test_job_page_shows_history_and_masks_credentials(http: TestClient, seeded: Seeded) -> None:
-    """The dead job's page shows its facts and timeline; a payload's credentials never reach the page."""
+    """The dead job's page shows its facts and its timeline in time order (row and audit events
+    merged); a payload's credentials never reach the page."""
     dead = http.get(f"/jobs/{seeded.dead}")
     assert dead.status_code == 200
-    assert "CARD_DECLINED" in dead.text and "lease_expired" in dead.text and "worker-gone" in dead.text
+    assert "CARD_DECLINED" in dead.text and "lease expired" in dead.text and "worker-gone" in dead.text
+    timeline = dead.text.split('<ol class="timeline">')[1].split("</ol>")[0]
+    assert "enqueued" in timeline and "last claimed" in timeline and "attempt 2" in timeline
+    times = re.findall(r"<time>([^<]+)</time>", timeline)
+    assert len(times) == 5 and times == sorted(times)  # enqueued, claimed, expiry, death event, finished
     assert 'value="retry"' in dead.text and "Reprocess" in dead.text
     secret = http.get(f"/jobs/{seeded.secret}")
     assert "hunter2" not in secret.text and "sk-1" not in secret.text

@@ -11,6 +11,7 @@ from starlette.responses import HTMLResponse
 from tenure.dashboard.filters import JOB_FIELDS, STATES, BadFilter, form_of, job_filter
 from tenure.dashboard.masking import masked_payload
 from tenure.dashboard.state import dashboard_of
+from tenure.dashboard.timeline import timeline
 
 PAGE_SIZE = 50
 
@@ -51,7 +52,7 @@ async def job_page(request: Request) -> HTMLResponse:
         "payload": pretty(masked_payload(job.payload)),
         "progress": None if job.progress is None else pretty(masked_payload(job.progress)),
         "result": None if job.result is None else pretty(masked_payload(job.result)),
-        "events": events,
+        "timeline": timeline(job, events),
         "effects": [
             {**e, "outcome": None if e["outcome"] is None else pretty(e["outcome"])} for e in effects
         ],
