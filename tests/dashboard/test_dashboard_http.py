@@ -315,3 +315,30 @@ def test_mounted_under_a_prefix_in_a_host_app_its_links_and_actions_carry_the_pr
         )
         assert done.status_code == 303 and done.headers["location"].startswith("http://testserver/ops/jobs/")
     assert fetch_one(dsn, "SELECT state::text FROM tenure.jobs WHERE id = %s", seeded.dead)[0] == "pending"
+
+
+def test_an_unreachable_database_is_a_503_page_not_a_crash() -> None:
+    """With nothing listening at the DSN, a page answers 503 naming the database (no password), and
+    the app keeps answering."""
+    app = create_app("postgresql://someone:hunter2@127.0.0.1:1/nowhere")
+    with TestClient(app) as http:  # the lifespan's open fails too: the app still starts
+        for _ in range(2):
+            page = http.get("/")
+            assert page.status_code == 503 and "Database unavailable" in page.text
+            assert "127.0.0.1:1/nowhere" in page.text and "hunter2" not in page.text
+
+
+def test_connections_killed_by_a_server_restart_cost_no_failed_page(
+    http: TestClient, dsn: str, seeded: Seeded
+) -> None:
+    """After every dashboard connection is terminated (as a restart or failover would), the next
+    pages render: the pool tests each connection as it lends it."""
+    assert http.get("/").status_code == 200
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        killed = conn.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name LIKE 'tenure-dashboard%%' AND pid <> pg_backend_pid()"
+        ).fetchone()
+    assert killed is not None and killed[0] >= 1
+    for path in ("/", "/jobs", f"/jobs/{seeded.dead}", "/dead"):
+        assert http.get(path).status_code == 200, path

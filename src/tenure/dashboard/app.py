@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 
+import psycopg
+from psycopg_pool import PoolTimeout
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
@@ -17,7 +20,12 @@ from starlette.types import ASGIApp
 from tenure.dashboard import actions, blocked, dead, fleet, jobs, login, overview, schedules, uncertain
 from tenure.dashboard.security import LOCAL_USER, Authenticator, SecurityHeaders
 from tenure.dashboard.state import Dashboard
+from tenure.errors import DatabaseUnavailable
 from tenure.validation import check_schema_name
+
+log = logging.getLogger("tenure.dashboard")
+#: What a page meets while the server restarts, fails over or cannot be reached.
+DATABASE_DOWN = (DatabaseUnavailable, psycopg.OperationalError, PoolTimeout)
 
 #: Paths a browser reaches before it has logged in.
 _OPEN_PATHS = ("/login", "/static/")
@@ -33,7 +41,22 @@ class RequireLogin(BaseHTTPMiddleware):
 
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
         board: Dashboard = request.app.state.dashboard
-        await board.ensure_open()
+        try:
+            await board.ensure_open()
+            return await self._let_in(board, request, call_next)
+        except DATABASE_DOWN as exc:
+            # A restart or failover in progress: say so and keep serving; the next page retries.
+            log.warning("dashboard: the database is unavailable (%s)", type(exc).__name__)
+            message = {
+                "title": "Database unavailable",
+                "message": f"the database {board.describe()} does not answer now; this page works "
+                "again as soon as it does (a restart or failover in progress?)",
+            }
+            return board.render(request, "message.html", message, status=503)
+
+    async def _let_in(
+        self, board: Dashboard, request: Request, call_next: RequestResponseEndpoint
+    ) -> Response:
         if self.authenticate is None:
             request.state.user = LOCAL_USER
             return await call_next(request)
@@ -61,7 +84,11 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await board.ensure_open()
+        try:
+            await board.ensure_open()
+        except DATABASE_DOWN as exc:
+            # Serve anyway: each page says the database is unavailable until it answers.
+            log.warning("dashboard: starting while the database is unavailable (%s)", type(exc).__name__)
         try:
             yield
         finally:

@@ -16,7 +16,7 @@ from tenure.cli._duration import human
 from tenure.client import Client
 from tenure.dashboard.queries import DashboardQueries
 from tenure.dashboard.security import CSRF_COOKIE, LOCAL_USER, new_csrf_token
-from tenure.db.connect import open_pool, resolve_dsn
+from tenure.db.connect import describe_dsn, open_pool, resolve_dsn
 from tenure.db.control_queries import ControlQueries
 from tenure.db.effects_queries import EffectQueries
 from tenure.db.migrate import require_current_schema
@@ -27,6 +27,8 @@ from tenure.db.schedule_queries import ScheduleQueries
 
 #: Seconds between the overview's refreshes.
 REFRESH_SECONDS = 5
+#: Seconds a page waits for a database connection before it says the database is unavailable.
+POOL_TIMEOUT = 5.0
 
 
 def _when(at: datetime | None) -> str:
@@ -84,12 +86,23 @@ class Dashboard:
 
     async def open(self) -> None:
         # Small: the dashboard reads a few rows per page, and must not crowd the workers out.
+        # Checked on lending: the dashboard sits idle for hours, and a page must not be the one
+        # to discover that the server restarted since.
         self._pool = await open_pool(
-            resolve_dsn(self.dsn).dsn, min_size=1, max_size=4, name="tenure-dashboard"
+            resolve_dsn(self.dsn).dsn,
+            min_size=1,
+            max_size=4,
+            name="tenure-dashboard",
+            timeout=POOL_TIMEOUT,
+            check=True,
         )
         async with self._pool.connection() as conn:
             await require_current_schema(conn, self.schema)
         self._client = Client(schema=self.schema, pool=self._pool)
+
+    def describe(self) -> str:
+        """The database, without its password, for messages."""
+        return describe_dsn(self.dsn) if self.dsn else "(the default)"
 
     async def close(self) -> None:
         if self._pool is not None:

@@ -122,10 +122,13 @@ async def open_pool(
     name: str = "tenure",
     timeout: float = 10.0,
     prepare: int | str | None = "env",
+    check: bool = False,
 ) -> AsyncConnectionPool[Any]:
     """A pool of autocommit connections. Nothing on them depends on session state, so they work
     through PgBouncer in transaction mode (prepare=None, or $TENURE_PREPARE_THRESHOLD=none,
-    for PgBouncer < 1.21). `prepare="env"` takes the threshold from the environment."""
+    for PgBouncer < 1.21). `prepare="env"` takes the threshold from the environment. With
+    `check`, each connection is tested as it is lent (one round trip), so a server restart or
+    failover costs no failed request: for callers that are idle for long and cannot retry."""
     threshold = prepare_threshold() if prepare == "env" else prepare
     # One direct attempt first: an unreachable server fails here at once, instead of after the
     # pool has retried in the background for the whole timeout.
@@ -138,6 +141,7 @@ async def open_pool(
         name=name,
         open=False,
         timeout=timeout,
+        check=AsyncConnectionPool.check_connection if check else None,
         kwargs={"autocommit": True, "prepare_threshold": threshold, **application_name(dsn, name)},
     )
     try:
