@@ -342,3 +342,27 @@ def test_connections_killed_by_a_server_restart_cost_no_failed_page(
     assert killed is not None and killed[0] >= 1
     for path in ("/", "/jobs", f"/jobs/{seeded.dead}", "/dead"):
         assert http.get(path).status_code == 200, path
+
+
+def test_an_act_on_a_read_only_database_is_a_503_that_changes_nothing(
+    http: TestClient, dsn: str, seeded: Seeded
+) -> None:
+    """With the database read-only (a standby, maintenance), reprocess answers 503 saying so, the
+    job stays dead, and pages still render."""
+    token = csrf_of(http, f"/jobs/{seeded.dead}")
+    dbname = fetch_one(dsn, "SELECT current_database()")[0]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'ALTER DATABASE "{dbname}" SET default_transaction_read_only = on')
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name LIKE 'tenure-dashboard%%' AND pid <> pg_backend_pid()"
+        )
+    try:
+        page = http.post(f"/jobs/{seeded.dead}/retry", data={"reason": "card fixed", "csrf": token})
+        assert page.status_code == 503 and "takes no writes now" in page.text
+        assert http.get(f"/jobs/{seeded.dead}").status_code == 200
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SET default_transaction_read_only = off")
+            conn.execute(f'ALTER DATABASE "{dbname}" RESET default_transaction_read_only')
+    assert fetch_one(dsn, "SELECT state::text FROM tenure.jobs WHERE id = %s", seeded.dead)[0] == "dead"

@@ -54,6 +54,24 @@ async def run_act(request: Request, act: Act) -> Response:
         return refuse(board, request, 409, "Refused", str(exc))
     except psycopg.errors.UniqueViolation as exc:
         return refuse(board, request, 409, "Refused", str(key_held(exc, "changed")))
+    except psycopg.errors.ReadOnlySqlTransaction:
+        return refuse(
+            board,
+            request,
+            503,
+            "Database read-only",
+            "the database takes no writes now (a standby, or a read-only setting during maintenance); "
+            "nothing was changed: try again once it is writable",
+        )
+    except psycopg.errors.InsufficientPrivilege:
+        return refuse(
+            board,
+            request,
+            403,
+            "Not allowed",
+            "the dashboard's database role may not do this (see docs/security.md for the operator "
+            "role); nothing was changed",
+        )
     except ValidationError as exc:
         return refuse(board, request, 400, "Not valid", str(exc))
     return RedirectResponse(back, status_code=303)

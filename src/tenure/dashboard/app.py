@@ -53,6 +53,16 @@ class RequireLogin(BaseHTTPMiddleware):
                 "again as soon as it does (a restart or failover in progress?)",
             }
             return board.render(request, "message.html", message, status=503)
+        except psycopg.Error as exc:
+            # Anything else the server says (a timeout, a lock wait cut short): a page that says
+            # what happened, and the service goes on.
+            log.warning("dashboard: the database refused a page (%s)", exc.sqlstate or type(exc).__name__)
+            message = {
+                "title": "The database refused",
+                "message": f"the database answered {exc.sqlstate or 'an error'} "
+                f"({type(exc).__name__}); nothing was changed: try again",
+            }
+            return board.render(request, "message.html", message, status=503)
 
     async def _let_in(
         self, board: Dashboard, request: Request, call_next: RequestResponseEndpoint
