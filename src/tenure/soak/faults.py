@@ -13,7 +13,7 @@ import enum
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from psycopg import IsolationLevel
@@ -21,12 +21,15 @@ from psycopg import IsolationLevel
 from tenure.client import Client
 from tenure.control import ControlRefused
 from tenure.db.connect import connect
+from tenure.db.queries import Queries
 from tenure.demo.fleet import WorkerProcess
+from tenure.jobs import JobState
 from tenure.soak.app import QUEUE as SOAK_QUEUE
 from tenure.soak.app import Kind
 from tenure.soak.attempts import host_clock
 from tenure.soak.fleet import SoakFleet
 from tenure.soak.network import WorkerNetwork
+from tenure.soak.operator import DashboardOperator, act_outcome
 from tenure.soak.queries import SoakQueries
 from tenure.soak.roles import SoakRole, set_read_only
 from tenure.soak.server import SoakServer
@@ -90,6 +93,7 @@ class FaultSchedule:
         role: SoakRole | None = None,
         database: str | None = None,
         worker_prefix: str = "soak",
+        operator: DashboardOperator | None = None,
     ) -> None:
         self.fleet = fleet
         self.dsn = dsn
@@ -103,6 +107,7 @@ class FaultSchedule:
         self.role = role
         self.database = database
         self.worker_prefix = worker_prefix
+        self.operator = operator
         self.records: list[FaultRecord] = []
         #: Host-clock (stop, cont) intervals per worker name: a frozen process executes nothing.
         self.frozen: dict[str, list[tuple[float, float]]] = defaultdict(list)
@@ -277,6 +282,19 @@ class FaultSchedule:
         transfer = cancellable[0]["id"] if cancellable else None
         requeue = [r["id"] for r in running if r["id"] != transfer][:2]
         done: list[str] = []
+        if transfer is not None and self.operator is not None:
+            # The outright cancel goes through the dashboard, as an operator at the browser would.
+            answer = await self.operator.act(
+                f"/jobs/{transfer}/cancel", reason="soak: revoke at the dashboard"
+            )
+            async with await connect(self.dsn) as conn:
+                job = await Queries(self.schema).job_get(conn, transfer)
+            # Counted by what the database says: an answer lost to a dropped connection may still
+            # have committed, and nothing else cancels a job.
+            if job is not None and job.state is JobState.CANCELLED:
+                self.cancelled.append(transfer)
+            done.append(f"dashboard cancel {act_outcome(answer)}")
+            transfer = None
         async with Client(self.dsn, schema=self.schema) as client:
             for ids, back in (([transfer] if transfer else [], False), (requeue, True)):
                 if not ids:
@@ -298,16 +316,44 @@ class FaultSchedule:
         and resumes it."""
         seconds = 2.0 * self.lease
         async with Client(self.dsn, schema=self.schema) as client:
-            pause = await client.pause_queue(SOAK_QUEUE, reason="soak: operator pause", actor="soak")
+            paused_at, how = await self._pause_soak_queue(client)
             try:
                 await asyncio.sleep(seconds)
                 async with await connect(self.dsn) as conn:
                     # A claim that began before the pause committed may still land just after
                     # paused_at; the margin leaves those out.
                     claims = await self.queries.claims_since(
-                        conn, SOAK_QUEUE, pause.paused_at + timedelta(seconds=PAUSE_COMMIT_MARGIN)
+                        conn, SOAK_QUEUE, paused_at + timedelta(seconds=PAUSE_COMMIT_MARGIN)
                     )
             finally:
-                await client.resume_queue(SOAK_QUEUE, actor="soak")
+                how += await self._resume_soak_queue(client)
         self.claims_while_paused += claims
-        return SOAK_QUEUE, f"paused {seconds:g}s; {claims} claims while paused", False
+        return SOAK_QUEUE, f"paused {seconds:g}s{how}; {claims} claims while paused", False
+
+    async def _pause_soak_queue(self, client: Client) -> tuple[datetime, str]:
+        """Through the dashboard when there is one (falling back to the library if its answer is
+        not a pause): the pause's time, and how it was made."""
+        how = ""
+        if self.operator is not None:
+            answer = await self.operator.act(
+                f"/queues/{SOAK_QUEUE}/pause", reason="soak: pause at the dashboard"
+            )
+            if answer == 303:
+                [pause] = [p for p in await client.paused_queues() if p.queue == SOAK_QUEUE]
+                return pause.paused_at, " at the dashboard"
+            how = f" (dashboard {act_outcome(answer)}, then the library)"
+        pause = await client.pause_queue(SOAK_QUEUE, reason="soak: operator pause", actor="soak")
+        return pause.paused_at, how
+
+    async def _resume_soak_queue(self, client: Client) -> str:
+        if self.operator is not None:
+            answer = await self.operator.act(
+                f"/queues/{SOAK_QUEUE}/resume", reason="soak: resume at the dashboard"
+            )
+            if answer == 303:
+                return ""
+            with contextlib.suppress(ControlRefused):
+                await client.resume_queue(SOAK_QUEUE, actor="soak")
+            return f", resume at the dashboard {act_outcome(answer)}"
+        await client.resume_queue(SOAK_QUEUE, actor="soak")
+        return ""

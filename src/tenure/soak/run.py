@@ -30,6 +30,7 @@ from tenure.soak.attempts import host_clock, overlaps, read_intervals
 from tenure.soak.faults import FaultRecord, FaultSchedule
 from tenure.soak.fleet import SoakFleet, faketime_available
 from tenure.soak.network import NetworkUnavailable, WorkerNetwork
+from tenure.soak.operator import DashboardOperator
 from tenure.soak.queries import SoakQueries
 from tenure.soak.report import Check, SoakReport, render
 from tenure.soak.roles import SoakRole
@@ -79,6 +80,7 @@ async def _run(args: argparse.Namespace) -> int:
     server: SoakServer | None = None
     fleet: SoakFleet | None = None
     role: SoakRole | None = None
+    operator: DashboardOperator | None = None
     try:
         if args.dsn:
             server_dsn = resolve_dsn(args.dsn).dsn
@@ -112,6 +114,7 @@ async def _run(args: argparse.Namespace) -> int:
             role=role.name,
         )
         fleet.start(args.workers)
+        operator = DashboardOperator(dsn, args.schema)
         roles = {w.name: fleet.role(w.name).value for w in fleet.workers}
         _say(args, "workers: " + ", ".join(f"{n} ({r})" for n, r in roles.items()))
         faults = FaultSchedule(
@@ -126,13 +129,17 @@ async def _run(args: argparse.Namespace) -> int:
             role=role,
             database=args.database,
             worker_prefix=f"{fleet.owner_prefix}-{run_id}-",
+            operator=operator,
         )
         acked: dict[str, list[int]] = {k.value: [] for k in Kind}
         waiting = Client(dsn, schema=args.schema)
         waiters = ResultWaiters(waiting, timeout=args.duration + args.drain_timeout + 60)
         try:
-            failures, limited_peak = await _load_and_drain(args, dsn, fleet, faults, acked, started, waiters)
+            failures, limited_peak = await _load_and_drain(
+                args, dsn, fleet, faults, acked, started, waiters, operator
+            )
             await waiters.finish(timeout=30)
+            await operator.final_round()
         finally:
             await waiting.close()
         fleet.stop(timeout=max(1.0, args.lease) + 15.0)
@@ -143,6 +150,7 @@ async def _run(args: argparse.Namespace) -> int:
             report.checks += await ordered_effects.checks(conn, args.schema, Kind.EFFECT.value, run_dir)
         report.failures.extend(failures)
         report.checks += _control_checks(report, faults)
+        report.checks += operator.checks()
         async with await connect(dsn) as conn:
             report.checks += await _result_checks(conn, args.schema, waiters)
             report.checks += await _limit_and_schedule_checks(conn, args.schema, limited_peak)
@@ -179,6 +187,9 @@ async def _run(args: argparse.Namespace) -> int:
         }
         report.wall_seconds = time.monotonic() - started
     finally:
+        if operator is not None:
+            with contextlib.suppress(Exception):
+                await operator.close()
         if fleet is not None:
             fleet.abandon()
         if role is not None:
@@ -208,10 +219,13 @@ async def _load_and_drain(
     acked: dict[str, list[int]],
     started: float,
     waiters: ResultWaiters,
+    operator: DashboardOperator,
 ) -> tuple[list[str], int]:
-    """Runs the load under faults and drains the queue: the failures, and the most live leases
-    the limited queue was seen holding."""
+    """Runs the load under faults and drains the queue, with the operator reading the dashboard
+    throughout: the failures, and the most live leases the limited queue was seen holding."""
     stop_faults = asyncio.Event()
+    drained = asyncio.Event()
+    watching = asyncio.create_task(operator.watch(drained))
 
     def on_fault(record: FaultRecord) -> None:
         state = "skipped" if record.skipped else "done"
@@ -224,27 +238,34 @@ async def _load_and_drain(
     sampling = asyncio.create_task(_sample_limited(args, dsn, stop_faults))
     failures: list[str] = []
     try:
-        await _produce(args, dsn, acked, started, waiters)
+        try:
+            await _produce(args, dsn, acked, started, waiters)
+        finally:
+            stop_faults.set()
+            await fault_task
+        total = sum(len(ids) for ids in acked.values())
+        _say(args, f"load over: {total} jobs enqueued; draining with every fault healed")
+        failures += await _drain(args, dsn, fleet)
     finally:
-        stop_faults.set()
-        await fault_task
-    total = sum(len(ids) for ids in acked.values())
-    _say(args, f"load over: {total} jobs enqueued; draining with every fault healed")
+        drained.set()
+        await watching
+    return failures, await sampling
+
+
+async def _drain(args: argparse.Namespace, dsn: str, fleet: SoakFleet) -> list[str]:
+    """Waits until every job has finished: what went wrong if they did not."""
     queries = SoakQueries(args.schema)
     deadline = time.monotonic() + args.drain_timeout
     async with await connect(dsn) as conn:
         while True:
             progress = await queries.progress(conn)
             if progress["unfinished"] == 0:
-                break
+                return []
             if time.monotonic() > deadline:
-                failures.append(f"drain timed out with {progress['unfinished']} jobs unfinished")
-                break
+                return [f"drain timed out with {progress['unfinished']} jobs unfinished"]
             if not fleet.live():
-                failures.append("every worker exited before the queue drained")
-                break
+                return ["every worker exited before the queue drained"]
             await asyncio.sleep(0.5)
-    return failures, await sampling
 
 
 async def _produce(
