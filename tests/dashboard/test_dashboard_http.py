@@ -130,9 +130,11 @@ def test_sql_metacharacters_in_filters_match_nothing_and_harm_nothing(
 ) -> None:
     """Quotes, semicolons and comments in every filter are plain values: no match, no error, no damage."""
     nasty = "mail'; DROP TABLE tenure.jobs; --"
-    for name in ("queue", "task", "error_code"):
+    for name in ("queue", "task", "error_code", "ordering_key"):
         page = http.get("/jobs", params={name: nasty})
         assert page.status_code == 200 and listed_ids(page.text) == set()
+        dead = http.get("/dead", params={name: nasty} if name != "ordering_key" else {"task": nasty})
+        assert dead.status_code == 200 and '<strong class="matching">0</strong>' in dead.text
     page = http.get("/jobs", params={"payload": json.dumps({"k": "x') OR 1=1 --"})})
     assert page.status_code == 200 and listed_ids(page.text) == set()
     assert fetch_one(dsn, "SELECT count(*) FROM tenure.jobs")[0] == 7
