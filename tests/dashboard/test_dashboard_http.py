@@ -368,3 +368,25 @@ def test_an_act_on_a_read_only_database_is_a_503_that_changes_nothing(
             conn.execute("SET default_transaction_read_only = off")
             conn.execute(f'ALTER DATABASE "{dbname}" RESET default_transaction_read_only')
     assert fetch_one(dsn, "SELECT state::text FROM tenure.jobs WHERE id = %s", seeded.dead)[0] == "dead"
+
+
+def test_revoke_and_run_again_gives_a_running_job_a_new_token_and_a_second_try_is_refused(
+    http: TestClient, dsn: str, seeded: Seeded
+) -> None:
+    """Requeue ends the running job's lease: it is pending under the next token, the attempt is not
+    counted, the history says who and why; once it is no longer running the same act is a 409."""
+    token = csrf_of(http, f"/jobs/{seeded.running}")
+    assert 'value="requeue"' in http.get(f"/jobs/{seeded.running}").text
+    done = http.post(f"/jobs/{seeded.running}/requeue", data={"reason": "worker is sick", "csrf": token})
+    assert done.status_code == 200 and "pending again" in done.text
+    assert fetch_one(
+        dsn, "SELECT state::text, lease_token, attempt_count FROM tenure.jobs WHERE id = %s", seeded.running
+    ) == ("pending", 2, 0)
+    assert fetch_one(
+        dsn,
+        "SELECT event, to_state::text, worker, error FROM tenure.job_events "
+        "WHERE job_id = %s ORDER BY id DESC",
+        seeded.running,
+    ) == ("revoke", "pending", "dashboard:local", "worker is sick")
+    again = http.post(f"/jobs/{seeded.running}/requeue", data={"reason": "again", "csrf": token})
+    assert again.status_code == 409 and "nothing" in again.text.lower()

@@ -101,6 +101,18 @@ async def cancel_job(request: Request) -> Response:
     return await run_act(request, act)
 
 
+async def requeue_job(request: Request) -> Response:
+    """Revokes a running job's lease and sends it back to run again at once, under a new token:
+    for a job stuck on a sick worker."""
+    job_id = int(request.path_params["job_id"])
+
+    async def act(board: Dashboard, actor: str, reason: str, form: Form) -> str:
+        await board.client.cancel([job_id], reason=reason, actor=actor, requeue=True)
+        return job_url(request, job_id, "requeued")
+
+    return await run_act(request, act)
+
+
 async def skip_ordering_head(request: Request) -> Response:
     job_id = int(request.path_params["job_id"])
 

@@ -111,6 +111,7 @@ def create_app(
         Route("/jobs/{job_id:int}", jobs.job_page, name="job"),
         Route("/jobs/{job_id:int}/retry", actions.retry_job, methods=["POST"], name="job_retry"),
         Route("/jobs/{job_id:int}/cancel", actions.cancel_job, methods=["POST"], name="job_cancel"),
+        Route("/jobs/{job_id:int}/requeue", actions.requeue_job, methods=["POST"], name="job_requeue"),
         Route("/jobs/{job_id:int}/skip", actions.skip_ordering_head, methods=["POST"], name="job_skip"),
         Route("/dead", dead.dead_page, name="dead"),
         Route("/dead/reprocess", dead.reprocess_matching, methods=["POST"], name="dead_reprocess"),

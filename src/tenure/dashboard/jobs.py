@@ -65,6 +65,7 @@ async def job_page(request: Request) -> HTMLResponse:
 DONE_MESSAGES = {
     "retried": "The job was sent back to run.",
     "cancelled": "The job was cancelled.",
+    "requeued": "The job's lease was revoked and it is pending again, to run at once under a new token.",
     "skipped": "The job was skipped: cancelled, so the next job of its ordering key can run.",
     "effect_done": "The effect is recorded as done: no attempt performs it again.",
     "effect_not_happened": "The effect is recorded as not happened: the next attempt performs it.",
