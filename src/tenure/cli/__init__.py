@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import inspect
-import logging
 import sys
 
 from tenure.cli import (
@@ -24,7 +23,14 @@ from tenure.cli import (
     soak,
     worker,
 )
-from tenure.cli._common import EXIT_NOT_MIGRATED, EXIT_UNAVAILABLE, EXIT_USAGE, err
+from tenure.cli._common import (
+    EXIT_NOT_MIGRATED,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    err,
+    log_level,
+    logging_options,
+)
 from tenure.db.connect import DSN_ENV
 from tenure.errors import DatabaseUnavailable, SchemaNotMigrated, TenureError
 from tenure.logging_context import configure_logging
@@ -55,9 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--dsn", default=None, help=f"PostgreSQL DSN (default ${DSN_ENV}, else embedded)")
     common.add_argument("--schema", default="tenure", help="Tenure schema name (default: tenure)")
     common.add_argument("--json", action="store_true", help="machine-readable output")
+    logging_options(common, default=argparse.SUPPRESS)  # after the command too: `tenure worker -v`
 
     parser = argparse.ArgumentParser(prog="tenure", description="A durable PostgreSQL job queue.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    logging_options(parser, default=None)
     sub = parser.add_subparsers(dest="command", required=True)
     for module in COMMAND_MODULES:
         module.register(sub, common)
@@ -68,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     raw = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(raw)
     args.schema_given = "--schema" in raw or any(a.startswith("--schema=") for a in raw)
-    configure_logging(level=logging.INFO if args.verbose else logging.WARNING)
+    configure_logging(level=log_level(args))
     try:
         result = args.handler(args)
         if inspect.iscoroutine(result):

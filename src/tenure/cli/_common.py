@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from datetime import datetime
 from typing import Any
 
@@ -53,3 +54,42 @@ def positive_int(text: str) -> int:
 
 def as_dict(obj: Any) -> dict[str, Any]:
     return {name: getattr(obj, name) for name in obj.__slots__}
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def logging_options(p: argparse.ArgumentParser, default: Any) -> None:
+    # SUPPRESS on the commands: a flag given before the command is not reset by the command's
+    # own default.
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_const",
+        const="info",
+        dest="log_level",
+        default=default,
+        help="log at INFO level",
+    )
+    p.add_argument(
+        "-q",
+        "--quiet",
+        action="store_const",
+        const="error",
+        dest="log_level",
+        default=default,
+        help="log errors only",
+    )
+    p.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        dest="log_level",
+        default=default,
+        help="log at this level (default: warning)",
+    )
+
+
+def log_level(args: argparse.Namespace) -> int:
+    """The level the command logs at: --log-level, -v (info) or -q (error), else warning."""
+    name = getattr(args, "log_level", None) or "warning"
+    return int(getattr(logging, name.upper()))

@@ -11,8 +11,10 @@ from rich.table import Table
 
 from tenure.cli._common import EXIT_USAGE, as_dict, emit_json, err, out, positive_int, resolve
 from tenure.cli._duration import duration, human
+from tenure.cli._render import error_line, history_table, job_panel
 from tenure.control import key_held
 from tenure.db.connect import connect
+from tenure.db.control_queries import ControlQueries
 from tenure.db.migrate import require_current_schema
 from tenure.db.ops_queries import OpsQueries
 from tenure.db.queries import Queries
@@ -45,7 +47,7 @@ async def cmd_list(args: argparse.Namespace, conn: Any) -> int:
             f"{r['attempt_count']}/{r['max_attempts']}",
             r["last_error_code"] or "",
             human(r["age_seconds"]),
-            (r["last_error"] or "").splitlines()[0][:80] if r["last_error"] else "",
+            error_line(r["last_error"])[:80],
         )
     out.print(table if rows else "no dead jobs match")
     return 0
@@ -61,23 +63,20 @@ async def cmd_show(args: argparse.Namespace, conn: Any) -> int:
     if args.json:
         emit_json({"job": as_dict(job), "history": [as_dict(e) for e in events]})
         return 0
-    out.print(as_dict(job))
-    table = Table(title=f"history of job {args.id}")
-    for column in ("at", "event", "from", "to", "token", "worker", "code", "note"):
-        table.add_column(column)
-    for e in events:
-        table.add_row(
-            e.at.isoformat(timespec="milliseconds"),
-            e.event,
-            e.from_state or "",
-            e.to_state or "",
-            str(e.token),
-            e.worker or "",
-            e.error_code or "",
-            (e.error or "")[:80],
-        )
-    out.print(table)
+    now = await ControlQueries(args.schema).db_now(conn)
+    out.print(job_panel(job, now))
+    if events:
+        out.print(history_table(events, title=f"history of job {args.id}"))
+    else:
+        out.print("history: nothing off the happy path (no retry, expiry, fencing loss or operator act)")
     return 0
+
+
+async def cmd_show_any(args: argparse.Namespace) -> int:
+    """`tenure show ID`: any job, whatever its state."""
+    async with await connect(resolve(args).dsn, name="tenure-cli") as conn:
+        await require_current_schema(conn, args.schema)
+        return await cmd_show(args, conn)
 
 
 async def cmd_reprocess(args: argparse.Namespace, conn: Any) -> int:
@@ -191,6 +190,10 @@ def _filter_options(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("show", parents=[common], help="one job, in any state, with its whole history")
+    p.add_argument("id", type=int)
+    p.set_defaults(handler=cmd_show_any)
+
     p = sub.add_parser("dead", help="inspect, reprocess and purge dead jobs")
     p.set_defaults(handler=cmd_dead)
     dead = p.add_subparsers(dest="dead_command", required=True)

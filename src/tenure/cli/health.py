@@ -97,16 +97,23 @@ def queue_summaries(report: Report, stale_after: float) -> dict[str, Any]:
     }
 
 
-async def cmd_status(args: argparse.Namespace) -> int:
-    report = await read_report(args, with_history=True)
-    summary = queue_summaries(report, args.stale_after)
-    if args.json:
-        emit_json(summary)
-        return 0
-    if not summary["queues"]:
-        out.print("no scheduled, pending, running or dead jobs, and none finished in the last minutes")
+#: Terminals narrower than this get the compact table (short headings, a sparkline of throughput).
+COMPACT_BELOW = 110
+_SPARKS = " ▁▂▃▄▅▆▇█"
+
+
+def sparkline(counts: list[int]) -> str:
+    """Oldest minute first, each as a bar scaled to the busiest."""
+    peak = max(counts, default=0)
+    if peak == 0:
+        return "·" * len(counts)
+    return "".join(_SPARKS[max(1, round(8 * n / peak))] if n else "·" for n in counts)
+
+
+def _queue_table(queues: list[dict[str, Any]], schema: str, *, compact: bool) -> Table:
+    if compact:
+        columns = ("queue", "sched", "pend", "run", "dead", "waits", "dead for", "expiring", "done/min")
     else:
-        table = Table(title=f"Tenure queues (schema {args.schema})")
         columns = (
             "queue",
             "scheduled",
@@ -118,24 +125,40 @@ async def cmd_status(args: argparse.Namespace) -> int:
             "near expiry",
             f"done/min (last {THROUGHPUT_MINUTES})",
         )
-        longest = max(len(q["queue"]) for q in summary["queues"])
-        table.add_column(columns[0], no_wrap=True, min_width=longest)  # never cut a queue's name
-        for column in columns[1:]:
-            table.add_column(column, justify="right")
-        for q in summary["queues"]:
-            done = q.get("finished_per_minute", {}).get("succeeded", [0] * THROUGHPUT_MINUTES)
-            table.add_row(
-                q["queue"],
-                str(q["scheduled"]),
-                str(q["pending"]),
-                str(q["running"]),
-                str(q["dead"]),
-                human(q["oldest_claimable_age_s"]),
-                human(q["oldest_dead_age_s"]),
-                str(q["leases_near_expiry"]),
-                " ".join(str(n) for n in reversed(done)),
-            )
-        out.print(table)
+    table = Table(title=f"Tenure queues (schema {schema})", pad_edge=not compact, collapse_padding=compact)
+    longest = max(len(q["queue"]) for q in queues)
+    table.add_column(columns[0], no_wrap=True, min_width=longest)  # never cut a queue's name
+    for column in columns[1:]:
+        table.add_column(column, justify="right", no_wrap=compact)
+    for q in queues:
+        done = q.get("finished_per_minute", {}).get("succeeded", [0] * THROUGHPUT_MINUTES)
+        oldest_first = list(reversed(done))
+        table.add_row(
+            q["queue"],
+            str(q["scheduled"]),
+            str(q["pending"]),
+            str(q["running"]),
+            str(q["dead"]),
+            human(q["oldest_claimable_age_s"]),
+            human(q["oldest_dead_age_s"]),
+            str(q["leases_near_expiry"]),
+            f"{oldest_first[-1]} {sparkline(oldest_first)}" if compact else " ".join(map(str, oldest_first)),
+        )
+    if compact:
+        table.caption = f"waits: the oldest claimable's; done/min: last minute, then {THROUGHPUT_MINUTES} ▸"
+    return table
+
+
+async def cmd_status(args: argparse.Namespace) -> int:
+    report = await read_report(args, with_history=True)
+    summary = queue_summaries(report, args.stale_after)
+    if args.json:
+        emit_json(summary)
+        return 0
+    if not summary["queues"]:
+        out.print("no scheduled, pending, running or dead jobs, and none finished in the last minutes")
+    else:
+        out.print(_queue_table(summary["queues"], args.schema, compact=out.width < COMPACT_BELOW))
     for lim in report.snapshot.limits:
         parts = [f"{lim['running']} running"]
         if lim["max_running"] is not None:

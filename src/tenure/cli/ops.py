@@ -9,7 +9,7 @@ import signal
 import sys
 from typing import Any
 
-from tenure.cli._common import emit_json, out, resolve
+from tenure.cli._common import emit_json, log_level, out, resolve
 from tenure.cli._duration import duration, queue_duration
 from tenure.db.connect import connect, open_pool
 from tenure.db.migrate import require_current_schema
@@ -139,7 +139,7 @@ def add_worker_options(p: argparse.ArgumentParser) -> None:
 
 def prepare_worker(worker: Any, args: argparse.Namespace, dsn: str) -> Any:
     """Applies the worker's logging, retention and metrics flags; returns what to close after."""
-    configure_logging(level=logging.INFO if args.verbose else logging.WARNING, fmt=args.log_format)
+    configure_logging(level=log_level(args), fmt=args.log_format)
     try:
         worker.retention = None if args.no_prune else retention_from_args(args)
     except ConfigurationError as exc:

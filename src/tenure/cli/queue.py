@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 from typing import Any
 
 from tenure.app import Tenure
 from tenure.cli._apps import connect_app, load_app, module_of_task
 from tenure.cli._common import EXIT_USAGE, emit_json, err, out, positive_int, resolve
+from tenure.cli._duration import human
 from tenure.client import Client, known_tasks_hint
 from tenure.db.connect import connect, open_pool
 from tenure.db.migrate import migrate, require_current_schema
@@ -35,11 +38,33 @@ async def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def read_payload(given: str) -> str:
+    """--payload's text: JSON as given, `@FILE` for a file's contents, `-` for standard input
+    (large payloads do not fit on a command line)."""
+    if given == "-":
+        return sys.stdin.read()
+    if given.startswith("@"):
+        path = Path(given[1:])
+        try:
+            return path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigurationError(
+                f"--payload {given}: cannot read {path} ({exc.__class__.__name__}: {exc}); give a "
+                "readable UTF-8 JSON file, or the JSON itself"
+            ) from None
+    return given
+
+
 async def cmd_enqueue(args: argparse.Namespace) -> int:
+    text = read_payload(args.payload)
     try:
-        payload = json.loads(args.payload)
+        payload = json.loads(text)
     except json.JSONDecodeError as exc:
-        err.print(f"error: --payload is not valid JSON ({exc}); give an object like '{{\"n\": 1}}'")
+        where = "" if args.payload == text else f" (read from {args.payload})"
+        err.print(
+            f"error: --payload{where} is not valid JSON ({exc}); give an object like '{{\"n\": 1}}'",
+            markup=False,
+        )
         return EXIT_USAGE
     client, task = _producer_for(args)
     spec = client.builder.spec(
@@ -75,8 +100,23 @@ async def cmd_enqueue(args: argparse.Namespace) -> int:
             else "has this idempotency key"
         )
         out.print(f"job {result['id']} already {why}: it is returned, and nothing was enqueued", markup=False)
+    elif "enqueued" in result:
+        out.print(
+            f"enqueued {result['enqueued']} job(s) of task {result['task']} to queue {result['queue']} "
+            f"(COPY), each with up to {result['max_attempts']} attempts",
+            markup=False,
+            highlight=False,
+        )
     else:
-        out.print(result)
+        due = f", due in {human(args.delay)}" if args.delay else ""
+        out.print(
+            f"enqueued job {result['id']}: task {result['task']} to queue {result['queue']}{due}, "
+            f"up to {result['max_attempts']} attempts\n  idempotency key {result['idempotency_key']}"
+            + (f"\n  unique key {result['unique_key']}" if result["unique_key"] else "")
+            + f"\n  follow it: tenure show {result['id']}",
+            markup=False,
+            highlight=False,
+        )
     return 0
 
 
@@ -170,7 +210,12 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="enqueue TASK by name without loading an app (needs --queue; no policy, no payload check)",
     )
-    p.add_argument("--payload", default="{}", help="JSON object of keyword arguments")
+    p.add_argument(
+        "--payload",
+        default="{}",
+        help="JSON object of keyword arguments; @FILE reads it from a file, - from standard input "
+        "(at most 1 MiB by default: docs/concepts.md#limits)",
+    )
     p.add_argument("--queue", default=None, help="default: the task's queue")
     p.add_argument("--priority", type=int, default=None, help="default: the task's priority")
     p.add_argument("--delay", type=float, default=None, help="seconds before the job may run")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import getpass
 import socket
-from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -19,7 +18,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from tenure.cli._common import EXIT_USAGE, emit_json, err, out, positive_int, resolve
-from tenure.cli._duration import duration, human
+from tenure.cli._duration import duration
+from tenure.cli._render import facts, plain, relative, when
 from tenure.db.connect import connect
 from tenure.db.migrate import require_current_schema
 from tenure.db.schedule_queries import ScheduleQueries
@@ -27,13 +27,6 @@ from tenure.schedules import DEFAULT_STALE_AFTER, next_fire, schedule_status
 
 EXIT_REFUSED = 1
 MAX_REASON_CHARS = 2000
-
-
-def _relative(at: datetime | None, now: datetime) -> str:
-    if at is None:
-        return "-"
-    seconds = (at - now).total_seconds()
-    return f"in {human(seconds)}" if seconds >= 0 else f"{human(-seconds)} ago"
 
 
 async def cmd_list(args: argparse.Namespace) -> int:
@@ -58,7 +51,7 @@ async def cmd_list(args: argparse.Namespace) -> int:
         status = escape(r["status"])
         if r["status"] == "paused":
             status = (
-                f"[bold]paused[/bold] {_relative(r['paused_at'], r['db_now'])} by {escape(r['paused_by'])}"
+                f"[bold]paused[/bold] {relative(r['paused_at'], r['db_now'])} by {escape(r['paused_by'])}"
             )
         table.add_row(
             escape(r["name"]),
@@ -68,8 +61,8 @@ async def cmd_list(args: argparse.Namespace) -> int:
             escape(r["queue"]),
             r["missed"],
             status,
-            _relative(r["last_fired_slot"], r["db_now"]),
-            "-" if r["status"] != "active" else _relative(r["next_fire"], r["db_now"]),
+            relative(r["last_fired_slot"], r["db_now"]),
+            "-" if r["status"] != "active" else relative(r["next_fire"], r["db_now"]),
         )
     out.print(table)
     return 0
@@ -89,7 +82,29 @@ async def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"schedule": {k: v for k, v in row.items() if k != "db_now"}, "fires": fires})
         return 0
-    out.print({k: v for k, v in row.items() if k != "db_now"})
+    now = row["db_now"]
+    status = row["status"]
+    if status == "paused":
+        status = f"paused {relative(row['paused_at'], now)} by {row['paused_by']}: {row['pause_reason']}"
+    out.print(
+        facts(
+            [
+                ("cron", f"{row['cron']} ({row['timezone']})"),
+                ("task", row["task"]),
+                ("queue", row["queue"]),
+                ("payload", plain(row["payload"])),
+                ("priority", str(row["priority"])),
+                ("max attempts", str(row["max_attempts"])),
+                ("missed slots", row["missed"]),
+                ("status", status),
+                ("last fire", when(row["last_fired_slot"], now)),
+                ("next fire", when(row["next_fire"], now) if row["status"] == "active" else "-"),
+                ("declared", when(row["declared_at"], now)),
+                ("created", when(row["created_at"], now)),
+            ],
+            title=f"schedule {row['name']}",
+        )
+    )
     table = Table(title=f"latest fires of {escape(args.name)}")
     for column in ("slot", "job", "job state", "fired by", "fired after the slot"):
         table.add_column(column)

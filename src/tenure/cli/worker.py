@@ -6,11 +6,13 @@ import argparse
 import logging
 import os
 import sys
+import time
 from typing import Any
 
 from rich.markup import escape
 
 from tenure.cli._apps import connect_app, load_app
+from tenure.cli._banner import start_banner, stop_summary
 from tenure.cli._common import emit_json, err, positive_int
 from tenure.cli.ops import add_worker_options, prepare_worker
 from tenure.db.connect import LISTEN_DSN_ENV, PREPARE_THRESHOLD_ENV, parse_prepare_threshold
@@ -75,6 +77,11 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     )
     worker = app.worker(options)
     metrics = prepare_worker(worker, args, dsn)  # logs, retention, metrics port
+    # For people: a JSON log stream stays JSON lines only (its INFO records say the same).
+    for_people = not args.json and args.log_format == "text"
+    if for_people:
+        start_banner(err, worker, args.app, dsn)
+    started = time.monotonic()
     try:
         stats = await worker.run(handle_signals=True)
     finally:
@@ -82,6 +89,8 @@ async def cmd_worker(args: argparse.Namespace) -> int:
             metrics.close()
     if args.json:
         emit_json({**stats.as_dict(), "failure": worker.failure})
+    elif for_people:
+        stop_summary(err, worker, stats, started)
     code = EXIT_SERVICE_FAILED if worker.failure else 0
     if worker.failure:
         err.print(f"[bold red]worker stopped:[/] {escape(worker.failure)}", highlight=False)

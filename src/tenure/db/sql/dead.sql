@@ -6,7 +6,7 @@ WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 )
 SELECT id, queue, task, attempt_count, max_attempts, last_error_code,
-       left(last_error, 300) AS last_error, finished_at,
+       last_error, finished_at,
        extract(epoch FROM clock.now - finished_at)::float8 AS age_seconds
 FROM __schema__.jobs CROSS JOIN clock
 WHERE state = 'dead'
