@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Concatenate, overload
 
 from psycopg import AsyncConnection, Connection
 
@@ -18,8 +18,11 @@ from tenure.runtime.options import WorkerOptions
 from tenure.runtime.worker import Worker
 from tenure.schedules import Schedule, declare_schedule
 from tenure.secrets import CredentialPolicy, SecretResolver, check_credentials, credential_policy_from
-from tenure.tasks import Handler, Task, TaskRegistry
+from tenure.tasks import AnyTask, Handler, P, R, Task, TaskRegistry
 from tenure.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_schema_name
+
+if TYPE_CHECKING:
+    from tenure.context import JobContext
 
 
 class Tenure:
@@ -44,12 +47,23 @@ class Tenure:
         self._client: Client | None = None
         self._sync_client: SyncClient | None = None
 
+    @overload
+    def task(
+        self, handler: Callable[Concatenate[JobContext, P], R], /, *, name: str | None = None, **policy: Any
+    ) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self, handler: None = None, /, *, name: str | None = None, **policy: Any
+    ) -> Callable[[Callable[Concatenate[JobContext, P], R]], Task[P, R]]: ...
+
     def task(self, handler: Handler | None = None, /, *, name: str | None = None, **policy: Any) -> Any:
         """Registers a handler `(ctx, **payload)`. Policy: queue, priority, max_attempts, backoff,
-        lease_seconds, max_runtime_seconds, failure."""
+        lease_seconds, max_runtime_seconds, failure. Returns the Task, whose `enqueue(...)` takes
+        the handler's own arguments."""
 
-        def register(fn: Handler) -> Task:
-            return self.registry.register(fn, name=name, **policy)
+        def register(fn: Handler) -> Task[..., Any]:
+            return self.registry.register(fn, name=name, app=self, **policy)
 
         return register(handler) if handler is not None else register
 
@@ -86,8 +100,8 @@ class Tenure:
         `timezone`. `name` names both the task and the schedule. `missed`: what runs of the slots
         no worker was up for, 'skip', 'latest' (the default) or ('backfill', N); docs/schedules.md."""
 
-        def register(fn: Handler) -> Task:
-            task = self.registry.register(fn, name=name, **policy)
+        def register(fn: Handler) -> AnyTask:
+            task = self.registry.register(fn, name=name, app=self, **policy)
             self.schedule(task, cron, name=name, timezone=timezone, payload=payload, missed=missed)
             return task
 
@@ -95,7 +109,7 @@ class Tenure:
 
     def schedule(
         self,
-        task: str | Task,
+        task: str | AnyTask,
         cron: str,
         *,
         name: str | None = None,
@@ -164,7 +178,7 @@ class Tenure:
 
     async def enqueue(
         self,
-        task: str | Task,
+        task: str | AnyTask,
         payload: dict[str, Any] | None = None,
         *,
         conn: AsyncConnection[Any] | None = None,
@@ -175,7 +189,7 @@ class Tenure:
 
     def enqueue_sync(
         self,
-        task: str | Task,
+        task: str | AnyTask,
         payload: dict[str, Any] | None = None,
         *,
         conn: Connection[Any] | None = None,
@@ -235,5 +249,10 @@ class Tenure:
     async def close(self) -> None:
         if self._client is not None:
             await self._client.close()
+        self.close_sync()
+
+    def close_sync(self) -> None:
+        """Closes the synchronous client's pool, for code with no event loop (the async client,
+        if one was opened, needs `await close()`)."""
         if self._sync_client is not None:
             self._sync_client.close()

@@ -52,7 +52,7 @@ from tenure.jobs import (
 )
 from tenure.results import wait_for_result, wait_for_result_sync
 from tenure.secrets import CredentialPolicy, check_credentials, credential_policy_from
-from tenure.tasks import Task, TaskRegistry
+from tenure.tasks import AnyTask, Task, TaskRegistry
 from tenure.unique import unique_from
 from tenure.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_queue, check_schema_name, check_spec
 
@@ -84,7 +84,7 @@ class JobBuilder:
         self.max_payload_bytes = max_payload_bytes
         self.credential_policy = credential_policy_from(credential_policy)
 
-    def check(self, spec: JobSpec, task: Task | None = None) -> JobSpec:
+    def check(self, spec: JobSpec, task: AnyTask | None = None) -> JobSpec:
         """The spec completed from its task's policy and validated, ready to write (a copy: the
         caller's spec is not changed). Applies the credential policy (E4)."""
         check_spec(spec, max_payload_bytes=self.max_payload_bytes)
@@ -136,7 +136,7 @@ class JobBuilder:
 
     def spec(
         self,
-        task: str | Task,
+        task: str | AnyTask,
         payload: dict[str, Any] | None = None,
         *,
         queue: str | None = None,
@@ -309,7 +309,7 @@ class Client:
 
     async def enqueue(
         self,
-        task: str | Task,
+        task: str | AnyTask,
         payload: dict[str, Any] | None = None,
         *,
         conn: AsyncConnection[Any] | None = None,
@@ -540,7 +540,7 @@ class SyncClient:
 
     def enqueue(
         self,
-        task: str | Task,
+        task: str | AnyTask,
         payload: dict[str, Any] | None = None,
         *,
         conn: Connection[Any] | None = None,

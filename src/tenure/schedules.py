@@ -22,7 +22,7 @@ from tenure.errors import ConfigurationError
 from tenure.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_payload, check_task_name
 
 if TYPE_CHECKING:
-    from tenure.tasks import Task
+    from tenure.tasks import AnyTask
 
 #: The most missed slots `("backfill", N)` may run after a gap.
 MAX_BACKFILL = 1000
@@ -230,7 +230,7 @@ class Schedule:
 
 
 def declare_schedule(
-    task: Task,
+    task: AnyTask,
     cron: object,
     *,
     name: str | None,

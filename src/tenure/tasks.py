@@ -8,9 +8,10 @@ import math
 import numbers
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
 
-from tenure.errors import ConfigurationError
+from tenure.errors import ConfigurationError, ValidationError
+from tenure.hints import payload_type_errors
 from tenure.limits import QueueLimit
 from tenure.outcomes import DEFAULT_MAX_SNOOZES
 from tenure.retry import Backoff, FailurePolicy
@@ -24,10 +25,17 @@ from tenure.validation import (
 )
 
 if TYPE_CHECKING:
+    from psycopg import AsyncConnection, Connection
+
+    from tenure.app import Tenure
+    from tenure.calls import TaskCall
     from tenure.context import JobContext
+    from tenure.jobs import EnqueuedJob
     from tenure.schedules import Schedule
 
 Handler = Callable[..., Any]
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -104,12 +112,16 @@ def _seconds(name: str, value: object) -> float:
 
 
 @dataclass(frozen=True)
-class Task:
-    """A registered handler. Call it through a worker; enqueue it through the app."""
+class Task(Generic[P, R]):
+    """A registered handler. Call it through a worker; enqueue it with `task.enqueue(...)` (its
+    arguments are the handler's, after the context: checked by mypy and again at enqueue) or
+    through the app."""
 
     name: str
-    handler: Handler
+    handler: Callable[Concatenate[JobContext, P], R]
     policy: TaskPolicy
+    #: The app that registered it, which enqueues it; None for a bare registry's task.
+    app: Tenure | None = field(default=None, compare=False, repr=False)
 
     # Cached: both run for every job, and inspect.signature alone cost ~7% of a no-op job's CPU.
     @functools.cached_property
@@ -121,12 +133,14 @@ class Task:
         return inspect.signature(self.handler)
 
     def accepts(self, payload: dict[str, Any]) -> str | None:
-        """Why `payload` cannot be passed as the handler's keyword arguments, or None."""
+        """Why `payload` cannot be passed as the handler's keyword arguments, or None: a missing
+        or unknown argument, or a value whose JSON type the handler's annotation rules out."""
         try:
             self._signature.bind(None, **payload)
         except TypeError as exc:
             return str(exc)
-        return None
+        wrong = payload_type_errors(self.handler, payload)
+        return "; ".join(wrong) if wrong else None
 
     def parameters(self) -> str:
         """The handler's payload arguments as a caller writes them: `order_id, email=...`."""
@@ -136,8 +150,55 @@ class Task:
             shown.append(prefix + p.name + ("=..." if p.default is not p.empty else ""))
         return ", ".join(shown) or "no arguments"
 
-    def __call__(self, ctx: JobContext, **payload: Any) -> Any:
-        return self.handler(ctx, **payload)
+    def payload_of(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """The payload a call `task.enqueue(*args, **kwargs)` stands for: each argument under its
+        parameter's name, as the worker passes them back."""
+        try:
+            bound = self._signature.bind(None, *args, **kwargs)
+        except TypeError as exc:
+            raise ValidationError(
+                f"cannot enqueue task {self.name!r}: {exc}; "
+                f"pass the handler's arguments ({self.parameters()})"
+            ) from None
+        payload: dict[str, Any] = {}
+        for name, value in list(bound.arguments.items())[1:]:
+            kind = self._signature.parameters[name].kind
+            if kind is inspect.Parameter.VAR_POSITIONAL:
+                if value:
+                    raise ValidationError(
+                        f"cannot enqueue task {self.name!r}: its *{name} cannot be stored in a payload; "
+                        "pass keyword arguments"
+                    )
+            elif kind is inspect.Parameter.VAR_KEYWORD:
+                payload.update(value)
+            else:
+                payload[name] = value
+        return payload
+
+    def with_options(
+        self, *, conn: AsyncConnection[Any] | Connection[Any] | None = None, **options: Any
+    ) -> TaskCall[P]:
+        """This task with enqueue options (`queue`, `priority`, `delay`, `max_attempts`,
+        `ordering_key`, `unique`, `idempotency_key`, and `conn` to enqueue in the caller's
+        transaction): `task.with_options(delay=60, conn=conn).enqueue(order_id=7)`."""
+        from tenure.calls import TaskCall
+
+        return TaskCall(self, conn, options)
+
+    async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueuedJob:
+        """Enqueues a job of this task with the handler's arguments (after the context)."""
+        return await self.with_options().enqueue(*args, **kwargs)
+
+    def enqueue_sync(self, *args: P.args, **kwargs: P.kwargs) -> EnqueuedJob:
+        """`enqueue` for synchronous code: Django views, Flask, scripts."""
+        return self.with_options().enqueue_sync(*args, **kwargs)
+
+    def __call__(self, ctx: JobContext, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.handler(ctx, *args, **kwargs)
+
+
+#: A task of any handler: what registries, workers and clients handle.
+AnyTask = Task[..., Any]
 
 
 def _policy(task_name: str, options: dict[str, Any]) -> TaskPolicy:
@@ -157,7 +218,7 @@ class TaskRegistry:
     """Task names to tasks. A worker runs the tasks of its registry."""
 
     def __init__(self) -> None:
-        self._tasks: dict[str, Task] = {}
+        self._tasks: dict[str, Task[..., Any]] = {}
         #: Turns `tenure.secret(name)` payload references into values at run time (E4).
         self.secret_resolver: SecretResolver | None = None
         #: Global limits this app declares, by queue (Q3); its workers write them at start.
@@ -165,7 +226,14 @@ class TaskRegistry:
         #: The periodic jobs this app declares (Q1), by schedule name; its workers fire them.
         self.schedules: dict[str, Schedule] = {}
 
-    def register(self, handler: Handler, *, name: str | None = None, **policy: Any) -> Task:
+    def register(
+        self,
+        handler: Callable[Concatenate[JobContext, P], R],
+        *,
+        name: str | None = None,
+        app: Tenure | None = None,
+        **policy: Any,
+    ) -> Task[P, R]:
         task_name = check_task_name(name or f"{handler.__module__}.{handler.__qualname__}")
         if task_name in self._tasks and self._tasks[task_name].handler is not handler:
             raise ConfigurationError(f"task {task_name!r} is registered twice; give one of them another name")
@@ -178,7 +246,7 @@ class TaskRegistry:
                 f"task {task_name!r}: the handler must take the job context as its first positional "
                 "argument, e.g. `def handler(ctx, **payload)`"
             )
-        task = Task(task_name, handler, _policy(task_name, policy))
+        task = Task(task_name, handler, _policy(task_name, policy), app)
         self._tasks[task_name] = task
         return task
 
@@ -193,16 +261,16 @@ class TaskRegistry:
         self.schedules[schedule.name] = schedule
         return schedule
 
-    def get(self, name: str) -> Task | None:
+    def get(self, name: str) -> Task[..., Any] | None:
         return self._tasks.get(name)
 
-    def with_policy(self, name: str, **changes: Any) -> Task:
+    def with_policy(self, name: str, **changes: Any) -> Task[..., Any]:
         task = self._tasks[name]
         options = {f: getattr(task.policy, f) for f in POLICY_FIELDS}
         self._tasks[name] = replace(task, policy=_policy(name, {**options, **changes}))
         return self._tasks[name]
 
-    def __iter__(self) -> Iterator[Task]:
+    def __iter__(self) -> Iterator[Task[..., Any]]:
         return iter(self._tasks.values())
 
     def __len__(self) -> int:

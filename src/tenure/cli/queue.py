@@ -20,7 +20,7 @@ from tenure.errors import ConfigurationError, UnknownTask
 from tenure.runtime.options import WorkerOptions
 from tenure.runtime.recovery import Recovery
 from tenure.runtime.services import WorkerServices
-from tenure.tasks import Task
+from tenure.tasks import AnyTask
 
 
 async def cmd_migrate(args: argparse.Namespace) -> int:
@@ -120,7 +120,7 @@ async def cmd_enqueue(args: argparse.Namespace) -> int:
     return 0
 
 
-def _producer_for(args: argparse.Namespace) -> tuple[Client, str | Task]:
+def _producer_for(args: argparse.Namespace) -> tuple[Client, str | AnyTask]:
     """A client for TASK's app (loaded as `tenure worker` loads it) and the task it registers;
     with --by-name, a bare client and the name alone."""
     if args.by_name:

@@ -28,7 +28,7 @@ from tenure.runtime.events import Outcome
 from tenure.runtime.services import WorkerServices
 from tenure.runtime.supervisor import describe_error
 from tenure.secrets import has_secret_refs, redact, resolve_secrets, resolved_values
-from tenure.tasks import Task, TaskRegistry
+from tenure.tasks import AnyTask, TaskRegistry
 
 log = logging.getLogger("tenure.worker")
 
@@ -242,7 +242,7 @@ class Executor:
         execution.handler_done = True
 
     async def _settle(
-        self, execution: Execution, task: Task, error: Exception | None, secrets: list[str], value: Any
+        self, execution: Execution, task: AnyTask, error: Exception | None, secrets: list[str], value: Any
     ) -> None:
         """Writes the attempt's outcome, if it is still this worker's to write: `error` raised,
         or `value` returned (a result, or a Snooze)."""
@@ -322,7 +322,7 @@ class Executor:
         except Exception as exc:  # the job stays succeeded; a waiter finds no result, or polls
             log.warning("could not store the result of job %s: %s", job.id, describe_error(exc))
 
-    async def _snooze(self, execution: Execution, task: Task, snooze: Snooze) -> None:
+    async def _snooze(self, execution: Execution, task: AnyTask, snooze: Snooze) -> None:
         """Puts the job back to wait `snooze.delay` seconds without spending its attempt (K2)."""
         job, services = execution.job, self.services
 
@@ -362,7 +362,7 @@ class Executor:
     async def _fail(
         self,
         execution: Execution,
-        task: Task | None,
+        task: AnyTask | None,
         code: str,
         detail: str,
         failure: FailureClass,
