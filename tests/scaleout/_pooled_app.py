@@ -1,0 +1,47 @@
+"""The app the worker processes of tests/scaleout run, on queue `pooled`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tenure
+
+app = tenure.Tenure()
+
+#: A session setting a handler makes inside ctx.atomic; it must not outlive the transaction.
+LEAKED_TIMEOUT = "4321ms"
+
+
+@app.task(name="pooled.noop", queue="pooled")
+async def noop(ctx: tenure.JobContext) -> None:
+    """Does nothing, successfully."""
+
+
+@app.task(name="pooled.deposit", queue="pooled")
+async def deposit(ctx: tenure.JobContext, amount: int) -> None:
+    """Writes a deposit and completes the job in one transaction; sets a session timeout in it."""
+
+    async def work(tx: Any) -> None:
+        await tx.execute(f"SET statement_timeout = '{LEAKED_TIMEOUT}'")
+        await tx.execute(
+            "INSERT INTO public.deposits (job_id, token, amount, backend)"
+            " VALUES (%s, %s, %s, pg_backend_pid())",
+            (ctx.job.id, ctx.token, amount),
+        )
+
+    await ctx.atomic(work)
+
+
+@app.task(name="pooled.deposit_sync", queue="pooled")
+def deposit_sync(ctx: tenure.JobContext, amount: int) -> None:
+    """`deposit` for a plain-function handler, through the worker's blocking pool."""
+
+    def work(tx: Any) -> None:
+        tx.execute(f"SET statement_timeout = '{LEAKED_TIMEOUT}'")
+        tx.execute(
+            "INSERT INTO public.deposits (job_id, token, amount, backend)"
+            " VALUES (%s, %s, %s, pg_backend_pid())",
+            (ctx.job.id, ctx.token, amount),
+        )
+
+    ctx.atomic_sync(work)
