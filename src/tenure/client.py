@@ -37,7 +37,7 @@ from tenure.control import (
     unknown_queue,
 )
 from tenure.db._sqlfiles import named_queries
-from tenure.db.connect import open_pool, resolve_dsn, unavailable
+from tenure.db.connect import check_before_pool_sync, open_pool, prepare_threshold, resolve_dsn, unavailable
 from tenure.db.control_queries import CancelFilter, ControlQueries
 from tenure.db.queries import Queries
 from tenure.errors import SchemaNotMigrated, UnknownTask, ValidationError
@@ -496,17 +496,15 @@ class SyncClient:
     def _get_pool(self) -> ConnectionPool[Any]:
         if self._pool is None:
             dsn = resolve_dsn(self._dsn).dsn
-            try:  # fail at once on an unreachable server, not after the pool's timeout
-                psycopg.connect(dsn, connect_timeout=10).close()
-            except psycopg.OperationalError as exc:
-                raise unavailable(dsn, exc) from None
+            threshold = prepare_threshold()
+            check_before_pool_sync(dsn, threshold, timeout=10, name="tenure-sync")
             self._pool = ConnectionPool(
                 dsn,
                 min_size=1,
                 max_size=4,
                 open=False,
                 name="tenure-sync",
-                kwargs={"autocommit": True},
+                kwargs={"autocommit": True, "prepare_threshold": threshold},
             )
             try:
                 self._pool.open(wait=True, timeout=10)
