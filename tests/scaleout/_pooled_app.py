@@ -24,8 +24,7 @@ async def deposit(ctx: tenure.JobContext, amount: int) -> None:
     async def work(tx: Any) -> None:
         await tx.execute(f"SET statement_timeout = '{LEAKED_TIMEOUT}'")
         await tx.execute(
-            "INSERT INTO public.deposits (job_id, token, amount, backend)"
-            " VALUES (%s, %s, %s, pg_backend_pid())",
+            "INSERT INTO public.deposits (job_id, token, amount) VALUES (%s, %s, %s)",
             (ctx.job.id, ctx.token, amount),
         )
 
@@ -39,8 +38,7 @@ def deposit_sync(ctx: tenure.JobContext, amount: int) -> None:
     def work(tx: Any) -> None:
         tx.execute(f"SET statement_timeout = '{LEAKED_TIMEOUT}'")
         tx.execute(
-            "INSERT INTO public.deposits (job_id, token, amount, backend)"
-            " VALUES (%s, %s, %s, pg_backend_pid())",
+            "INSERT INTO public.deposits (job_id, token, amount) VALUES (%s, %s, %s)",
             (ctx.job.id, ctx.token, amount),
         )
 
