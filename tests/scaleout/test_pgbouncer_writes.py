@@ -1,0 +1,118 @@
+"""Fenced writes, enqueue in the caller's transaction and COPY through PgBouncer."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from _bouncer import rows, states
+
+import tenure
+from tenure.db.connect import PREPARE_THRESHOLD_ENV
+from tenure.db.queries import Queries
+from tenure.jobs import JobSpec
+
+QUEUE = "pooled"
+
+
+@pytest.fixture
+def no_prepared_statements(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every Tenure connection of this process prepares nothing, as behind PgBouncer 1.18."""
+    monkeypatch.setenv(PREPARE_THRESHOLD_ENV, "none")
+
+
+async def pooled(dsn: str, *, autocommit: bool = True) -> psycopg.AsyncConnection[Any]:
+    return await psycopg.AsyncConnection.connect(dsn, autocommit=autocommit, prepare_threshold=None)
+
+
+async def test_a_stale_token_is_refused_through_pgbouncer(
+    db: psycopg.AsyncConnection[Any], pooled_dsn: str
+) -> None:
+    """After the lease expired and the job was claimed again, the old token's completion, heartbeat
+    and failure update nothing through PgBouncer, even from the same owner; the new token completes."""
+    queries = Queries("tenure")
+    [job] = await queries.job_insert_many(db, [JobSpec(task="pooled.noop", queue=QUEUE)])
+    claim = {"queue": QUEUE, "owner": "w", "limit": 1, "default_lease_seconds": 30.0,
+             "default_runtime_seconds": 60.0}  # fmt: skip
+    async with await pooled(pooled_dsn) as conn:
+        [old] = await queries.job_claim(conn, **claim)
+        later = old.lease.expires_at + timedelta(seconds=1)
+        [recovered] = await queries.lease_recover_expired(
+            conn, limit=10, backoff_base=0.0, backoff_cap=0.0, jitter=0.0, now=later
+        )
+        assert recovered.job_id == job.id
+        [new] = await queries.job_claim(conn, **claim, now=later)
+        assert new.lease.token == old.lease.token + 1
+
+        stale = (job.id, old.lease.token)
+        assert await queries.job_complete_many(conn, owner="w", leases=[stale], now=later) == {stale: "lost"}
+        renewal = (job.id, old.lease.token, {"step": 2}, 30.0)
+        assert await queries.lease_extend_many(conn, owner="w", renewals=[renewal], now=later) == []
+        failed = await queries.job_fail(
+            conn, job_id=job.id, owner="w", token=old.lease.token, error_code="LATE", error="late",
+            retry_delay=1.0, now=later,
+        )  # fmt: skip
+        assert failed.outcome == "lost"
+        [row] = await rows(db, "SELECT state::text AS state, lease_token FROM tenure.jobs")
+        assert row == {"state": "running", "lease_token": new.lease.token}
+
+        current = (job.id, new.lease.token)
+        assert await queries.job_complete_many(conn, owner="w", leases=[current], now=later) == {
+            current: "done"
+        }
+    assert await states(db) == {"succeeded": 1}
+
+
+async def test_enqueue_in_the_callers_transaction_through_pgbouncer(
+    db: psycopg.AsyncConnection[Any], pooled_dsn: str, no_prepared_statements: None
+) -> None:
+    """Client.enqueue(conn=) and SyncClient.enqueue(conn=) inside the caller's own transaction
+    through PgBouncer: the job commits with the caller's row, and a rollback takes both away."""
+    await db.execute("CREATE TABLE public.orders (id int PRIMARY KEY)")
+    async with tenure.Client(pooled_dsn) as client, await pooled(pooled_dsn, autocommit=False) as conn:
+        async with conn.transaction():
+            await conn.execute("INSERT INTO public.orders VALUES (1)")
+            kept = await client.enqueue("pooled.noop", queue=QUEUE, conn=conn)
+        async with conn.transaction():
+            await conn.execute("INSERT INTO public.orders VALUES (2)")
+            await client.enqueue("pooled.noop", queue=QUEUE, conn=conn)
+            raise psycopg.Rollback
+
+    def sync_enqueue() -> int:
+        with (
+            tenure.SyncClient(pooled_dsn) as sync_client,
+            psycopg.connect(pooled_dsn, prepare_threshold=None) as sync_conn,
+        ):
+            with sync_conn.transaction():
+                sync_conn.execute("INSERT INTO public.orders VALUES (3)")
+                job = sync_client.enqueue("pooled.noop", queue=QUEUE, conn=sync_conn)
+            with sync_conn.transaction():
+                sync_conn.execute("INSERT INTO public.orders VALUES (4)")
+                sync_client.enqueue("pooled.noop", queue=QUEUE, conn=sync_conn)
+                raise psycopg.Rollback
+        return job.id
+
+    kept_sync = await asyncio.to_thread(sync_enqueue)
+    assert [r["id"] for r in await rows(db, "SELECT id FROM public.orders ORDER BY id")] == [1, 3]
+    assert [r["id"] for r in await rows(db, "SELECT id FROM tenure.jobs ORDER BY id")] == [kept.id, kept_sync]
+
+
+async def test_copy_enqueue_through_pgbouncer(
+    db: psycopg.AsyncConnection[Any], pooled_dsn: str, no_prepared_statements: None
+) -> None:
+    """Client.enqueue_copy and SyncClient.enqueue_copy load their jobs through PgBouncer, all of them."""
+    specs = [JobSpec(task="pooled.noop", queue=QUEUE, payload={"n": i}) for i in range(2000)]
+    async with tenure.Client(pooled_dsn) as client:
+        assert await client.enqueue_copy(specs) == 2000
+
+    def sync_copy() -> int:
+        with tenure.SyncClient(pooled_dsn) as sync_client:
+            return sync_client.enqueue_copy(specs[:500])
+
+    assert await asyncio.to_thread(sync_copy) == 500
+    [row] = await rows(db, "SELECT count(*) AS n, count(DISTINCT payload) AS payloads FROM tenure.jobs")
+    assert row == {"n": 2500, "payloads": 2000}
+    assert await states(db) == {"pending": 2500}
