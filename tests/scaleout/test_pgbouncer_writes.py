@@ -1,8 +1,11 @@
-"""Fenced writes, enqueue in the caller's transaction and COPY through PgBouncer."""
+"""Fenced writes, enqueue in the caller's transaction, COPY and migrations through PgBouncer."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from datetime import timedelta
 from typing import Any
 
@@ -116,3 +119,17 @@ async def test_copy_enqueue_through_pgbouncer(
     [row] = await rows(db, "SELECT count(*) AS n, count(DISTINCT payload) AS payloads FROM tenure.jobs")
     assert row == {"n": 2500, "payloads": 2000}
     assert await states(db) == {"pending": 2500}
+
+
+def test_migrate_through_pgbouncer_is_refused_naming_the_direct_dsn(pooled_dsn: str, dsn: str) -> None:
+    """`tenure migrate` through the pooler exits non-zero and asks for the server's own DSN, whose
+    session keeps the migration lock; on that DSN it runs."""
+    command = [sys.executable, "-m", "tenure.cli", "migrate", "--dsn"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TENURE_")}
+    refused = subprocess.run([*command, pooled_dsn], capture_output=True, text=True, timeout=60, env=env)
+    assert refused.returncode != 0
+    message = " ".join(refused.stderr.split())
+    assert "needs a direct connection" in message and "--dsn" in message, message
+    direct = subprocess.run([*command, dsn], capture_output=True, text=True, timeout=60, env=env)
+    assert direct.returncode == 0, direct.stderr
+    assert "up to date" in direct.stdout
