@@ -48,6 +48,18 @@ class Bouncer:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    def show(self, what: str, dbname: str) -> list[dict[str, Any]]:
+        """`SHOW CLIENTS` or `SHOW SERVERS` from the admin console, for one database."""
+        assert what in ("CLIENTS", "SERVERS")
+        with (
+            psycopg.connect(
+                host=self.host, port=self.port, user=self.user, dbname="pgbouncer", autocommit=True
+            ) as conn,
+            conn.cursor(row_factory=dict_row) as cur,
+        ):
+            cur.execute(f"SHOW {what}")
+            return [row for row in cur.fetchall() if row["database"] == dbname]
+
 
 @dataclass
 class WorkerProcess:
@@ -56,6 +68,11 @@ class WorkerProcess:
     name: str
     popen: subprocess.Popen[bytes]
     log_path: Path
+    started_at: float = field(default_factory=time.monotonic)
+
+    def age(self) -> float:
+        """Seconds since the process was started."""
+        return time.monotonic() - self.started_at
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import psycopg
 import pytest
 from _bouncer import Bouncer, WorkerProcesses, rows, states, wait_until
 from _pooled_app import LEAKED_TIMEOUT
+from psycopg import conninfo
 
 from tenure.db.queries import Queries
 from tenure.jobs import JobSpec
+from tenure.runtime.listener import PROBE_TIMEOUT
 
 NO_PREPARE = ("--prepare-threshold", "none")
+CONCURRENCY = 4
 
 
 async def enqueue(db: psycopg.AsyncConnection[Any], task: str, n: int, **payload: Any) -> list[int]:
@@ -22,18 +26,33 @@ async def enqueue(db: psycopg.AsyncConnection[Any], task: str, n: int, **payload
     return [job.id for job in jobs]
 
 
-@pytest.mark.slow
 async def test_a_worker_claims_and_completes_through_pgbouncer(
     db: psycopg.AsyncConnection[Any], pooled_dsn: str, dsn: str, workers: WorkerProcesses, pgbouncer: Bouncer
 ) -> None:
-    """A worker whose pool goes through PgBouncer claims and fence-completes 200 jobs, each once."""
+    """A worker whose pool goes through PgBouncer claims and fence-completes 200 jobs, each once and
+    without a failure, within its connection budget: at most concurrency + 4 clients of PgBouncer,
+    and one direct session, its listener's."""
     await enqueue(db, "pooled.noop", 200)
-    worker = workers.start(pooled_dsn, *NO_PREPARE, "--listen-dsn", dsn, "--poll-interval", "0.2")
+    worker = workers.start(
+        pooled_dsn,
+        *NO_PREPARE,
+        "--listen-dsn",
+        dsn,
+        "--poll-interval",
+        "0.2",
+        "--concurrency",
+        str(CONCURRENCY),
+    )
 
     async def drained() -> bool:
         return await states(db) == {"succeeded": 200}
 
     await wait_until(drained, timeout=30, what="200 jobs to succeed", workers=(worker,))
+    dbname = conninfo.conninfo_to_dict(dsn)["dbname"]
+    clients = pgbouncer.show("CLIENTS", dbname)
+    assert 2 <= len(clients) <= CONCURRENCY + 4, clients
+    assert len(pgbouncer.show("SERVERS", dbname)) <= pgbouncer.pool_size
+    assert await listening_sessions(db) == 1
     assert worker.stop() == 0
     [row] = await rows(
         db, "SELECT max(lease_token) AS token, max(attempt_count) AS attempts FROM tenure.jobs"
@@ -57,6 +76,7 @@ async def server_settings(bouncer: Bouncer, pooled_dsn: str, setting: str) -> di
         return found
     finally:
         for conn in conns:
+            await conn.rollback()  # an open transaction at close would make PgBouncer drop the session
             await conn.close()
 
 
@@ -90,3 +110,74 @@ async def test_ctx_atomic_commits_work_and_completion_together_through_pgbouncer
     sessions = await server_settings(pgbouncer, pooled_dsn, "statement_timeout")
     assert len(sessions) == pgbouncer.pool_size
     assert LEAKED_TIMEOUT not in sessions.values(), sessions
+
+
+async def listening_sessions(db: psycopg.AsyncConnection[Any]) -> int:
+    """Sessions of this database that LISTENed, as a worker's listener does (direct ones only:
+    through PgBouncer the LISTEN lands on a pooled session, which stays in the pool)."""
+    [row] = await rows(
+        db,
+        "SELECT count(*) AS n FROM pg_stat_activity"
+        " WHERE datname = current_database() AND application_name = 'tenure-listen'",
+    )
+    return int(row["n"])
+
+
+@pytest.mark.slow
+async def test_a_worker_without_a_listen_dsn_says_so_and_drains_by_polling(
+    db: psycopg.AsyncConnection[Any], pooled_dsn: str, workers: WorkerProcesses
+) -> None:
+    """LISTEN through PgBouncer hears nothing: the worker warns, naming --listen-dsn and
+    TENURE_LISTEN_DSN, and drains jobs enqueued afterwards by polling."""
+    worker = workers.start(pooled_dsn, *NO_PREPARE, "--poll-interval", "0.3")
+
+    async def warned() -> bool:
+        return "receives no notifications" in worker.log()
+
+    await wait_until(warned, timeout=20, what="the listener's warning", workers=(worker,))
+    warning = " ".join(line for line in worker.log().splitlines() if "receives no notifications" in line)
+    assert "--listen-dsn" in warning and "TENURE_LISTEN_DSN" in warning and "polling every 0.3s" in warning
+    await enqueue(db, "pooled.noop", 20)
+
+    async def drained() -> bool:
+        return await states(db) == {"succeeded": 20}
+
+    await wait_until(drained, timeout=10, what="20 jobs to succeed by polling", workers=(worker,))
+    assert worker.stop() == 0
+
+
+@pytest.mark.slow
+async def test_a_worker_with_a_direct_listen_dsn_is_woken_by_notify(
+    db: psycopg.AsyncConnection[Any], pooled_dsn: str, dsn: str, workers: WorkerProcesses
+) -> None:
+    """With its pool through PgBouncer and --listen-dsn straight to PostgreSQL, a worker polling
+    every 10 s starts each job enqueued (NOTIFY sent through the pooler) well within a second, and
+    its listener's probe arrives, so it does not warn."""
+    worker = workers.start(pooled_dsn, *NO_PREPARE, "--listen-dsn", dsn, "--poll-interval", "10")
+
+    async def listening() -> bool:
+        return await listening_sessions(db) == 1
+
+    await wait_until(listening, timeout=20, what="the worker's direct LISTEN session", workers=(worker,))
+    await asyncio.sleep(0.5)  # past the claims of the start and of the listener's first wake-up
+    latencies = []
+    async with await psycopg.AsyncConnection.connect(
+        pooled_dsn, autocommit=True, prepare_threshold=None
+    ) as conn:
+        for _ in range(3):
+            [job_id] = await enqueue(conn, "pooled.noop", 1)
+
+            async def done(job_id: int = job_id) -> list[dict[str, Any]]:
+                return await rows(
+                    db,
+                    "SELECT extract(epoch FROM finished_at - created_at)::float8 AS latency"
+                    " FROM tenure.jobs WHERE id = %s AND state = 'succeeded'",
+                    (job_id,),
+                )
+
+            [row] = await wait_until(done, timeout=15, what=f"job {job_id} to succeed", workers=(worker,))
+            latencies.append(row["latency"])
+    assert max(latencies) < 1.0, latencies
+    await asyncio.sleep(max(0.0, PROBE_TIMEOUT + 0.5 - worker.age()))
+    assert worker.stop() == 0
+    assert "receives no notifications" not in worker.log()
