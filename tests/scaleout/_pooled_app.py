@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import tenure
@@ -43,3 +44,23 @@ def deposit_sync(ctx: tenure.JobContext, amount: int) -> None:
         )
 
     ctx.atomic_sync(work)
+
+
+#: At most this many `pooled.limited` jobs run at once, across workers (a global limit, Q3).
+LIMITED_MAX_RUNNING = 2
+app.limit("pooled_limited", max_running=LIMITED_MAX_RUNNING)
+
+
+@app.task(name="pooled.limited", queue="pooled_limited")
+async def limited(ctx: tenure.JobContext) -> None:
+    """Runs a little while, so that claims of the limited queue meet jobs still running, and
+    records its run from its claim to its completion, both on the database clock."""
+    await asyncio.sleep(0.05)
+
+    async def record(tx: Any) -> None:
+        await tx.execute(
+            "INSERT INTO public.runs (job_id, claimed, completed) VALUES (%s, %s, clock_timestamp())",
+            (ctx.job.id, ctx.job.db_now),
+        )
+
+    await ctx.atomic(record)

@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 import pytest
 from _bouncer import Bouncer, WorkerProcesses, rows, states, wait_until
-from _pooled_app import LEAKED_TIMEOUT
+from _pooled_app import LEAKED_TIMEOUT, LIMITED_MAX_RUNNING
 from psycopg import conninfo
 
 from tenure.db.queries import Queries
@@ -181,3 +181,37 @@ async def test_a_worker_with_a_direct_listen_dsn_is_woken_by_notify(
     await asyncio.sleep(max(0.0, PROBE_TIMEOUT + 0.5 - worker.age()))
     assert worker.stop() == 0
     assert "receives no notifications" not in worker.log()
+
+
+async def test_a_limited_queue_keeps_its_limit_through_pgbouncer(
+    db: psycopg.AsyncConnection[Any], pooled_dsn: str, dsn: str, workers: WorkerProcesses
+) -> None:
+    """Claims of a limited queue (a pipelined transaction under an advisory transaction lock) run
+    through PgBouncer, and never more of its jobs run at once than the limit, with two workers."""
+    await db.execute(
+        "CREATE TABLE public.runs (job_id bigint PRIMARY KEY, claimed timestamptz, completed timestamptz)"
+    )
+    ids = await Queries("tenure").job_insert_many(
+        db, [JobSpec(task="pooled.limited", queue="pooled_limited")] * 24
+    )
+    started = [
+        workers.start(
+            pooled_dsn, *NO_PREPARE, "--listen-dsn", dsn, "--poll-interval", "0.1", "--concurrency", "4"
+        )
+        for _ in range(2)
+    ]
+
+    async def drained() -> bool:
+        return await states(db) == {"succeeded": len(ids)}
+
+    await wait_until(drained, timeout=30, what="the limited queue to drain", workers=tuple(started))
+    for worker in started:
+        assert worker.stop() == 0
+        assert " failed " not in worker.log(), worker.log()[-3000:]
+    [row] = await rows(
+        db,
+        "SELECT count(*) AS runs, max((SELECT count(*) FROM public.runs o"
+        " WHERE o.claimed <= r.claimed AND o.completed > r.claimed)) AS peak FROM public.runs r",
+    )
+    assert row["runs"] == len(ids)
+    assert 1 <= row["peak"] <= LIMITED_MAX_RUNNING
