@@ -70,12 +70,12 @@ async def migrate(conn: AsyncConnection[Any], schema: str, *, fresh_snapshot: bo
     """
     if conn.info.transaction_status != TransactionStatus.IDLE:
         raise ConfigurationError("migrate needs a connection that is not inside a transaction")
-    if await behind_pooler(conn):
-        raise ConfigurationError(MIGRATE_BEHIND_POOLER)
     restore_autocommit = not conn.autocommit
     if restore_autocommit:
         await conn.set_autocommit(True)
     try:
+        if await behind_pooler(conn):
+            raise ConfigurationError(MIGRATE_BEHIND_POOLER)
         await _lock(conn, schema)
         unlock = named_queries(schema)["migrations_unlock"]
         try:
