@@ -64,3 +64,10 @@ async def limited(ctx: tenure.JobContext) -> None:
         )
 
     await ctx.atomic(record)
+
+
+@app.task(name="pooled.answer", queue="pooled")
+async def answer(ctx: tenure.JobContext) -> int:
+    """Answers after a moment, so that a waiter is already waiting when the job finishes."""
+    await asyncio.sleep(0.5)
+    return 42

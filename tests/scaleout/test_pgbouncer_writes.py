@@ -6,15 +6,16 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
-from _bouncer import rows, states
+from _bouncer import WorkerProcesses, rows, states
 
 import tenure
-from tenure.db.connect import PREPARE_THRESHOLD_ENV
+from tenure.db.connect import LISTEN_DSN_ENV, PREPARE_THRESHOLD_ENV
 from tenure.db.queries import Queries
 from tenure.jobs import JobSpec
 
@@ -133,3 +134,22 @@ def test_migrate_through_pgbouncer_is_refused_naming_the_direct_dsn(pooled_dsn: 
     direct = subprocess.run([*command, dsn], capture_output=True, text=True, timeout=60, env=env)
     assert direct.returncode == 0, direct.stderr
     assert "up to date" in direct.stdout
+
+
+async def test_a_result_waiter_through_pgbouncer_listens_on_tenure_listen_dsn(
+    pooled_dsn: str, dsn: str, workers: WorkerProcesses, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Client.result with its pool through PgBouncer LISTENs on TENURE_LISTEN_DSN, straight to
+    PostgreSQL: it returns as the job finishes, well before its next read (two poll intervals)."""
+    monkeypatch.setenv(PREPARE_THRESHOLD_ENV, "none")
+    monkeypatch.setenv(LISTEN_DSN_ENV, dsn)
+    worker = workers.start(
+        pooled_dsn, "--prepare-threshold", "none", "--listen-dsn", dsn, "--poll-interval", "0.1"
+    )
+    async with tenure.Client(pooled_dsn) as client:
+        job = await client.enqueue("pooled.answer", queue=QUEUE, result_wanted=True)
+        started = time.monotonic()
+        assert await client.result(job.id, poll=2.0, timeout=20) == 42
+        waited = time.monotonic() - started
+    assert waited < 1.5, waited
+    assert worker.stop() == 0
