@@ -25,7 +25,7 @@ DEFAULT_PREPARE_THRESHOLD = 5
 
 
 def parse_prepare_threshold(text: str) -> int | None:
-    """`none`/`off` (never prepare: PgBouncer before 1.21 in transaction mode) or a count >= 0."""
+    """`none`/`off` (never prepare: PgBouncer before 1.22.1 in transaction mode) or a count >= 0."""
     value = text.strip().lower()
     if value in ("none", "off", "never"):
         return None
@@ -34,7 +34,7 @@ def parse_prepare_threshold(text: str) -> int | None:
     raise ConfigurationError(
         f"prepare threshold {text!r} is not valid: give a number of runs (0 prepares at once, "
         f"{DEFAULT_PREPARE_THRESHOLD} is the default) or 'none' to never prepare statements "
-        "(needed behind PgBouncer before 1.21 in transaction mode)"
+        "(needed behind PgBouncer before 1.22.1 in transaction mode)"
     )
 
 
@@ -150,7 +150,7 @@ async def open_pool(
 ) -> AsyncConnectionPool[Any]:
     """A pool of autocommit connections. Nothing on them depends on session state, so they work
     through PgBouncer in transaction mode (prepare=None, or $TENURE_PREPARE_THRESHOLD=none,
-    for PgBouncer < 1.21). `prepare="env"` takes the threshold from the environment.
+    for PgBouncer before 1.22.1). `prepare="env"` takes the threshold from the environment.
 
     Raises ConfigurationError when the pool would prepare statements through a pooler proven
     not to keep them between transactions (tenure.db.pooler)."""

@@ -55,7 +55,7 @@ def prepared_statements_lost(where: str) -> str:
         "max_prepared_statements = 0): a statement psycopg prepares there would run on server "
         "sessions that lack it, or have another client's under its name. Turn server-side prepared "
         "statements off with --prepare-threshold none (or TENURE_PREPARE_THRESHOLD=none), or run "
-        "PgBouncer 1.22 or later with max_prepared_statements > 0"
+        "PgBouncer 1.22.1 or later with max_prepared_statements > 0"
     )
 
 
@@ -151,6 +151,6 @@ async def check_prepared_statements(
         log.warning(
             "connections to %s go through a pooler, and whether it keeps prepared statements between "
             "transactions could not be told (its server sessions were busy). If it is PgBouncer "
-            "before 1.22 or has max_prepared_statements = 0, set TENURE_PREPARE_THRESHOLD=none",
+            "before 1.22.1 or has max_prepared_statements = 0, set TENURE_PREPARE_THRESHOLD=none",
             where,
         )
