@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -143,13 +143,6 @@ def pgbouncer(pg15_server: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
 def pooled_dsn(dsn: str, pgbouncer: Bouncer) -> str:
     """This test's database through PgBouncer."""
     return pgbouncer.route(dsn)
-
-
-@pytest.fixture
-async def db(dsn: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-    """A direct autocommit connection to this test's database, for setup and inspection."""
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        yield conn
 
 
 @pytest.fixture

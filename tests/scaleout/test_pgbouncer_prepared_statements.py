@@ -61,8 +61,7 @@ async def test_a_connection_through_pgbouncer_is_told_from_a_direct_one(dsn: str
 async def test_a_prepared_statement_is_lost_in_the_next_transaction(
     pooled_dsn: str, without_prepared_statement_support: Bouncer
 ) -> None:
-    """The failure mode: a statement prepared in one transaction is missing once another client
-    holds the server session it was prepared on."""
+    """A statement prepared in one transaction is gone once another client holds its server session."""
     async with (
         await psycopg.AsyncConnection.connect(pooled_dsn, autocommit=True) as first,
         await psycopg.AsyncConnection.connect(pooled_dsn) as other,
@@ -80,8 +79,7 @@ async def test_a_prepared_statement_is_lost_in_the_next_transaction(
 async def test_the_probe_proves_pgbouncer_loses_prepared_statements(
     pooled_dsn: str, without_prepared_statement_support: Bouncer
 ) -> None:
-    """The probe answers False through this PgBouncer; a pool with the default threshold is refused,
-    naming the fix, and one that never prepares opens."""
+    """The probe proves the loss: a preparing pool is refused, naming the fix; a non-preparing one opens."""
 
     async def reconnect(autocommit: bool) -> psycopg.AsyncConnection[Any]:
         return await connect(pooled_dsn, autocommit=autocommit)
@@ -94,7 +92,7 @@ async def test_the_probe_proves_pgbouncer_loses_prepared_statements(
 
 
 async def test_a_direct_pool_with_prepared_statements_opens(dsn: str) -> None:
-    """Without a pooler in between, the default threshold stands and nothing is probed."""
+    """Without a pooler in between, a pool keeps the default threshold."""
     pool = await open_pool(dsn, prepare=5)
     async with pool.connection() as conn:
         assert conn.prepare_threshold == 5
@@ -104,8 +102,7 @@ async def test_a_direct_pool_with_prepared_statements_opens(dsn: str) -> None:
 async def test_clients_with_prepared_statements_are_refused_through_pgbouncer(
     pooled_dsn: str, monkeypatch: pytest.MonkeyPatch, without_prepared_statement_support: Bouncer
 ) -> None:
-    """Client and SyncClient refuse to prepare statements through this PgBouncer, naming the fix;
-    with TENURE_PREPARE_THRESHOLD=none they enqueue through it, and never prepare."""
+    """Client and SyncClient refuse to prepare through PgBouncer, naming the fix, and enqueue with none."""
     monkeypatch.delenv(PREPARE_THRESHOLD_ENV, raising=False)
     with pytest.raises(ConfigurationError, match=FIX):
         async with tenure.Client(pooled_dsn) as client:
@@ -136,8 +133,7 @@ async def test_a_worker_with_prepared_statements_on_refuses_to_start_through_pgb
     workers: WorkerProcesses,
     without_prepared_statement_support: Bouncer,
 ) -> None:
-    """`tenure worker` with the default threshold exits non-zero before claiming, naming the fix;
-    with TENURE_PREPARE_THRESHOLD=none the same worker drains the jobs."""
+    """A worker with the default threshold exits non-zero unclaimed, naming the fix; with none it drains."""
     await Queries("tenure").job_insert_many(db, [JobSpec(task="pooled.noop", queue="pooled")] * 20)
     refused = workers.start(pooled_dsn, "--poll-interval", "0.2")
     assert refused.wait(timeout=30) != 0
@@ -156,8 +152,7 @@ async def test_a_worker_with_prepared_statements_on_refuses_to_start_through_pgb
 async def test_a_prepared_statement_lost_at_run_time_stops_the_worker_naming_the_fix(
     pooled_dsn: str, without_prepared_statement_support: Bouncer
 ) -> None:
-    """Should the start-up probe miss it, the first lost prepared statement a worker's service
-    meets makes the worker's health fatal at once, with the fix in the reason."""
+    """A lost prepared statement met by a worker service makes its health fatal at once, naming the fix."""
     async with (
         await psycopg.AsyncConnection.connect(pooled_dsn, autocommit=True) as first,
         await psycopg.AsyncConnection.connect(pooled_dsn) as other,

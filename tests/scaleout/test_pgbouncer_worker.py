@@ -29,9 +29,7 @@ async def enqueue(db: psycopg.AsyncConnection[Any], task: str, n: int, **payload
 async def test_a_worker_claims_and_completes_through_pgbouncer(
     db: psycopg.AsyncConnection[Any], pooled_dsn: str, dsn: str, workers: WorkerProcesses, pgbouncer: Bouncer
 ) -> None:
-    """A worker whose pool goes through PgBouncer claims and fence-completes 200 jobs, each once and
-    without a failure, within its connection budget: at most concurrency + 4 clients of PgBouncer,
-    and one direct session, its listener's."""
+    """A worker drains 200 jobs through PgBouncer, each fence-completed once, within its budget."""
     await enqueue(db, "pooled.noop", 200)
     worker = workers.start(
         pooled_dsn,
@@ -87,8 +85,7 @@ async def test_ctx_atomic_commits_work_and_completion_together_through_pgbouncer
     workers: WorkerProcesses,
     pgbouncer: Bouncer,
 ) -> None:
-    """ctx.atomic and ctx.atomic_sync through PgBouncer commit each job's write with its fenced
-    completion, once per job, and a SET made inside reaches no pooled server session."""
+    """ctx.atomic(_sync) commits each write with its fenced completion and leaves no SET behind."""
     await db.execute("CREATE TABLE public.deposits (job_id bigint PRIMARY KEY, token bigint, amount int)")
     ids = await enqueue(db, "pooled.deposit", 10, amount=5) + await enqueue(
         db, "pooled.deposit_sync", 10, amount=7
@@ -127,8 +124,7 @@ async def listening_sessions(db: psycopg.AsyncConnection[Any]) -> int:
 async def test_a_worker_without_a_listen_dsn_says_so_and_drains_by_polling(
     db: psycopg.AsyncConnection[Any], pooled_dsn: str, workers: WorkerProcesses
 ) -> None:
-    """LISTEN through PgBouncer hears nothing: the worker warns, naming --listen-dsn and
-    TENURE_LISTEN_DSN, and drains jobs enqueued afterwards by polling."""
+    """Without a listen DSN the worker warns, naming --listen-dsn, and drains by polling."""
     worker = workers.start(pooled_dsn, *NO_PREPARE, "--poll-interval", "0.3")
 
     async def warned() -> bool:
@@ -150,9 +146,7 @@ async def test_a_worker_without_a_listen_dsn_says_so_and_drains_by_polling(
 async def test_a_worker_with_a_direct_listen_dsn_is_woken_by_notify(
     db: psycopg.AsyncConnection[Any], pooled_dsn: str, dsn: str, workers: WorkerProcesses
 ) -> None:
-    """With its pool through PgBouncer and --listen-dsn straight to PostgreSQL, a worker polling
-    every 10 s starts each job enqueued (NOTIFY sent through the pooler) well within a second, and
-    its listener's probe arrives, so it does not warn."""
+    """With a direct --listen-dsn, NOTIFY starts each job well within a second of a 10 s poll interval."""
     worker = workers.start(pooled_dsn, *NO_PREPARE, "--listen-dsn", dsn, "--poll-interval", "10")
 
     async def listening() -> bool:
@@ -186,8 +180,7 @@ async def test_a_worker_with_a_direct_listen_dsn_is_woken_by_notify(
 async def test_a_limited_queue_keeps_its_limit_through_pgbouncer(
     db: psycopg.AsyncConnection[Any], pooled_dsn: str, dsn: str, workers: WorkerProcesses
 ) -> None:
-    """Claims of a limited queue (a pipelined transaction under an advisory transaction lock) run
-    through PgBouncer, and never more of its jobs run at once than the limit, with two workers."""
+    """Two workers' claims of a limited queue through PgBouncer never run more jobs at once than its limit."""
     await db.execute(
         "CREATE TABLE public.runs (job_id bigint PRIMARY KEY, claimed timestamptz, completed timestamptz)"
     )

@@ -35,8 +35,7 @@ async def pooled(dsn: str, *, autocommit: bool = True) -> psycopg.AsyncConnectio
 async def test_a_stale_token_is_refused_through_pgbouncer(
     db: psycopg.AsyncConnection[Any], pooled_dsn: str
 ) -> None:
-    """After the lease expired and the job was claimed again, the old token's completion, heartbeat
-    and failure update nothing through PgBouncer, even from the same owner; the new token completes."""
+    """A stale token's completion, heartbeat and failure change nothing; the current one completes."""
     queries = Queries("tenure")
     [job] = await queries.job_insert_many(db, [JobSpec(task="pooled.noop", queue=QUEUE)])
     claim = {"queue": QUEUE, "owner": "w", "limit": 1, "default_lease_seconds": 30.0,
@@ -73,8 +72,7 @@ async def test_a_stale_token_is_refused_through_pgbouncer(
 async def test_enqueue_in_the_callers_transaction_through_pgbouncer(
     db: psycopg.AsyncConnection[Any], pooled_dsn: str, no_prepared_statements: None
 ) -> None:
-    """Client.enqueue(conn=) and SyncClient.enqueue(conn=) inside the caller's own transaction
-    through PgBouncer: the job commits with the caller's row, and a rollback takes both away."""
+    """Enqueues with conn= through PgBouncer commit with the caller's transaction and roll back with it."""
     await db.execute("CREATE TABLE public.orders (id int PRIMARY KEY)")
     async with tenure.Client(pooled_dsn) as client, await pooled(pooled_dsn, autocommit=False) as conn:
         async with conn.transaction():
@@ -107,7 +105,7 @@ async def test_enqueue_in_the_callers_transaction_through_pgbouncer(
 async def test_copy_enqueue_through_pgbouncer(
     db: psycopg.AsyncConnection[Any], pooled_dsn: str, no_prepared_statements: None
 ) -> None:
-    """Client.enqueue_copy and SyncClient.enqueue_copy load their jobs through PgBouncer, all of them."""
+    """Client.enqueue_copy and SyncClient.enqueue_copy load all their jobs through PgBouncer."""
     specs = [JobSpec(task="pooled.noop", queue=QUEUE, payload={"n": i}) for i in range(2000)]
     async with tenure.Client(pooled_dsn) as client:
         assert await client.enqueue_copy(specs) == 2000
@@ -123,8 +121,7 @@ async def test_copy_enqueue_through_pgbouncer(
 
 
 def test_migrate_through_pgbouncer_is_refused_naming_the_direct_dsn(pooled_dsn: str, dsn: str) -> None:
-    """`tenure migrate` through the pooler exits non-zero and asks for the server's own DSN, whose
-    session keeps the migration lock; on that DSN it runs."""
+    """`tenure migrate` through the pooler exits non-zero asking for the server's own DSN; on that it runs."""
     command = [sys.executable, "-m", "tenure.cli", "migrate", "--dsn"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("TENURE_")}
     refused = subprocess.run([*command, pooled_dsn], capture_output=True, text=True, timeout=60, env=env)
@@ -139,8 +136,7 @@ def test_migrate_through_pgbouncer_is_refused_naming_the_direct_dsn(pooled_dsn: 
 async def test_a_result_waiter_through_pgbouncer_listens_on_tenure_listen_dsn(
     pooled_dsn: str, dsn: str, workers: WorkerProcesses, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Client.result with its pool through PgBouncer LISTENs on TENURE_LISTEN_DSN, straight to
-    PostgreSQL: it returns as the job finishes, well before its next read (two poll intervals)."""
+    """Client.result through PgBouncer wakes on TENURE_LISTEN_DSN as the job finishes."""
     monkeypatch.setenv(PREPARE_THRESHOLD_ENV, "none")
     monkeypatch.setenv(LISTEN_DSN_ENV, dsn)
     worker = workers.start(
