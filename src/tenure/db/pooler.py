@@ -12,7 +12,9 @@ there when the server session's pg_backend_pid() differs from the pid the connec
 reported (a pooler answers the startup with a cancel key of its own). Then a probe prepares one
 statement, holds the server session that has it with a second connection, and runs the statement
 again, which must now land on another session: an error or a foreign answer proves the pooler
-does not carry it. When the probe cannot tell (the pooler's sessions are all busy), it says so.
+does not carry it. When no second connection reaches that session (a pooler in session mode,
+where prepared statements work, or one whose sessions are all busy), the probe cannot tell, and
+says so.
 """
 
 from __future__ import annotations
@@ -65,8 +67,8 @@ def is_lost_prepared_statement(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.Error) and exc.sqlstate in (_LOST | {_TAKEN}) and _PSYCOPG_NAME in str(exc)
 
 
-async def _backend_pid(conn: AsyncConnection[Any], *, prepare: bool = False) -> int:
-    row = await (await conn.execute(plain_queries()["backend_pid"], prepare=prepare)).fetchone()
+async def _backend_pid(conn: AsyncConnection[Any]) -> int:
+    row = await (await conn.execute(plain_queries()["backend_pid"], prepare=False)).fetchone()
     assert row is not None
     return int(row[0])
 
@@ -114,7 +116,7 @@ async def _probe(
         if await _backend_pid(holders[-1]) == session:
             break
     else:
-        return None  # the session that has the statement stayed busy elsewhere
+        return None  # session pooling, or the session that has the statement stayed busy elsewhere
     try:
         again = await (await prober.execute(query, params, prepare=True)).fetchone()
     except psycopg.Error as exc:
@@ -139,18 +141,19 @@ async def check_prepared_statements(
     """
     if threshold is None or not await behind_pooler(conn):
         return
+    reason = "no other connection reached the session with its statement: session pooling, or busy sessions"
     try:
         async with asyncio.timeout(PROBE_TIMEOUT):
             carried = await prepared_statements_carried(open_connection)
     except (TimeoutError, psycopg.Error, DatabaseUnavailable) as exc:
-        log.warning("could not probe the pooler in front of %s for prepared statements: %s", where, exc)
-        carried = None
+        carried, reason = None, f"the probe failed: {exc or type(exc).__name__}"
     if carried is False:
         raise ConfigurationError(prepared_statements_lost(where))
     if carried is None:
         log.warning(
             "connections to %s go through a pooler, and whether it keeps prepared statements between "
-            "transactions could not be told (its server sessions were busy). If it is PgBouncer "
-            "before 1.22.1 or has max_prepared_statements = 0, set TENURE_PREPARE_THRESHOLD=none",
+            "transactions could not be told (%s). If it pools transactions and is PgBouncer before "
+            "1.22.1 or has max_prepared_statements = 0, set TENURE_PREPARE_THRESHOLD=none",
             where,
+            reason,
         )
