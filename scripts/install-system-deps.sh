@@ -5,8 +5,11 @@
 #   faketime  - libfaketime, for the clock-skew fault
 # and the dashboard's browser tests (tests/dashboard/test_dashboard_browser.py) use:
 #   chromium, chromium-driver - headless Chromium driven by Selenium, from Debian (no browser download)
+# and the scale-out tests (tests/scaleout) use:
+#   pgbouncer - the connection pooler, run in transaction mode in front of the test server
 # Safe to run again; needs root (or sudo). Without the soak's packages, the soak fails its check
-# that every kind of fault ran, naming what is missing; without Chromium, the browser tests fail.
+# that every kind of fault ran, naming what is missing; without Chromium, the browser tests fail;
+# without pgbouncer, the scale-out tests fail.
 set -euo pipefail
 
 missing=()
@@ -15,6 +18,7 @@ command -v iptables >/dev/null 2>&1 || missing+=(iptables)
 [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || missing+=(faketime)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
 
 if [ "${#missing[@]}" -eq 0 ]; then
     echo "system dependencies present"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import os
 import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import replace
@@ -37,7 +38,14 @@ from tenure.control import (
     unknown_queue,
 )
 from tenure.db._sqlfiles import named_queries
-from tenure.db.connect import open_pool, resolve_dsn, unavailable
+from tenure.db.connect import (
+    LISTEN_DSN_ENV,
+    check_before_pool_sync,
+    open_pool,
+    prepare_threshold,
+    resolve_dsn,
+    unavailable,
+)
 from tenure.db.control_queries import CancelFilter, ControlQueries
 from tenure.db.queries import Queries
 from tenure.errors import SchemaNotMigrated, UnknownTask, ValidationError
@@ -242,10 +250,11 @@ def check_idempotency_key(key: object) -> None:
         )
 
 
-def _pool_dsn(pool: AsyncConnectionPool[Any] | ConnectionPool[Any]) -> str | None:
-    """Where a result waiter LISTENs: the pool's server (None, a pool that computes its DSN:
-    the waiter polls)."""
-    return pool.conninfo if isinstance(pool.conninfo, str) else None
+def _listen_dsn(pool: AsyncConnectionPool[Any] | ConnectionPool[Any]) -> str | None:
+    """Where a result waiter LISTENs: $TENURE_LISTEN_DSN when set (a direct connection, the pool
+    going through PgBouncer in transaction mode, where a LISTEN hears nothing), else the pool's
+    server (None, a pool that computes its DSN: the waiter polls)."""
+    return os.environ.get(LISTEN_DSN_ENV) or (pool.conninfo if isinstance(pool.conninfo, str) else None)
 
 
 def _not_migrated(schema: str) -> SchemaNotMigrated:
@@ -470,7 +479,7 @@ class Client:
 
         pool = await self.pool()
         return await wait_for_result(
-            self.control, connection, job_id, timeout=timeout, poll=poll, listen_dsn=_pool_dsn(pool)
+            self.control, connection, job_id, timeout=timeout, poll=poll, listen_dsn=_listen_dsn(pool)
         )
 
 
@@ -496,17 +505,15 @@ class SyncClient:
     def _get_pool(self) -> ConnectionPool[Any]:
         if self._pool is None:
             dsn = resolve_dsn(self._dsn).dsn
-            try:  # fail at once on an unreachable server, not after the pool's timeout
-                psycopg.connect(dsn, connect_timeout=10).close()
-            except psycopg.OperationalError as exc:
-                raise unavailable(dsn, exc) from None
+            threshold = prepare_threshold()
+            check_before_pool_sync(dsn, threshold, timeout=10, name="tenure-sync")
             self._pool = ConnectionPool(
                 dsn,
                 min_size=1,
                 max_size=4,
                 open=False,
                 name="tenure-sync",
-                kwargs={"autocommit": True},
+                kwargs={"autocommit": True, "prepare_threshold": threshold},
             )
             try:
                 self._pool.open(wait=True, timeout=10)
@@ -682,7 +689,7 @@ class SyncClient:
             with self._conn(None) as c:
                 yield c
 
-        dsn = _pool_dsn(self._get_pool())
+        dsn = _listen_dsn(self._get_pool())
         return wait_for_result_sync(
             self.control, connection, job_id, timeout=timeout, poll=poll, listen_dsn=dsn
         )

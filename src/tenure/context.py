@@ -4,14 +4,11 @@ complete in its own transaction."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
-
-import psycopg
 
 from tenure.errors import LeaseLost
 from tenure.jobs import ClaimedJob
@@ -148,7 +145,8 @@ class JobContext:
         If the fence fails (the lease was lost), the transaction, with all of `work`'s writes,
         rolls back and LeaseLost is raised. 40001/40P01 rerun the whole unit, and so does the
         job's row being locked by another session for the moment. Session settings `work`
-        changes (SET) are reset before the connection goes back to the pool.
+        changes (SET) are reset inside the transaction, after the completion: through a
+        transaction pooler the session is the pooler's to lend out once the transaction ends.
         """
         self.check()
         services = self._services
@@ -161,17 +159,15 @@ class JobContext:
                 tx.conn, owner=services.owner, leases=[lease], notify_results=False
             )
             _check_completion(self, outcome.get(lease))
+            # A rolled-back unit takes its SETs with it; a committed one must not leave them.
+            await services.queries.session_reset(tx.conn)
             return result
 
         try:
             for attempt in range(1, ROW_BUSY_ATTEMPTS + 1):
                 try:
                     async with services.pool.connection() as conn:
-                        try:
-                            result = await run_transaction(conn, unit, policy=policy, request_id=request)
-                        finally:
-                            with contextlib.suppress(psycopg.Error):  # a broken one is discarded
-                                await services.queries.session_reset(conn)
+                        result = await run_transaction(conn, unit, policy=policy, request_id=request)
                     break
                 except _RowBusy:
                     self.check()
@@ -201,17 +197,14 @@ class JobContext:
                 tx.conn, owner=services.owner, leases=[lease], notify_results=False
             )
             _check_completion(self, outcome.get(lease))
+            services.queries.session_reset_sync(tx.conn)
             return result
 
         try:
             for attempt in range(1, ROW_BUSY_ATTEMPTS + 1):
                 try:
                     with services.sync_pool().connection() as conn:
-                        try:
-                            result = run_transaction_sync(conn, unit, policy=policy, request_id=request)
-                        finally:
-                            with contextlib.suppress(psycopg.Error):
-                                services.queries.session_reset_sync(conn)
+                        result = run_transaction_sync(conn, unit, policy=policy, request_id=request)
                     break
                 except _RowBusy:
                     self.check()

@@ -45,10 +45,8 @@ def test_mypy_accepts_right_calls_and_flags_each_wrong_one(tmp_path: Path) -> No
     mypy error on their line; the right ones are not."""
     program = tmp_path / "uses_tasks.py"
     program.write_text(PROGRAM)
-    stdout, stderr, _ = api.run(
-        [str(program), "--strict", "--no-incremental", "--python-version", "3.11", "--no-error-summary"]
-        + ["--cache-dir", str(tmp_path / "cache")]
-    )
+    flags = ["--strict", "--no-incremental", "--python-version", "3.11", "--no-error-summary"]
+    stdout, stderr, _ = api.run([str(program), *flags, "--cache-dir", str(tmp_path / "cache")])
     errors = [line for line in stdout.splitlines() if ": error:" in line]
     lines = PROGRAM.splitlines()
     flagged = {lines[int(e.split(":")[1]) - 1].strip() for e in errors}

@@ -138,7 +138,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--prepare-threshold",
         default=None,
-        help=f"runs before a statement is prepared, or 'none' behind PgBouncer < 1.21 "
+        help=f"runs before a statement is prepared, or 'none' behind PgBouncer before 1.22.1 "
         f"(or ${PREPARE_THRESHOLD_ENV})",
     )
     p.add_argument(

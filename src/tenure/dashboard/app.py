@@ -20,7 +20,7 @@ from starlette.types import ASGIApp
 from tenure.dashboard import actions, blocked, dead, fleet, jobs, login, overview, schedules, uncertain
 from tenure.dashboard.security import LOCAL_USER, Authenticator, SecurityHeaders
 from tenure.dashboard.state import Dashboard
-from tenure.errors import DatabaseUnavailable
+from tenure.errors import ConfigurationError, DatabaseUnavailable
 from tenure.validation import check_schema_name
 
 log = logging.getLogger("tenure.dashboard")
@@ -44,6 +44,11 @@ class RequireLogin(BaseHTTPMiddleware):
         try:
             await board.ensure_open()
             return await self._let_in(board, request, call_next)
+        except ConfigurationError as exc:
+            # Settings the database cannot work with (prepared statements through a pooler that
+            # loses them): the message names the fix.
+            message = {"title": "Cannot use this database", "message": str(exc)}
+            return board.render(request, "message.html", message, status=503)
         except DATABASE_DOWN as exc:
             # A restart or failover in progress: say so and keep serving; the next page retries.
             log.warning("dashboard: the database is unavailable (%s)", type(exc).__name__)
@@ -96,7 +101,7 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
             await board.ensure_open()
-        except DATABASE_DOWN as exc:
+        except (*DATABASE_DOWN, ConfigurationError) as exc:
             # Serve anyway: each page says the database is unavailable until it answers.
             log.warning("dashboard: starting while the database is unavailable (%s)", type(exc).__name__)
         try:

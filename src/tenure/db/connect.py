@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +14,7 @@ from psycopg import conninfo
 from psycopg_pool import AsyncConnectionPool
 
 from tenure.db.embedded import default_data_dir, start_embedded
+from tenure.db.pooler import check_prepared_statements
 from tenure.errors import ConfigurationError, DatabaseUnavailable
 
 DSN_ENV = "TENURE_DSN"
@@ -22,7 +25,7 @@ DEFAULT_PREPARE_THRESHOLD = 5
 
 
 def parse_prepare_threshold(text: str) -> int | None:
-    """`none`/`off` (never prepare: PgBouncer before 1.21 in transaction mode) or a count >= 0."""
+    """`none`/`off` (never prepare: PgBouncer before 1.22.1 in transaction mode) or a count >= 0."""
     value = text.strip().lower()
     if value in ("none", "off", "never"):
         return None
@@ -31,7 +34,7 @@ def parse_prepare_threshold(text: str) -> int | None:
     raise ConfigurationError(
         f"prepare threshold {text!r} is not valid: give a number of runs (0 prepares at once, "
         f"{DEFAULT_PREPARE_THRESHOLD} is the default) or 'none' to never prepare statements "
-        "(needed behind PgBouncer before 1.21 in transaction mode)"
+        "(needed behind PgBouncer before 1.22.1 in transaction mode)"
     )
 
 
@@ -114,6 +117,28 @@ async def connect(
         raise unavailable(dsn, exc) from None
 
 
+async def check_before_pool(dsn: str, threshold: int | None, *, timeout: float, name: str) -> None:
+    """What every pool checks before it opens: one direct attempt, so that an unreachable server
+    fails at once instead of after the pool has retried in the background for the whole timeout;
+    and, on it, that a pool with this prepared-statement threshold may prepare statements there."""
+    probe = await connect(dsn, timeout=timeout, name=name)
+    try:
+
+        async def reconnect(autocommit: bool) -> psycopg.AsyncConnection[Any]:
+            return await connect(dsn, autocommit=autocommit, timeout=timeout, name=f"{name}-probe")
+
+        await check_prepared_statements(probe, reconnect, threshold, describe_dsn(dsn))
+    finally:
+        await probe.close()
+
+
+def check_before_pool_sync(dsn: str, threshold: int | None, *, timeout: float, name: str) -> None:
+    """`check_before_pool` for a blocking pool, on an event loop of its own thread (the caller's
+    may be running one already)."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tenure-pool-check") as runner:
+        runner.submit(asyncio.run, check_before_pool(dsn, threshold, timeout=timeout, name=name)).result()
+
+
 async def open_pool(
     dsn: str,
     *,
@@ -126,14 +151,14 @@ async def open_pool(
 ) -> AsyncConnectionPool[Any]:
     """A pool of autocommit connections. Nothing on them depends on session state, so they work
     through PgBouncer in transaction mode (prepare=None, or $TENURE_PREPARE_THRESHOLD=none,
-    for PgBouncer < 1.21). `prepare="env"` takes the threshold from the environment. With
+    for PgBouncer before 1.22.1). `prepare="env"` takes the threshold from the environment. With
     `check`, each connection is tested as it is lent (one round trip), so a server restart or
-    failover costs no failed request: for callers that are idle for long and cannot retry."""
-    threshold = prepare_threshold() if prepare == "env" else prepare
-    # One direct attempt first: an unreachable server fails here at once, instead of after the
-    # pool has retried in the background for the whole timeout.
-    probe = await connect(dsn, timeout=timeout)
-    await probe.close()
+    failover costs no failed request: for callers that are idle for long and cannot retry.
+
+    Raises ConfigurationError when the pool would prepare statements through a pooler proven
+    not to keep them between transactions (tenure.db.pooler)."""
+    threshold = prepare_threshold() if isinstance(prepare, str) else prepare
+    await check_before_pool(dsn, threshold, timeout=timeout, name=name)
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
         dsn,
         min_size=min_size,

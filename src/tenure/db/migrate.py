@@ -14,6 +14,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 
 from tenure.db._sqlfiles import migration_files, named_queries, quote_schema, schema_file
+from tenure.db.pooler import behind_pooler
 from tenure.errors import ConfigurationError, MigrationFailed, SchemaNotMigrated
 
 
@@ -28,6 +29,13 @@ class MigrationReport:
 #: Its statements run one at a time, in autocommit; each must be safe to run again, because a
 #: failure part-way leaves the earlier ones done and the version unrecorded.
 NO_TRANSACTION = "-- tenure: no-transaction"
+MIGRATE_BEHIND_POOLER = (
+    "migrate needs a direct connection to PostgreSQL, and this one goes through a pooler (PgBouncer?): "
+    "the migration lock is a session advisory lock held across many transactions, and a pooler in "
+    "transaction mode lends the session to other clients in between, so the lock can be left behind "
+    "and the next migrate wait for it. Give the server's own DSN with --dsn (as the workers' "
+    "--listen-dsn)"
+)
 #: How long a waiting `tenure migrate` sleeps between tries of the lock (seconds, doubling).
 LOCK_POLL = (0.02, 0.5)
 
@@ -56,8 +64,9 @@ async def migrate(conn: AsyncConnection[Any], schema: str, *, fresh_snapshot: bo
     Each migration commits on its own with its version record, so a failure keeps what came
     before it. Concurrent callers take turns on a session advisory lock, which waiters poll
     rather than block on: a blocked waiter would hold a snapshot that a concurrent
-    CREATE INDEX CONCURRENTLY waits for, a deadlock. Runs on a direct connection (not through a
-    transaction-mode pooler), outside any transaction.
+    CREATE INDEX CONCURRENTLY waits for, a deadlock. Runs on a direct connection, outside any
+    transaction: through a pooler it refuses (ConfigurationError), since the pooler may lend the
+    session holding the lock to other clients between the migration's transactions.
     """
     if conn.info.transaction_status != TransactionStatus.IDLE:
         raise ConfigurationError("migrate needs a connection that is not inside a transaction")
@@ -65,6 +74,8 @@ async def migrate(conn: AsyncConnection[Any], schema: str, *, fresh_snapshot: bo
     if restore_autocommit:
         await conn.set_autocommit(True)
     try:
+        if await behind_pooler(conn):
+            raise ConfigurationError(MIGRATE_BEHIND_POOLER)
         await _lock(conn, schema)
         unlock = named_queries(schema)["migrations_unlock"]
         try:

@@ -12,6 +12,7 @@ import psycopg
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from tenure.db.connect import prepare_threshold
 from tenure.db.ops_queries import CONTROL_WINDOW_SECONDS, OpsQueries, Snapshot
 
 log = logging.getLogger("tenure.metrics")
@@ -44,7 +45,11 @@ class DatabaseCollector(Collector):
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
             self._conn = psycopg.connect(
-                self.dsn, autocommit=True, connect_timeout=5, application_name=self.application_name
+                self.dsn,
+                autocommit=True,
+                connect_timeout=5,
+                application_name=self.application_name,
+                prepare_threshold=prepare_threshold(),
             )
         return self._conn
 

@@ -5,7 +5,10 @@ counted in the service's health, and followed by a capped exponential backoff; t
 A critical service (one without which the worker cannot finish the jobs it claims) that has
 failed without a single success for longer than `service_failure_limit` makes the worker stop
 and exit non-zero, so a process supervisor restarts it instead of it running jobs it cannot
-finish. Health is what `tenure status` and the metrics show about a worker's services.
+finish. A failure that proves the configuration wrong (a prepared statement lost behind a pooler
+that cannot carry it, tenure.db.pooler) stops the worker at once: retrying cannot mend it, and
+until it stops its statements may run another client's. Health is what `tenure status` and the
+metrics show about a worker's services.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+
+from tenure.db.pooler import is_lost_prepared_statement, prepared_statements_lost
 
 log = logging.getLogger("tenure.worker")
 
@@ -45,6 +50,8 @@ class ServiceHealth:
     total_failures: int = 0
     failing_since: float | None = None  # monotonic time of the first failure in the current run
     last_error: str | None = None
+    #: Why the worker must stop now whatever `critical` says: a failure no retry can mend.
+    fault: str | None = None
 
     @property
     def failing(self) -> bool:
@@ -59,6 +66,10 @@ class ServiceHealth:
         self.consecutive_failures += 1
         self.total_failures += 1
         self.last_error = describe_error(exc)
+        if self.fault is None and is_lost_prepared_statement(exc):
+            self.fault = (
+                f"the {self.name} failed with {self.last_error}: {prepared_statements_lost('the database')}"
+            )
         if self.failing_since is None:
             self.failing_since = time.monotonic()
 
@@ -101,7 +112,11 @@ class ServiceHealthBoard:
         return {name: h.as_dict() for name, h in sorted(self.services.items()) if h.failing}
 
     def fatal(self) -> str | None:
-        """Why the worker must stop, or None: a critical service failed for too long."""
+        """Why the worker must stop, or None: a service met a fault, or a critical one failed for
+        too long."""
+        for health in self.services.values():
+            if health.fault is not None:
+                return health.fault
         now = time.monotonic()
         for health in self.services.values():
             if health.critical and health.failing_for(now) > self.failure_limit:

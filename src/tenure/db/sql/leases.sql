@@ -489,6 +489,8 @@ INSERT INTO __schema__.job_events (job_id, event, from_state, token, worker, err
 VALUES (%(id)s, 'lease_lost', 'running', %(token)s, %(owner)s, %(error_code)s, left(%(error)s, 2000));
 
 -- name: session_reset
--- After a handler's own transaction (ctx.atomic): its SETs must not follow the connection back
--- into the pool. RESET ALL returns every setting to the session's defaults, startup ones included.
+-- The last statement of a handler's own transaction (ctx.atomic), after its completion: its SETs
+-- must not outlive the transaction, whose server session a transaction pooler lends to another
+-- client right after the commit (a reset in a later transaction could land on another session).
+-- RESET ALL returns every setting to the session's defaults, startup ones included.
 RESET ALL;
