@@ -72,9 +72,17 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
             markup=False,
         )
         return EXIT_USAGE
-    import uvicorn  # only this command needs the server
+    try:
+        import uvicorn  # only this command needs the server
 
-    from tenure.dashboard import create_app, token_auth
+        from tenure.dashboard import create_app, token_auth
+    except ImportError as exc:
+        err.print(
+            f"error: the dashboard needs the 'dashboard' extra ({exc.name} is not installed): "
+            "pip install 'tenure[dashboard]'",
+            markup=False,
+        )
+        return EXIT_USAGE
 
     dsn = asyncio.run(_choose(args))
     app = create_app(

@@ -1,0 +1,7 @@
+"""`python -m tenure`: the same as the `tenure` command."""
+
+import sys
+
+from tenure.cli import main
+
+sys.exit(main())
