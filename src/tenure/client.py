@@ -61,6 +61,7 @@ from tenure.jobs import (
 from tenure.results import wait_for_result, wait_for_result_sync
 from tenure.secrets import CredentialPolicy, check_credentials, credential_policy_from
 from tenure.tasks import AnyTask, Task, TaskRegistry
+from tenure.tracing import enqueue_span
 from tenure.unique import unique_from
 from tenure.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_queue, check_schema_name, check_spec
 
@@ -339,11 +340,12 @@ class Client:
     async def _insert(self, checked: list[JobSpec], conn: AsyncConnection[Any] | None) -> list[EnqueuedJob]:
         if not checked:
             return []
-        async with self._conn(conn) as c:
-            if len(checked) == 1:
-                return await self.queries.job_insert_many(c, checked)
-            async with c.transaction():  # several statements when keyed jobs are among them
-                return await self.queries.job_insert_many(c, checked)
+        with enqueue_span(checked) as traced:
+            async with self._conn(conn) as c:
+                if len(traced) == 1:
+                    return await self.queries.job_insert_many(c, traced)
+                async with c.transaction():  # several statements when keyed jobs are among them
+                    return await self.queries.job_insert_many(c, traced)
 
     async def enqueue_copy(self, specs: Iterable[JobSpec]) -> int:
         """Bulk enqueue through COPY, in one transaction: all or none (P4)."""
@@ -565,11 +567,11 @@ class SyncClient:
     def _insert(self, checked: list[JobSpec], conn: Connection[Any] | None) -> list[EnqueuedJob]:
         if not checked:
             return []
-        with self._conn(conn) as c:
-            if len(checked) == 1:
-                return self.queries.job_insert_many_sync(c, checked)
+        with enqueue_span(checked) as traced, self._conn(conn) as c:
+            if len(traced) == 1:
+                return self.queries.job_insert_many_sync(c, traced)
             with c.transaction():
-                return self.queries.job_insert_many_sync(c, checked)
+                return self.queries.job_insert_many_sync(c, traced)
 
     def enqueue_copy(self, specs: Iterable[JobSpec]) -> int:
         checked = [self.builder.check(s) for s in specs]

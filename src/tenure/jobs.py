@@ -72,6 +72,8 @@ class ClaimedJob:
     """A caller waits for this job's result: its completion notifies (K2)."""
     snoozes: int = 0
     """How many times the job snoozed before this attempt."""
+    trace_context: dict[str, str] | None = None
+    """The W3C trace context of the span that enqueued the job (tenure.tracing), if any."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,3 +172,5 @@ class JobSpec:
     """The caller's own key for this enqueue: retried after an ambiguous commit, the enqueue
     returns the job the first attempt stored, never a second one. A string is turned into a
     UUID (uuid5). None: a fresh key."""
+    trace_context: dict[str, str] | None = None
+    """Set by the client when tracing is on (tenure.tracing): the enqueue span's W3C context."""

@@ -132,13 +132,16 @@ class Task(Generic[P, R]):
     def _signature(self) -> inspect.Signature:
         return inspect.signature(self.handler)
 
-    def accepts(self, payload: dict[str, Any]) -> str | None:
+    def accepts(self, payload: dict[str, Any], *, check_types: bool = True) -> str | None:
         """Why `payload` cannot be passed as the handler's keyword arguments, or None: a missing
-        or unknown argument, or a value whose JSON type the handler's annotation rules out."""
+        or unknown argument, or (with `check_types`, as at enqueue) a value whose JSON type the
+        handler's annotation rules out."""
         try:
             self._signature.bind(None, **payload)
         except TypeError as exc:
             return str(exc)
+        if not check_types:
+            return None
         wrong = payload_type_errors(self.handler, payload)
         return "; ".join(wrong) if wrong else None
 

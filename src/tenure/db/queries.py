@@ -223,6 +223,7 @@ class Queries:
             "idempotency_keys": keys,
             "result_wanted": [s.result_wanted for s in specs],
             **_unique_params(specs),
+            "trace_contexts": [None if s.trace_context is None else Jsonb(s.trace_context) for s in specs],
             "ordering_lock_space": f"tenure.ordering:{self.schema}",
             "channel": self.channel,
             "scheduled_prefix": SCHEDULED_PREFIX,
@@ -443,6 +444,7 @@ class Queries:
                 db_now=r["db_now"],
                 result_wanted=r["result_wanted"],
                 snoozes=r["snoozes"],
+                trace_context=r["trace_context"],
             )
             for r in sorted(rows, key=lambda r: r["id"])
         ]

@@ -34,6 +34,7 @@ CREATE TABLE __schema__.jobs (
     snoozes          integer NOT NULL DEFAULT 0,
     unique_key       text,
     unique_states    __schema__.job_state[],
+    trace_context    jsonb,
     CONSTRAINT jobs_queue_format CHECK (queue ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$'),
     CONSTRAINT jobs_task_length CHECK (char_length(task) BETWEEN 1 AND 200),
     CONSTRAINT jobs_payload_object CHECK (jsonb_typeof(payload) = 'object'),
@@ -54,6 +55,12 @@ CREATE TABLE __schema__.jobs (
     CONSTRAINT jobs_error_bounded CHECK (char_length(last_error) <= 2000 AND char_length(last_error_code) <= 100),
     CONSTRAINT jobs_ordering_key_length CHECK (char_length(ordering_key) BETWEEN 1 AND 200)
 );
+-- NOT VALID as migration 0014 adds it (it checks new rows only, sparing a scan of a large
+-- table), so that a fresh schema and an upgraded one are the same.
+ALTER TABLE __schema__.jobs ADD CONSTRAINT jobs_trace_context_bounded CHECK (
+    trace_context IS NULL
+    OR (jsonb_typeof(trace_context) = 'object' AND octet_length(trace_context::text) <= 2048)
+) NOT VALID;
 
 -- Matches the claim's ORDER BY exactly, so the claim is an ordered index scan at any backlog.
 -- Only due jobs are pending: jobs waiting for a later run time are `scheduled`, outside it.

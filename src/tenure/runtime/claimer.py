@@ -15,6 +15,7 @@ from tenure.runtime.executor import Executor
 from tenure.runtime.oldest_share import OldestShare
 from tenure.runtime.services import WorkerServices
 from tenure.runtime.supervisor import describe_error
+from tenure.tracing import batch_span, set_batch_size
 
 log = logging.getLogger("tenure.worker")
 
@@ -96,21 +97,23 @@ class Claimer:
             if free <= 0:
                 break
             want = min(free, options.claim_batch, room)
-            async with services.connection() as conn:
-                sent_at = time.monotonic()
-                claim_started = time.perf_counter()
-                jobs = await services.queries.job_claim(
-                    conn,
-                    queue=queue,
-                    owner=services.owner,
-                    limit=want,
-                    default_lease_seconds=options.lease_seconds,
-                    default_runtime_seconds=options.max_runtime_seconds,
-                    policies=self.policies,
-                    tasks=self.tasks,
-                    oldest=self.oldest_share.take(queue, want),
-                    limited=queue in self.limited,
-                )
+            with batch_span("claim", queue) as span:
+                async with services.connection() as conn:
+                    sent_at = time.monotonic()
+                    claim_started = time.perf_counter()
+                    jobs = await services.queries.job_claim(
+                        conn,
+                        queue=queue,
+                        owner=services.owner,
+                        limit=want,
+                        default_lease_seconds=options.lease_seconds,
+                        default_runtime_seconds=options.max_runtime_seconds,
+                        policies=self.policies,
+                        tasks=self.tasks,
+                        oldest=self.oldest_share.take(queue, want),
+                        limited=queue in self.limited,
+                    )
+                set_batch_size(span, len(jobs))
             self.oldest_share.record(queue, len(jobs))
             services.events.claimed(queue, jobs, time.perf_counter() - claim_started)
             services.stats.claimed += len(jobs)

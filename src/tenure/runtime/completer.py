@@ -11,6 +11,7 @@ from typing import Any
 from tenure.jobs import ClaimedJob
 from tenure.runtime.services import WorkerServices
 from tenure.runtime.supervisor import describe_error
+from tenure.tracing import batch_span, set_batch_size
 
 log = logging.getLogger("tenure.worker")
 
@@ -112,13 +113,17 @@ class Completer:
         for a retry: no caller is ever left waiting on a write nobody will make."""
         services = self.services
         try:
-            async with services.connection() as conn:
-                result = await services.queries.job_complete_many(
-                    conn,
-                    owner=services.owner,
-                    leases=[(p.job.id, p.job.lease.token) for p in batch],
-                    results={(p.job.id, p.job.lease.token): p.result for p in batch if p.result is not None},
-                )
+            with batch_span("complete") as span:
+                set_batch_size(span, len(batch))
+                async with services.connection() as conn:
+                    result = await services.queries.job_complete_many(
+                        conn,
+                        owner=services.owner,
+                        leases=[(p.job.id, p.job.lease.token) for p in batch],
+                        results={
+                            (p.job.id, p.job.lease.token): p.result for p in batch if p.result is not None
+                        },
+                    )
         except Exception as exc:
             services.stats.write_errors += 1
             self.health.failed(exc)

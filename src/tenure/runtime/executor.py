@@ -29,6 +29,7 @@ from tenure.runtime.services import WorkerServices
 from tenure.runtime.supervisor import describe_error
 from tenure.secrets import has_secret_refs, redact, resolve_secrets, resolved_values
 from tenure.tasks import AnyTask, TaskRegistry
+from tenure.tracing import record_outcome, run_span
 
 log = logging.getLogger("tenure.worker")
 
@@ -59,6 +60,8 @@ class Execution:
     abandoned: bool = False
     sent_progress_version: int = 0
     started: float = field(default_factory=time.monotonic)
+    #: This attempt's tracing span (tenure.tracing), when tracing is on.
+    span: Any = None
 
     def set_expiry(self, expires_at: Any, db_now: Any, sent_at: float) -> None:
         # Only a duration crosses from the database clock to ours, never a wall-clock time (L2),
@@ -176,6 +179,11 @@ class Executor:
             log.info("could not record the lease loss of job %s: %s", job.id, type(exc).__name__)
 
     async def _run(self, execution: Execution) -> None:
+        with run_span(execution.job, self.services.owner) as span:
+            execution.span = span
+            await self._attempt(execution)
+
+    async def _attempt(self, execution: Execution) -> None:
         job, ctx = execution.job, execution.ctx
         bind_job(job, self.services.owner)  # this task's context: every log line names the job
         task = self.registry.get(job.task)
@@ -188,7 +196,9 @@ class Executor:
                 FailureClass.TRANSIENT,
             )
             return
-        mismatch = task.accepts(job.payload)
+        # Arguments only: annotations were checked at enqueue, and a stored job is not failed
+        # for a handler's annotation changed since.
+        mismatch = task.accepts(job.payload, check_types=False)
         if mismatch:
             await self._fail(
                 execution,
@@ -223,6 +233,11 @@ class Executor:
                 raise
         except Exception as exc:
             error = exc
+        record_outcome(
+            execution.span,
+            execution.cancel_reason or ("raised" if error is not None else "returned"),
+            error,
+        )
         if execution.thread is None or execution.thread.done():
             execution.handler_done = True
         await self._settle(execution, task, error, secrets, value)

@@ -22,9 +22,11 @@ WITH input AS (
         %(queues)s::text[], %(tasks)s::text[], %(payloads)s::jsonb[], %(priorities)s::smallint[],
         %(run_ats)s::timestamptz[], %(delays)s::float8[], %(max_attempts)s::integer[],
         %(ordering_keys)s::text[], %(idempotency_keys)s::uuid[], %(result_wanted)s::boolean[],
-        %(unique_keys)s::text[], %(unique_states)s::text[], %(unique_periods)s::float8[]
+        %(unique_keys)s::text[], %(unique_states)s::text[], %(unique_periods)s::float8[],
+        %(trace_contexts)s::jsonb[]
     ) WITH ORDINALITY AS u(queue, task, payload, priority, run_at, delay, max_attempts, ordering_key,
-                           idempotency_key, result_wanted, unique_key, unique_states, unique_period, ord)
+                           idempotency_key, result_wanted, unique_key, unique_states, unique_period,
+                           trace_context, ord)
 ), clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), timed AS (
@@ -40,11 +42,11 @@ WITH input AS (
 ), inserted AS (
     INSERT INTO __schema__.jobs (queue, task, payload, priority, available_at, state, max_attempts,
                                  created_at, ordering_key, idempotency_key, result_wanted, unique_key,
-                                 unique_states)
+                                 unique_states, trace_context)
     SELECT t.queue, t.task, t.payload, t.priority, t.at,
            CASE WHEN t.at > t.now THEN 'scheduled' ELSE 'pending' END::__schema__.job_state,
            t.max_attempts, t.now, t.ordering_key, t.idempotency_key, t.result_wanted, t.held_key,
-           t.unique_states::__schema__.job_state[]
+           t.unique_states::__schema__.job_state[], t.trace_context
     FROM timed t CROSS JOIN ordering_locks
     ORDER BY t.ord
     ON CONFLICT DO NOTHING

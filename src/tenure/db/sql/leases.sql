@@ -85,7 +85,8 @@ WHERE j.id = ANY(ARRAY(SELECT id FROM candidate))
   AND j.state = 'pending'
 RETURNING j.id, j.queue, j.task, j.payload, j.priority, j.attempt_count, j.max_attempts,
           j.lease_token, j.lease_expires_at, j.lease_deadline, j.progress, j.idempotency_key,
-          j.available_at, j.created_at, j.result_wanted, j.snoozes, clock.now AS db_now;
+          j.available_at, j.created_at, j.result_wanted, j.snoozes, j.trace_context,
+          clock.now AS db_now;
 
 -- name: limit_lock
 -- First statement of a limited queue's claim transaction: claims of that queue, from every
@@ -181,7 +182,8 @@ WITH clock AS (
       AND j.state = 'pending'
     RETURNING j.id, j.queue, j.task, j.payload, j.priority, j.attempt_count, j.max_attempts,
               j.lease_token, j.lease_expires_at, j.lease_deadline, j.progress, j.idempotency_key,
-              j.available_at, j.created_at, j.result_wanted, j.snoozes, clock.now AS db_now
+              j.available_at, j.created_at, j.result_wanted, j.snoozes, j.trace_context,
+              clock.now AS db_now
 ), spent AS (
     UPDATE __schema__.queue_limits l
     SET tokens = b.tokens - (SELECT count(*) FROM claimed), refilled_at = clock.now

@@ -12,7 +12,7 @@
 REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role};
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT INSERT (queue, task, payload, priority, available_at, state, max_attempts, created_at,
-              ordering_key, idempotency_key, result_wanted, unique_key, unique_states)
+              ordering_key, idempotency_key, result_wanted, unique_key, unique_states, trace_context)
     ON {schema}.jobs TO {role};
 GRANT SELECT (id, available_at) ON {schema}.jobs TO {role};
 -- Which stored job an idempotent or unique enqueue met: answered only for the one key given.
