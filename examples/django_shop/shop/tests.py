@@ -18,7 +18,7 @@ from django.test import Client, TransactionTestCase
 
 from shop.models import Order
 from shop.tasks import send_receipt
-from tenure.contrib.django import django_connection, enqueue, tenure_dsn
+from tenure.contrib.django import django_connection, enqueue, tenure_app, tenure_dsn
 
 HERE = Path(__file__).resolve().parent.parent
 
@@ -85,6 +85,10 @@ class JoinedTransactionTests(ShopTestCase):
         job = enqueue(send_receipt, order_id=3)
         self.assertTrue(connection.connection.autocommit)
         self.assertEqual([j["id"] for j in committed_jobs()], [job.id])
+        # The app's own client follows Django to the test database too.
+        with tenure_app().sync_client as client:
+            stored = client.get_job(job.id)
+        self.assertIsNotNone(stored)
 
     def test_broken_transaction_is_refused(self) -> None:
         """In an atomic() block Django has marked for rollback, enqueue refuses as the ORM does."""
