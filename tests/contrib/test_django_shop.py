@@ -52,10 +52,16 @@ def run_shop_tests(server_dsn: str, label: str) -> subprocess.CompletedProcess[s
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "label", ["shop.tests.PlaceOrderTests", "shop.tests.JoinedTransactionTests", "shop.tests.CommandTests"]
+    "label",
+    [
+        "shop.tests.PlaceOrderTests",
+        "shop.tests.JoinedTransactionTests",
+        "shop.tests.CommandTests",
+        "shop.tests.SettingsTests",
+    ],
 )
 def test_django_shop_suite(server_dsn: str, label: str) -> None:
-    """The shop passes under Django's runner: commit keeps order and job, rollback neither."""
+    """The shop's tests pass under Django's runner: commit keeps order and job, rollback neither."""
     result = run_shop_tests(server_dsn, label)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Ran 0 tests" not in result.stderr, result.stderr

@@ -14,11 +14,13 @@ from typing import Any
 import psycopg
 from django.core.management import call_command
 from django.db import connection, transaction
-from django.test import Client, TransactionTestCase
+from django.test import Client, SimpleTestCase, TransactionTestCase, override_settings
 
 from shop.models import Order
 from shop.tasks import send_receipt
 from tenure.contrib.django import django_connection, enqueue, tenure_app, tenure_dsn
+from tenure.contrib.django.settings import tenure_settings
+from tenure.errors import ConfigurationError
 
 HERE = Path(__file__).resolve().parent.parent
 
@@ -140,3 +142,26 @@ class CommandTests(ShopTestCase):
         self.assertIn("succeeded 1", output)
         states = {j["id"]: j["state"] for j in committed_jobs()}
         self.assertEqual(states[job], "succeeded")
+
+
+class SettingsTests(SimpleTestCase):
+    def test_unknown_key_is_named(self) -> None:
+        """A TENURE setting with an unknown key fails naming that key and the known ones."""
+        with (
+            override_settings(TENURE={"APP": "shop.tasks:app", "DNS": "postgresql://x"}),
+            self.assertRaisesRegex(ConfigurationError, r"unknown key\(s\) 'DNS'.*APP, DSN"),
+        ):
+            tenure_settings()
+
+    def test_missing_app_is_explained(self) -> None:
+        """A TENURE setting without APP fails showing the setting to write."""
+        with override_settings(TENURE={}), self.assertRaisesRegex(ConfigurationError, r'\{"APP": '):
+            tenure_settings()
+
+    def test_unknown_database_is_named(self) -> None:
+        """A TENURE DATABASE that DATABASES lacks fails naming the aliases there are."""
+        with (
+            override_settings(TENURE={"APP": "shop.tasks:app", "DATABASE": "jobs"}),
+            self.assertRaisesRegex(ConfigurationError, r"'jobs'.*'default'"),
+        ):
+            tenure_settings()
