@@ -1,0 +1,21 @@
+"""The Django app: add "tenure.contrib.django" to INSTALLED_APPS."""
+
+from __future__ import annotations
+
+from django.apps import AppConfig
+from django.db.models.signals import post_migrate
+
+
+class TenureConfig(AppConfig):
+    name = "tenure.contrib.django"
+    label = "tenure"
+    verbose_name = "Tenure"
+
+    def ready(self) -> None:
+        from tenure.contrib.django.configured import tenure_app
+        from tenure.contrib.django.migrations_hook import after_django_migrate
+        from tenure.contrib.django.settings import tenure_settings
+
+        tenure_app()  # imports the app, so its tasks are registered, and fails early on bad settings
+        if tenure_settings().migrate:
+            post_migrate.connect(after_django_migrate, sender=self, dispatch_uid="tenure-migrate")

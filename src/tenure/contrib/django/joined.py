@@ -1,0 +1,97 @@
+"""Enqueueing inside Django's transaction: the job commits or rolls back with the view's writes.
+
+Django's PostgreSQL backend, with psycopg 3 installed, talks to the database through a real
+`psycopg.Connection`, so Tenure inserts the job on that very connection: inside `atomic()` it is
+part of the same transaction as the ORM's writes. That is stronger than
+`transaction.on_commit(enqueue)`, which leaves a window between the data's commit and the job's
+insert in which a crash loses the job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Generic
+
+import psycopg
+from django.db import connections, transaction
+
+from tenure.contrib.django.settings import tenure_settings
+from tenure.errors import ConfigurationError
+from tenure.jobs import EnqueuedJob
+from tenure.tasks import P, Task
+
+PSYCOPG2_REFUSED = (
+    "Django's database {alias!r} is reached through psycopg2, whose connections Tenure cannot use: "
+    "install psycopg 3 (pip install 'psycopg[binary]'), which Django's PostgreSQL backend then uses "
+    "instead, so that jobs join the ORM's transaction. Until then enqueue after the commit with "
+    "transaction.on_commit(lambda: task.enqueue_sync(...)), which loses the job if the process dies "
+    "between the commit and the enqueue"
+)
+
+
+def psycopg_connection_of(raw: object, alias: str) -> psycopg.Connection[Any]:
+    """`raw`, the driver connection behind Django's database `alias`, if it is psycopg 3's."""
+    if isinstance(raw, psycopg.Connection):
+        return raw
+    driver = type(raw).__module__.partition(".")[0]
+    if driver == "psycopg2":
+        raise ConfigurationError(PSYCOPG2_REFUSED.format(alias=alias))
+    raise ConfigurationError(
+        f"Django's database {alias!r} is reached through {driver} ({type(raw).__qualname__}), not "
+        "psycopg 3, so a job cannot join its transaction: point TENURE['DATABASE'] at a PostgreSQL "
+        "entry of DATABASES (ENGINE django.db.backends.postgresql, with psycopg 3 installed)"
+    )
+
+
+def django_connection(using: str | None = None) -> psycopg.Connection[Any]:
+    """The psycopg 3 connection of Django's database `using` (default: `TENURE["DATABASE"]`),
+    connected, in whatever transaction Django has open on it. Refuses a transaction that Django
+    has marked for rollback (a query already failed in this atomic block), as the ORM does."""
+    alias = using or tenure_settings().database
+    wrapper = connections[alias]
+    if wrapper.vendor != "postgresql":
+        raise ConfigurationError(
+            f"Django's database {alias!r} is {wrapper.vendor}, not PostgreSQL: Tenure's jobs live in "
+            "PostgreSQL, so they cannot join its transactions; set TENURE['DATABASE'] to a PostgreSQL "
+            "entry of DATABASES"
+        )
+    wrapper.ensure_connection()
+    wrapper.validate_no_broken_transaction()
+    return psycopg_connection_of(wrapper.connection, alias)
+
+
+@dataclass(frozen=True)
+class JoinedCall(Generic[P]):
+    """A task bound to a Django database and enqueue options; `enqueue` takes the handler's
+    arguments, checked by mypy and again before anything is written."""
+
+    task: Task[P, Any]
+    using: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.task.with_options(**self.options)  # unknown options fail here, at the call site
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueuedJob:
+        """Enqueues one job in Django's current transaction on `using`: inside `atomic()` it
+        commits or rolls back with that block; outside any, it is committed at once."""
+        alias = self.using or tenure_settings().database
+        # A block of its own: inside the caller's atomic() it is a savepoint, so the insert is
+        # in the caller's transaction even when it is the block's first statement, and a failed
+        # insert leaves the caller's transaction usable; outside any, it commits the job.
+        with transaction.atomic(using=alias):
+            conn = django_connection(alias)
+            return self.task.with_options(conn=conn, **self.options).enqueue_sync(*args, **kwargs)
+
+
+def with_options(task: Task[P, Any], *, using: str | None = None, **options: Any) -> JoinedCall[P]:
+    """`task` with a Django database alias and enqueue options (`delay`, `priority`, `queue`,
+    `max_attempts`, `ordering_key`, `unique`, `idempotency_key`):
+    `with_options(send_receipt, delay=60).enqueue(order_id=order.pk)`."""
+    return JoinedCall(task, using, options)
+
+
+def enqueue(task: Task[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> EnqueuedJob:
+    """Enqueues a job of `task` in Django's current transaction: `enqueue(send_receipt,
+    order_id=order.pk)` inside `atomic()` commits or rolls back with the view's own writes."""
+    return JoinedCall(task).enqueue(*args, **kwargs)

@@ -1,0 +1,79 @@
+"""The FastAPI example shop (examples/fastapi_shop) with its lifespan running: the client opened
+at start-up, a worker in-process, both stopped at shutdown."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+pytest.importorskip("fastapi")
+
+from fastapi.testclient import TestClient
+from starlette.applications import Starlette
+
+import tenure
+from tenure.contrib.asgi import lifespan
+from tenure.errors import SchemaNotMigrated
+
+SHOP = Path(__file__).resolve().parents[2] / "examples" / "fastapi_shop"
+
+
+@pytest.fixture
+def shop_api(dsn: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The example's ASGI app, its Tenure app pointed at this test's database."""
+    monkeypatch.setenv("TENURE_DSN", dsn)  # the example's app takes $TENURE_DSN, as any user's would
+    monkeypatch.syspath_prepend(str(SHOP))
+    from fastapi_shop.main import api
+
+    yield api
+    sys.modules.pop("fastapi_shop.main", None)
+    sys.modules.pop("fastapi_shop.tasks", None)
+    sys.modules.pop("fastapi_shop", None)
+
+
+def wait_for_state(client: TestClient, job_id: int, state: str, timeout: float = 15.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        job: dict[str, Any] = client.get(f"/jobs/{job_id}").json()
+        if job["state"] == state or time.monotonic() > deadline:
+            return job
+        time.sleep(0.05)
+
+
+def test_endpoint_job_runs_in_process_worker(shop_api: Any, dsn: str) -> None:
+    """A job an endpoint enqueued is run to success by the lifespan's worker, stopped at shutdown."""
+    with TestClient(shop_api) as client:
+        response = client.post("/orders", json={"email": "a@example.com"})
+        assert response.status_code == 201, response.text
+        placed = response.json()
+        job = wait_for_state(client, placed["job"], "succeeded")
+        assert job["state"] == "succeeded", job
+        assert job["result"] == f"receipt for order {placed['order']} sent to a@example.com"
+        runtime = client.app_state["tenure"]
+        assert runtime.worker is not None and runtime.worker.started.is_set()
+    assert runtime.worker.stopping.is_set()
+    assert runtime.worker.stats.succeeded == 1
+
+
+def test_declined_endpoint_leaves_neither_order_nor_job(shop_api: Any, dsn: str) -> None:
+    """An endpoint that raises inside its transaction leaves neither its order nor its job."""
+    with TestClient(shop_api) as client:
+        response = client.post("/orders/declined", json={"email": "b@example.com"})
+        assert response.status_code == 402, response.text
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM orders").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM tenure.jobs").fetchone() == (0,)
+
+
+def test_lifespan_start_fails_when_worker_cannot_start(empty_dsn: str) -> None:
+    """A worker that cannot start (schema not migrated) fails the app's start-up with its own error."""
+    app = tenure.Tenure(empty_dsn)
+    asgi = Starlette(lifespan=lifespan(app, worker=True))
+    with pytest.raises(SchemaNotMigrated), TestClient(asgi):
+        pass
