@@ -5,8 +5,11 @@
 #   faketime  - libfaketime, for the clock-skew fault
 # and the dashboard's browser tests (tests/dashboard/test_dashboard_browser.py) use:
 #   chromium, chromium-driver - headless Chromium driven by Selenium, from Debian (no browser download)
+# and the failover tests (tests/scaleout/failover) use:
+#   postgresql-15-auto-failover - the pgautofailover extension and pg_autoctl (/usr/bin), the monitor, primary and synchronous standby they fail over
 # Safe to run again; needs root (or sudo). Without the soak's packages, the soak fails its check
-# that every kind of fault ran, naming what is missing; without Chromium, the browser tests fail.
+# that every kind of fault ran, naming what is missing; without Chromium, the browser tests fail;
+# without pg_autoctl, the failover tests fail naming it.
 set -euo pipefail
 
 missing=()
@@ -15,6 +18,7 @@ command -v iptables >/dev/null 2>&1 || missing+=(iptables)
 [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || missing+=(faketime)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+command -v pg_autoctl >/dev/null 2>&1 || missing+=(postgresql-15-auto-failover)
 
 if [ "${#missing[@]}" -eq 0 ]; then
     echo "system dependencies present"
