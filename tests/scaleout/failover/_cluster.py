@@ -137,7 +137,9 @@ class FailoverCluster:
             timeout=timeout,
         )
         if done.returncode != 0:
-            raise RuntimeError(f"pg_autoctl {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+            raise RuntimeError(
+                f"pg_autoctl {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}"
+            )
         return done.stdout
 
     def log(self, name: str) -> str:
@@ -149,7 +151,9 @@ class FailoverCluster:
     def states(self) -> dict[str, tuple[str, str]]:
         """Each node's (reported, assigned) state, as the monitor has them."""
         with psycopg.connect(self.node_dsn(self.monitor, "pg_auto_failover"), autocommit=True) as conn:
-            rows = conn.execute("SELECT nodename, reportedstate::text, goalstate::text FROM pgautofailover.node")
+            rows = conn.execute(
+                "SELECT nodename, reportedstate::text, goalstate::text FROM pgautofailover.node"
+            )
             return {name: (reported, goal) for name, reported, goal in rows}
 
     def wait_for_states(self, wanted: dict[str, str], timeout: float) -> None:
@@ -162,6 +166,18 @@ class FailoverCluster:
                     return
             time.sleep(0.2)
         raise AssertionError(f"cluster did not reach {wanted} in {timeout}s: {last}\n{self._log_tails()}")
+
+    def wait_healthy(self, timeout: float) -> None:
+        """Until one node is primary and the other a secondary (a synchronous standby again)."""
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            with contextlib.suppress(psycopg.Error):
+                last = self.states()
+                if sorted(last.values()) == [("primary", "primary"), ("secondary", "secondary")]:
+                    return
+            time.sleep(0.2)
+        raise AssertionError(f"cluster not healthy in {timeout}s: {last}\n{self._log_tails()}")
 
     def primary(self) -> Node:
         states = self.states()
