@@ -164,14 +164,18 @@ async def run_bank_through_failover(
                 return bool(row["n"] >= BACKLOG // 3)
 
             await wait_until(busy, timeout=60, what="the workers to be busy")
+
             # The skewed workers' leases, as the database holds them: their length is the
             # lease in database time, whatever those workers' clocks read.
-            skewed_leases = await rows(
-                dsn,
-                f"SELECT lease_owner, extract(epoch FROM lease_expires_at - attempted_at)::float8 AS seconds"
-                f" FROM {SCHEMA}.jobs WHERE state = 'running' AND lease_owner = ANY(%s)",
-                (skewed_owners,),
-            )
+            async def skewed() -> list[dict[str, Any]]:
+                return await rows(
+                    dsn,
+                    f"SELECT lease_owner, extract(epoch FROM lease_expires_at - attempted_at)::float8"
+                    f" AS seconds FROM {SCHEMA}.jobs WHERE state = 'running' AND lease_owner = ANY(%s)",
+                    (skewed_owners,),
+                )
+
+            skewed_leases = await wait_until(skewed, timeout=10, what="a skewed worker to hold a lease")
             # The primary's own clock marks the failover, and the leases live at that instant.
             primary = cluster.primary()
             [mark] = await rows(

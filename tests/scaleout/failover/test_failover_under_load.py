@@ -31,6 +31,17 @@ def report(run: FailoverRun, checks: dict[str, object]) -> None:
         print(f"  {name}{' (clock ' + SKEWED[name] + ')' if name in SKEWED else ''}: {stats}")
 
 
+def check_synchronous(cluster: FailoverCluster) -> None:
+    """The primary waits for its standby's flush before acknowledging a commit."""
+    [settings] = cluster.sql(
+        cluster.primary(),
+        "SELECT current_setting('synchronous_standby_names') AS names,"
+        " current_setting('synchronous_commit') AS commit",
+    )
+    assert settings["names"].startswith("ANY 1 (pgautofailover_standby_"), settings
+    assert settings["commit"] == "on", settings
+
+
 def check_skewed_workers(run: FailoverRun) -> None:
     """The skewed workers ran jobs on both sides of the failover under leases of LEASE seconds
     in database time, and stopped cleanly."""
@@ -52,6 +63,7 @@ def check_workers_reconnected(run: FailoverRun) -> None:
 
 async def test_switchover_under_load_loses_nothing(cluster: FailoverCluster, tmp_path: Path) -> None:
     """A planned switchover under load: workers move to the new primary; every bank check holds."""
+    check_synchronous(cluster)
     before = cluster.primary()
     run = await run_bank_through_failover(cluster, tmp_path, "switchover", cluster.switchover)
     assert cluster.primary() is not before, "the switchover did not move the primary"
@@ -66,8 +78,8 @@ async def test_primary_killed_under_load_loses_nothing(cluster: FailoverCluster,
     """SIGKILL of the primary's postmaster under load: the monitor promotes the synchronous
     standby, workers reconnect, nothing acknowledged is lost and nothing is applied twice."""
     cluster.wait_healthy(timeout=60)
+    check_synchronous(cluster)
     standby = cluster.standby()
-    assert cluster.sql(cluster.primary(), "SHOW synchronous_standby_names")[0]["synchronous_standby_names"]
 
     def kill_and_wait_for_promotion() -> None:
         old = cluster.kill_primary()
