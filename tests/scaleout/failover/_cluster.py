@@ -53,6 +53,11 @@ def free_ports(count: int) -> list[int]:
 
 
 def check_installed() -> None:
+    if os.geteuid() != 0:
+        raise RuntimeError(
+            f"the failover tests run pg_autoctl as the {OS_USER!r} OS user, which takes root: "
+            "run them as root"
+        )
     if shutil.which("pg_autoctl") is None or not (PG_BIN / "postgres").exists():
         raise RuntimeError(
             "pg_autoctl (Debian package postgresql-15-auto-failover) is not installed: "
