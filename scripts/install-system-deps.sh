@@ -5,11 +5,14 @@
 #   faketime  - libfaketime, for the clock-skew fault
 # and the dashboard's browser tests (tests/dashboard/test_dashboard_browser.py) use:
 #   chromium, chromium-driver - headless Chromium driven by Selenium, from Debian (no browser download)
-# and the scale-out tests (tests/scaleout) use:
+# the scale-out tests (tests/scaleout) use:
 #   pgbouncer - the connection pooler, run in transaction mode in front of the test server
+# and the failover tests (tests/scaleout/failover):
+#   postgresql-15-auto-failover - the pgautofailover extension and pg_autoctl (/usr/bin), the
+#                                 monitor, primary and synchronous standby they fail over
 # Safe to run again; needs root (or sudo). Without the soak's packages, the soak fails its check
 # that every kind of fault ran, naming what is missing; without Chromium, the browser tests fail;
-# without pgbouncer, the scale-out tests fail.
+# without pgbouncer or pg_autoctl, the scale-out tests fail naming it.
 set -euo pipefail
 
 missing=()
@@ -19,6 +22,7 @@ command -v iptables >/dev/null 2>&1 || missing+=(iptables)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
+command -v pg_autoctl >/dev/null 2>&1 || missing+=(postgresql-15-auto-failover)
 
 if [ "${#missing[@]}" -eq 0 ]; then
     echo "system dependencies present"

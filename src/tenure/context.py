@@ -155,8 +155,10 @@ class JobContext:
         async def unit(tx: AsyncTransaction) -> T:
             result = await work(tx)
             # No result notification here: the result follows the commit (job_result_set).
+            # A success already recorded under this token is not ours to commit beside: after a
+            # failover that lost a claim, another worker can hold (and finish) the same token.
             outcome = await services.queries.job_complete_many(
-                tx.conn, owner=services.owner, leases=[lease], notify_results=False
+                tx.conn, owner=services.owner, leases=[lease], notify_results=False, repeat_is_done=False
             )
             _check_completion(self, outcome.get(lease))
             # A rolled-back unit takes its SETs with it; a committed one must not leave them.
@@ -194,7 +196,7 @@ class JobContext:
         def unit(tx: SyncTransaction) -> T:
             result = work(tx)
             outcome = services.queries.job_complete_many_sync(
-                tx.conn, owner=services.owner, leases=[lease], notify_results=False
+                tx.conn, owner=services.owner, leases=[lease], notify_results=False, repeat_is_done=False
             )
             _check_completion(self, outcome.get(lease))
             services.queries.session_reset_sync(tx.conn)

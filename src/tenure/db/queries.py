@@ -456,6 +456,7 @@ class Queries:
         now: datetime | None,
         results: Mapping[tuple[int, int], Any] | None = None,
         notify_results: bool = True,
+        repeat_is_done: bool = True,
     ) -> dict[str, Any]:
         ordered = sorted(leases)  # one lock order for every writer (T4)
         found = results or {}
@@ -465,6 +466,7 @@ class Queries:
             "results": [_result_json(found.get(lease)) for lease in ordered],
             "results_channel": self.results_channel,
             "notify_results": notify_results,
+            "repeat_is_done": repeat_is_done,
             "owner": owner,
             "now": now,
         }
@@ -477,12 +479,15 @@ class Queries:
         leases: Sequence[tuple[int, int]],
         results: Mapping[tuple[int, int], Any] | None = None,
         notify_results: bool = True,
+        repeat_is_done: bool = True,
         now: datetime | None = None,
     ) -> dict[tuple[int, int], str]:
         """Fenced success for (job id, token) pairs: each pair's outcome, 'done', 'busy' (locked
         elsewhere, try again) or 'lost' (the fence did not hold). `results` holds each job's
-        result (JSON, already checked; absent or None: none; Jsonb(None): JSON null)."""
-        params = self._complete_params(owner, leases, now, results, notify_results)
+        result (JSON, already checked; absent or None: none; Jsonb(None): JSON null). A job
+        that already succeeded under the token is 'done' (a repeat after a lost reply) unless
+        `repeat_is_done` is false (ctx.atomic, whose work must not commit beside it): 'lost'."""
+        params = self._complete_params(owner, leases, now, results, notify_results, repeat_is_done)
         rows = await _fetch(conn, self._sql["job_complete_many"], params)
         return {(r["id"], r["token"]): r["outcome"] for r in rows}
 
@@ -494,9 +499,10 @@ class Queries:
         leases: Sequence[tuple[int, int]],
         results: Mapping[tuple[int, int], Any] | None = None,
         notify_results: bool = True,
+        repeat_is_done: bool = True,
         now: datetime | None = None,
     ) -> dict[tuple[int, int], str]:
-        params = self._complete_params(owner, leases, now, results, notify_results)
+        params = self._complete_params(owner, leases, now, results, notify_results, repeat_is_done)
         rows = _fetch_sync(conn, self._sql["job_complete_many"], params)
         return {(r["id"], r["token"]): r["outcome"] for r in rows}
 

@@ -95,10 +95,12 @@ class Executor:
         self._latest_token: dict[int, int] = {}
 
     def start(self, job: ClaimedJob, on_done: Any, sent_at: float) -> Execution:
+        key = (job.id, job.lease.token)
+        if key in self.running:
+            return self._claimed_again(self.running[key], job, sent_at)
         execution = Execution(job, JobContext(job, self.services))
         execution.set_expiry(job.lease.expires_at, job.db_now, sent_at)
         execution.local_deadline = sent_at + (job.lease.deadline - job.db_now).total_seconds()
-        key = (job.id, job.lease.token)
         older = self._latest_token.get(job.id)
         if older is not None and older != job.lease.token and (job.id, older) in self.running:
             # A newer token proves the older lease is gone: stop that attempt now rather than at
@@ -115,6 +117,29 @@ class Executor:
             on_done()
 
         execution.task.add_done_callback(finished)
+        return execution
+
+    def _claimed_again(self, execution: Execution, job: ClaimedJob, sent_at: float) -> Execution:
+        """The database handed this worker a lease it already runs: the same job, the same token.
+        Only a lost claim does that (a failover to a standby that never received the claim the
+        running attempt was started under), and the fence cannot tell two attempts with one
+        (owner, token) apart, so a second is never started: the running attempt keeps the new
+        lease, or, if it has stopped already, the lease is left to expire and be recovered."""
+        ctx = execution.ctx
+        keeps = not (ctx.lease_lost or ctx.completed or execution.handler_done)
+        if keeps:
+            execution.set_expiry(job.lease.expires_at, job.db_now, sent_at)
+            execution.local_deadline = sent_at + (job.lease.deadline - job.db_now).total_seconds()
+        log.warning(
+            "job %s: claimed again under token %s, which this worker already holds: the database "
+            "lost the claim it runs under (a failover to a standby that had not received it); %s",
+            job.id,
+            job.lease.token,
+            "the attempt already running keeps the lease"
+            if keeps
+            else "its attempt has stopped, so the lease is left to expire and be recovered",
+            extra=job_fields(job, self.services.owner),
+        )
         return execution
 
     def lose(self, execution: Execution, reason: str, code: str = "LEASE_LOST") -> None:

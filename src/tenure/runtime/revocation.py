@@ -61,6 +61,16 @@ class RevocationCheck:
             if row["last_error_code"] in REVOKE_CODES and row["current_token"] != row["token"]:
                 services.stats.revoked += 1
                 self.executor.lose(execution, f"revoked by an operator: {row['last_error']}", "REVOKED")
+            elif row["current_token"] is not None and row["current_token"] < row["token"]:
+                # Tokens only grow: a smaller one means the database lost our claim (a failover
+                # to a standby that had not received it). The fence refuses our writes from here.
+                self.executor.lose(
+                    execution,
+                    f"lease lost: the job's token went back from {row['token']} to {row['current_token']} "
+                    f"({row['state']}): the database lost this worker's claim, as after a failover to "
+                    "a standby that had not received it",
+                    "TOKEN_WENT_BACK",
+                )
             else:
                 state = row["state"] or "gone"
                 self.executor.lose(

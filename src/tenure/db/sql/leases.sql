@@ -198,7 +198,11 @@ SELECT * FROM claimed;
 -- the worker tries it again alone, while the rest of the batch completes (T5, X7).
 -- Outcomes, per (id, token): 'done' (succeeded under this token, now or by an earlier write of
 -- ours whose reply was lost), 'busy' (the fence holds but the row is locked elsewhere), 'lost'
--- (the fence does not hold: logged as fencing_lost). Each job's result (K2) is stored with it,
+-- (the fence does not hold: logged as fencing_lost). A job that succeeded earlier under the
+-- token answers 'done' only with %(repeat_is_done)s: a completion in the handler's own transaction
+-- (ctx.atomic) passes false, because its work must not commit beside a success already recorded,
+-- and after a failover that lost a claim that success can be another worker's under the same
+-- token (the row keeps no owner once succeeded). Each job's result (K2) is stored with it,
 -- and a job a caller waits for (result_wanted) notifies %(results_channel)s unless
 -- %(notify_results)s is false (ctx.atomic: the result is stored after the commit, and notifies).
 WITH clock AS (
@@ -232,7 +236,8 @@ WITH clock AS (
     FROM done d WHERE d.result_wanted AND %(notify_results)s::boolean
 ), others AS (
     SELECT i.id, i.token,
-           CASE WHEN j.state = 'succeeded' AND j.lease_token = i.token THEN 'done'
+           CASE WHEN j.state = 'succeeded' AND j.lease_token = i.token AND %(repeat_is_done)s::boolean
+                THEN 'done'
                 WHEN j.state = 'running' AND j.lease_token = i.token AND j.lease_owner = %(owner)s
                      AND j.lease_expires_at > clock.now THEN 'busy'
                 ELSE 'lost' END AS outcome
