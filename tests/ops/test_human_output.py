@@ -11,6 +11,7 @@ import pytest
 from _ops import cli, run_worker_until, sql
 
 import tenure
+from tenure.cli import _common as cli_common
 from tenure.cli import build_parser
 from tenure.cli._common import log_level
 from tenure.cli._render import error_line
@@ -61,7 +62,7 @@ def test_no_command_prints_a_python_repr(
         assert code == 0, (argv, err)
         assert not REPR.search(out), (argv, out)
         outputs.append(out)
-    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setattr(cli_common.out, "_width", 80)
     code, out, _ = cli(capsys, "status", "--dsn", dsn)
     assert code == 0 and not REPR.search(out)
     assert max(len(line) for line in out.splitlines()) <= 80 and "mail" in out
@@ -75,7 +76,7 @@ def test_dead_list_shows_each_failures_own_line(
     """A handler's crash is listed by its exception line (ValueError: ...), a Permanent by its
     message, never as 'Traceback (most recent call last):'."""
     app_with_failures(dsn)
-    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setattr(cli_common.out, "_width", 200)  # one line per job, to read it whole
     code, out, _ = cli(capsys, "dead", "list", "--dsn", dsn)
     assert code == 0
     flat = " ".join(out.split())

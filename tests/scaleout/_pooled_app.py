@@ -71,3 +71,17 @@ async def answer(ctx: tenure.JobContext) -> int:
     """Answers after a moment, so that a waiter is already waiting when the job finishes."""
     await asyncio.sleep(0.5)
     return 42
+
+
+@app.task(name="pooled.tally", queue="pooled")
+async def tally(ctx: tenure.JobContext) -> None:
+    """Records which worker ran the job, under which token, in one transaction with its
+    completion: a second application of the job would meet the table's primary key."""
+
+    async def record(tx: Any) -> None:
+        await tx.execute(
+            "INSERT INTO public.tally (job_id, token, worker) VALUES (%s, %s, %s)",
+            (ctx.job.id, ctx.token, ctx.job.lease.owner),
+        )
+
+    await ctx.atomic(record)

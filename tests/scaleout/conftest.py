@@ -11,11 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import socket
-import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from _bouncer import Bouncer, WorkerProcesses  # noqa: E402
+from _bouncer import Bouncer, WorkerProcesses, launch_pgbouncer  # noqa: E402
 
 from tenure.db.migrate import migrate  # noqa: E402
 
@@ -38,7 +34,6 @@ SCHEMA = "tenure"
 TEMPLATE = f"tenure_tpl_scaleout_{os.getpid()}"
 #: Server connections PgBouncer keeps per database: small, so a test can hold every one of them.
 POOL_SIZE = 6
-STARTUP_TIMEOUT = 10.0
 
 
 def with_db(dsn: str, dbname: str) -> str:
@@ -79,64 +74,12 @@ def dsn(pg15_server: str) -> Iterator[str]:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _pgbouncer_binary() -> str:
-    found = shutil.which("pgbouncer") or shutil.which("pgbouncer", path="/usr/sbin")
-    if found is None:
-        raise AssertionError("pgbouncer is not installed: run scripts/install-system-deps.sh")
-    return found
-
-
 @pytest.fixture(scope="session")
 def pgbouncer(pg15_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bouncer]:
     """A real PgBouncer in transaction mode on a free 127.0.0.1 port, in front of the pg15 server
     (every database name maps to it), trusting the local user; stopped at the end of the session."""
-    server = conninfo.conninfo_to_dict(pg15_server)
-    user = str(server.get("user") or "postgres")
-    workdir = tmp_path_factory.mktemp("pgbouncer")
-    port = _free_port()
-    (workdir / "userlist.txt").write_text(f'"{user}" ""\n')
-    (workdir / "pgbouncer.ini").write_text(
-        "[databases]\n"
-        f"* = host={server.get('host') or '127.0.0.1'} port={server.get('port') or 5432}\n"
-        "\n"
-        "[pgbouncer]\n"
-        "listen_addr = 127.0.0.1\n"
-        f"listen_port = {port}\n"
-        "unix_socket_dir =\n"
-        "auth_type = trust\n"
-        f"auth_file = {workdir / 'userlist.txt'}\n"
-        "pool_mode = transaction\n"
-        f"default_pool_size = {POOL_SIZE}\n"
-        "max_client_conn = 500\n"
-        f"admin_users = {user}\n"
-    )
-    log_path = workdir / "pgbouncer.log"
-    command = [_pgbouncer_binary(), str(workdir / "pgbouncer.ini")]
-    if os.geteuid() == 0:  # PgBouncer refuses to run as root; it reads its files, then switches
-        command[1:1] = ["-u", "nobody"]
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    bouncer = Bouncer(host="127.0.0.1", port=port, user=user, pool_size=POOL_SIZE, log_path=log_path)
-    try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while not bouncer.accepting():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"pgbouncer did not start:\n{bouncer.log()[-2000:]}")
-            time.sleep(0.05)
+    with launch_pgbouncer(pg15_server, tmp_path_factory.mktemp("pgbouncer"), pool_size=POOL_SIZE) as bouncer:
         yield bouncer
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 @pytest.fixture

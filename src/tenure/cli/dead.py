@@ -37,8 +37,10 @@ async def cmd_list(args: argparse.Namespace, conn: Any) -> int:
         emit_json(rows)
         return 0
     table = Table(title="dead jobs")
-    for column in ("id", "queue", "task", "attempts", "error code", "dead for", "last error"):
-        table.add_column(column)
+    for column in ("id", "queue", "task", "attempts", "error code", "dead for"):
+        table.add_column(column, no_wrap=column in ("id", "attempts", "dead for"))
+    # The error gets what is left of the width, wrapped rather than cut to an ellipsis.
+    table.add_column("last error", overflow="fold", ratio=1, min_width=20)
     for r in rows:
         table.add_row(
             str(r["id"]),
