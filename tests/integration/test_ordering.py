@@ -5,6 +5,7 @@ claim stays an index scan."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from datetime import datetime, timedelta
 from typing import Any
@@ -312,3 +313,37 @@ async def test_the_claim_plan_uses_the_claim_index_and_the_ordering_index(
     assert "jobs_claimable_by_age_idx" in text, text
     assert "jobs_ordering_idx" in text, text
     assert '"Node Type": "Seq Scan"' not in text, text
+
+
+async def test_a_cancelled_head_brought_back_during_a_later_jobs_claim_waits_for_it(
+    dsn: str, db: AsyncConnection[Any], queries: Queries
+) -> None:
+    """A key's head is cancelled and the next job's claim has run but not committed; bringing the
+    head back (reprocess, or retry) waits for that claim, and the head then stays behind the job
+    now running: never two running jobs of one key."""
+    from tenure.db.control_queries import ControlQueries
+
+    head, follower, third = await enqueue(db, queries, "k", "k", "k")
+    await db.execute("UPDATE tenure.jobs SET state = 'cancelled', finished_at = now() WHERE id = %s", (head,))
+    async with await AsyncConnection.connect(dsn) as slow:
+        assert await claim(slow, queries, limit=1) == [follower]  # in a transaction, not committed
+        bring_back = [
+            lambda: queries.job_reprocess(db, head, attempts=1, actor="ops", reason="try again"),
+            lambda: ControlQueries("tenure").retry_many(db, [head], attempts=1, actor="ops", reason="again"),
+        ]
+        for call in bring_back:
+            waiting = asyncio.ensure_future(call())
+            await asyncio.sleep(0.3)
+            assert not waiting.done(), "brought back without waiting for the claim of its key"
+            waiting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiting
+            await db.execute(
+                "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            )
+        await slow.commit()
+    assert await queries.job_reprocess(db, head, attempts=1, actor="ops", reason="try again")
+    assert await claim(db, queries) == []  # the follower runs: the head waits behind it
+    assert {await state(db, i) for i in (head, follower, third)} == {"pending", "running"}
+    await complete(db, queries, follower)
+    assert await claim(db, queries) == [head]

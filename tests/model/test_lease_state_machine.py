@@ -339,7 +339,14 @@ class LeaseMachine(RuleBasedStateMachine):
         call = self.q.job_reprocess(
             self.conn, job_id, attempts=budget, actor="model", reason="test", now=self.now
         )
-        if eligible and job_id in self._locked_by_others():
+        # A keyed job's waiting and running kin are locked with it (job_reprocess): a claim of
+        # one of them not yet committed must commit before the head comes back.
+        kin = {
+            i
+            for i, j in self.jobs.items()
+            if job.key is not None and j.key == job.key and j.state in ("scheduled", "pending", "running")
+        }
+        if eligible and ({job_id} | kin) & self._locked_by_others():
             self._waits_on_lock("reprocess", call)
             return
         assert self.run(call) == eligible

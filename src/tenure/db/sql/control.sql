@@ -81,12 +81,24 @@ ORDER BY 1;
 -- Runs jobs now: a scheduled or pending job's run time moves to now; a dead or cancelled job is
 -- reprocessed with a budget of %(attempts)s more attempts. All or nothing, like job_cancel_many:
 -- a running or succeeded job, or an unknown id, refuses the whole call.
+-- The jobs given and the waiting and running jobs of their ordering keys are locked first, in id
+-- order (T4): a cancelled head brought back while a later job of its key is being claimed by a
+-- transaction not yet committed would be claimed beside it (see job_reprocess).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+), key_rows AS (
+    SELECT o.id FROM __schema__.jobs o
+    WHERE o.ordering_key IN (SELECT k.ordering_key FROM __schema__.jobs k
+                             WHERE k.id = ANY(%(ids)s::bigint[]) AND k.ordering_key IS NOT NULL
+                               AND k.state IN ('dead', 'cancelled'))
+      AND (o.id = ANY(%(ids)s::bigint[]) OR o.state IN ('scheduled', 'pending', 'running'))
+    ORDER BY o.id
+    FOR UPDATE
 ), target AS (
     SELECT j.id, j.state
     FROM __schema__.jobs j
     WHERE j.id = ANY(%(ids)s::bigint[])
+      AND (SELECT count(*) FROM key_rows) >= 0
     ORDER BY j.id
     FOR UPDATE OF j
 ), refused AS (

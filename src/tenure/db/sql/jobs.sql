@@ -120,11 +120,24 @@ LIMIT %(limit)s;
 
 -- name: job_reprocess
 -- Dead or cancelled -> pending with a fresh budget; keeps the id, token and history (R4).
+-- A keyed job (O2) first locks its key's waiting and running jobs, in id order with itself: a
+-- cancelled head let a later job of its key be claimed, and that claim may not have committed
+-- yet (its row locked, still pending to everyone else). Brought back before that commit, the
+-- head would be claimed beside it. Waiting for the lock lets the claim commit first, and the
+-- head then waits behind the running job, as the claim rule says.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), key_rows AS (
+    SELECT o.id FROM __schema__.jobs o, __schema__.jobs k
+    WHERE k.id = %(id)s AND k.state IN ('dead', 'cancelled')
+      AND (o.id = k.id
+           OR (o.ordering_key = k.ordering_key AND o.state IN ('scheduled', 'pending', 'running')))
+    ORDER BY o.id
+    FOR UPDATE OF o
 ), target AS (
     SELECT id, state FROM __schema__.jobs
     WHERE id = %(id)s AND state IN ('dead', 'cancelled')
+      AND (SELECT count(*) FROM key_rows) >= 0
     FOR UPDATE
 ), moved AS (
     UPDATE __schema__.jobs j
