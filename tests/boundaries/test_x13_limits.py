@@ -34,8 +34,8 @@ async def live_leases(db: psycopg.AsyncConnection[Any], queue: str) -> list[dict
 async def test_x13_three_workers_never_run_more_than_the_limit_and_a_dead_holders_slot_returns(
     db: psycopg.AsyncConnection[Any], queries: Queries, spawn_worker: Any, marker_dir: Path
 ) -> None:
-    """Limit 3 over 3 workers of concurrency 10: sampled every 20 ms, never over 3 live leases;
-    SIGKILL a holder: its slot stays taken until its lease expires, then another job runs."""
+    """Limit 3 over 3 live workers of concurrency 10: sampled every 20 ms, never over 3 live leases
+    while jobs wait; SIGKILL a holder: its slot stays taken until its lease expires, then another job runs."""
     workers = [
         spawn_worker(f"w{i}", lease=LEASE, app=CONTROL_APP, extra=("--concurrency", "10")) for i in range(3)
     ]
@@ -44,15 +44,22 @@ async def test_x13_three_workers_never_run_more_than_the_limit_and_a_dead_holder
         db,
         [JobSpec(task="control.hold", queue="limited", payload=payload, max_attempts=5) for _ in range(24)],
     )
-    peak, owners = 0, set()
+    peak, waiting_at_peak = 0, 0
     deadline = time.monotonic() + 8
     while time.monotonic() < deadline:
         held = await live_leases(db, "limited")
-        peak = max(peak, len(held))
-        owners |= {h["lease_owner"] for h in held}
+        if len(held) >= peak:
+            [row] = await rows(
+                db, "SELECT count(*) AS n FROM tenure.jobs WHERE queue = 'limited' AND state = 'pending'"
+            )
+            peak, waiting_at_peak = len(held), max(waiting_at_peak, int(row["n"]))
         await asyncio.sleep(0.02)
     assert peak == 3, f"{peak} live leases at once (limit 3)"
-    assert len(owners) >= 2, f"only {owners} ever held a slot: the limit is not shared work"
+    # Which worker holds a slot is not promised; that the bound is global is: three live workers
+    # with 10 free slots each stayed at 3 running while jobs waited.
+    registered = await rows(db, "SELECT id FROM tenure.workers WHERE seen_at > now() - interval '10 seconds'")
+    assert {w.worker_id for w in workers} <= {r["id"] for r in registered}, registered
+    assert waiting_at_peak > 0, "no job waited while the limit was reached: the test proves nothing"
 
     # A holder dies: its slot is a lease, so it is lost only until that lease expires.
     slow = {"marker_dir": str(marker_dir), "seconds": 30.0}

@@ -139,12 +139,14 @@ async def _run(args: argparse.Namespace) -> int:
                 args, dsn, fleet, faults, acked, started, waiters, operator
             )
             await waiters.finish(timeout=30)
-            await operator.final_round()
         finally:
             await waiting.close()
         fleet.stop(timeout=max(1.0, args.lease) + 15.0)
         finished = host_clock()
         recovered = await _recover_everything(dsn, args)
+        # After the stop: while workers run, their schedulers fire a job every second, and one
+        # fired after the drain would be left unfinished.
+        await operator.final_round()
         report = await _account(args, dsn, workload.total_money, acked, recovered)
         async with await connect(dsn) as conn:
             report.checks += await ordered_effects.checks(conn, args.schema, Kind.EFFECT.value, run_dir)
