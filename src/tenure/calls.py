@@ -6,11 +6,13 @@ mypy checks the handler's arguments exactly, and the options separately."""
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic
 
 from psycopg import AsyncConnection, Connection
 
+from tenure.client import JobBuilder
 from tenure.errors import ConfigurationError
 from tenure.tasks import P
 
@@ -19,8 +21,11 @@ if TYPE_CHECKING:
     from tenure.jobs import EnqueuedJob
     from tenure.tasks import Task
 
-#: What `with_options` accepts besides `conn`: JobSpec's fields a caller may set.
-OPTIONS = ("queue", "priority", "delay", "max_attempts", "ordering_key", "unique", "idempotency_key")
+#: What `with_options` accepts besides `conn`: the options of every enqueue (JobBuilder.spec),
+#: read from its signature so the two cannot drift apart.
+OPTIONS = tuple(
+    name for name in inspect.signature(JobBuilder.spec).parameters if name not in ("self", "task", "payload")
+)
 
 
 @dataclass(frozen=True)

@@ -181,9 +181,9 @@ class Task(Generic[P, R]):
     def with_options(
         self, *, conn: AsyncConnection[Any] | Connection[Any] | None = None, **options: Any
     ) -> TaskCall[P]:
-        """This task with enqueue options (`queue`, `priority`, `delay`, `max_attempts`,
-        `ordering_key`, `unique`, `idempotency_key`, and `conn` to enqueue in the caller's
-        transaction): `task.with_options(delay=60, conn=conn).enqueue(order_id=7)`."""
+        """This task with enqueue options (those of every enqueue: `queue`, `priority`, `delay`,
+        `run_at`, `max_attempts`, ..., see tenure.calls.OPTIONS) and `conn` to enqueue in the
+        caller's transaction: `task.with_options(delay=60, conn=conn).enqueue(order_id=7)`."""
         from tenure.calls import TaskCall
 
         return TaskCall(self, conn, options)

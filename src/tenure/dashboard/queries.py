@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from psycopg import AsyncConnection
-from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from tenure.db._sqlfiles import SCHEMA_PLACEHOLDER, quote_schema, read_sections
+from tenure.db.queries import _fetch
 
 Row = dict[str, Any]
 
@@ -63,9 +63,7 @@ class DashboardQueries:
         self._sql = {name: body.replace(SCHEMA_PLACEHOLDER, quoted) for name, body in _sections().items()}
 
     async def _rows(self, conn: AsyncConnection[Any], name: str, params: Row | None = None) -> list[Row]:
-        async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(self._sql[name], params or {})
-            return await cur.fetchall()
+        return await _fetch(conn, self._sql[name], params or {})
 
     async def jobs_list(self, conn: AsyncConnection[Any], where: JobFilter, limit: int) -> list[Row]:
         params = {
