@@ -5,20 +5,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg import conninfo
 from psycopg.rows import dict_row
+
+from tenure.soak.bouncer import Bouncer, launch_pgbouncer
+
+__all__ = ["Bouncer", "launch_pgbouncer"]
 
 T = TypeVar("T")
 HERE = Path(__file__).resolve().parent
@@ -26,41 +27,17 @@ APP = "_pooled_app"
 STARTUP_TIMEOUT = 10.0
 
 
-@dataclass(frozen=True)
-class Bouncer:
-    """A PgBouncer process the session started."""
-
-    host: str
-    port: int
-    user: str
-    pool_size: int
-    log_path: Path
-
-    def route(self, dsn: str) -> str:
-        """`dsn`'s database and user, through PgBouncer."""
-        params = conninfo.conninfo_to_dict(dsn)
-        params.update(host=self.host, port=str(self.port))
-        return conninfo.make_conninfo(**params)  # type: ignore[arg-type]
-
-    def accepting(self) -> bool:
-        with contextlib.suppress(OSError), socket.create_connection((self.host, self.port), timeout=0.5):
-            return True
-        return False
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def show(self, what: str, dbname: str) -> list[dict[str, Any]]:
-        """`SHOW CLIENTS` or `SHOW SERVERS` from the admin console, for one database."""
-        assert what in ("CLIENTS", "SERVERS")
-        with (
-            psycopg.connect(
-                host=self.host, port=self.port, user=self.user, dbname="pgbouncer", autocommit=True
-            ) as conn,
-            conn.cursor(row_factory=dict_row) as cur,
-        ):
-            cur.execute(f"SHOW {what}")
-            return [row for row in cur.fetchall() if row["database"] == dbname]
+def show(bouncer: Bouncer, what: str, dbname: str) -> list[dict[str, Any]]:
+    """`SHOW CLIENTS` or `SHOW SERVERS` from the admin console, for one database."""
+    assert what in ("CLIENTS", "SERVERS")
+    with (
+        psycopg.connect(
+            host=bouncer.host, port=bouncer.port, user=bouncer.user, dbname="pgbouncer", autocommit=True
+        ) as conn,
+        conn.cursor(row_factory=dict_row) as cur,
+    ):
+        cur.execute(f"SHOW {what}")
+        return [row for row in cur.fetchall() if row["database"] == dbname]
 
 
 @dataclass
@@ -171,65 +148,3 @@ async def rows(conn: psycopg.AsyncConnection[Any], query: str, params: Any = Non
 async def states(conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
     found = await rows(conn, "SELECT state::text AS state, count(*) AS n FROM tenure.jobs GROUP BY state")
     return {r["state"]: r["n"] for r in found}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _pgbouncer_binary() -> str:
-    found = shutil.which("pgbouncer") or shutil.which("pgbouncer", path="/usr/sbin")
-    if found is None:
-        raise AssertionError("pgbouncer is not installed: run scripts/install-system-deps.sh")
-    return found
-
-
-@contextlib.contextmanager
-def launch_pgbouncer(
-    server_dsn: str, workdir: Path, *, pool_size: int, listen_addr: str = "127.0.0.1"
-) -> Iterator[Bouncer]:
-    """A real PgBouncer in transaction mode on a free port of `listen_addr` ('*': every address
-    of this host), in front of the server of `server_dsn` (every database name maps to it),
-    trusting its user; stopped on exit."""
-    server = conninfo.conninfo_to_dict(server_dsn)
-    user = str(server.get("user") or "postgres")
-    port = _free_port()
-    (workdir / "userlist.txt").write_text(f'"{user}" ""\n')
-    (workdir / "pgbouncer.ini").write_text(
-        "[databases]\n"
-        f"* = host={server.get('host') or '127.0.0.1'} port={server.get('port') or 5432}\n"
-        "\n"
-        "[pgbouncer]\n"
-        f"listen_addr = {listen_addr}\n"
-        f"listen_port = {port}\n"
-        "unix_socket_dir =\n"
-        "auth_type = trust\n"
-        f"auth_file = {workdir / 'userlist.txt'}\n"
-        "pool_mode = transaction\n"
-        f"default_pool_size = {pool_size}\n"
-        "max_client_conn = 500\n"
-        f"admin_users = {user}\n"
-    )
-    log_path = workdir / "pgbouncer.log"
-    command = [_pgbouncer_binary(), str(workdir / "pgbouncer.ini")]
-    if os.geteuid() == 0:  # PgBouncer refuses to run as root; it reads its files, then switches
-        command[1:1] = ["-u", "nobody"]
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    bouncer = Bouncer(host="127.0.0.1", port=port, user=user, pool_size=pool_size, log_path=log_path)
-    try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while not bouncer.accepting():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"pgbouncer did not start:\n{bouncer.log()[-2000:]}")
-            time.sleep(0.05)
-        yield bouncer
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)

@@ -7,7 +7,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from _bouncer import Bouncer, WorkerProcesses, rows, states, wait_until
+from _bouncer import Bouncer, WorkerProcesses, rows, show, states, wait_until
 from _pooled_app import LEAKED_TIMEOUT, LIMITED_MAX_RUNNING
 from psycopg import conninfo
 
@@ -47,9 +47,9 @@ async def test_a_worker_claims_and_completes_through_pgbouncer(
 
     await wait_until(drained, timeout=30, what="200 jobs to succeed", workers=(worker,))
     dbname = conninfo.conninfo_to_dict(dsn)["dbname"]
-    clients = pgbouncer.show("CLIENTS", dbname)
+    clients = show(pgbouncer, "CLIENTS", dbname)
     assert 2 <= len(clients) <= CONCURRENCY + 4, clients
-    assert len(pgbouncer.show("SERVERS", dbname)) <= pgbouncer.pool_size
+    assert len(show(pgbouncer, "SERVERS", dbname)) <= pgbouncer.pool_size
     assert await listening_sessions(db) == 1
     assert worker.stop() == 0
     [row] = await rows(

@@ -22,6 +22,14 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
             "restart it; network faults need root (a network namespace per partitioned worker)."
         ),
     )
+    p.add_argument(
+        "--topology",
+        choices=("direct", "pgbouncer", "failover"),
+        default="direct",
+        help="direct: workers on the soak's own PostgreSQL; pgbouncer: through a real PgBouncer "
+        "(transaction mode); failover: a pg_auto_failover primary and synchronous standby, "
+        "with switchovers and primary kills among the faults",
+    )
     p.add_argument("--duration", type=float, default=120.0, help="seconds of load and faults")
     p.add_argument("--rate", type=float, default=20.0, help="jobs enqueued per second")
     p.add_argument("--workers", type=int, default=4, help="worker processes (at least 4)")

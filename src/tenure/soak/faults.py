@@ -13,8 +13,8 @@ import enum
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
 
 from psycopg import IsolationLevel
 
@@ -32,7 +32,6 @@ from tenure.soak.network import WorkerNetwork
 from tenure.soak.operator import DashboardOperator, act_outcome
 from tenure.soak.queries import SoakQueries
 from tenure.soak.roles import SoakRole, set_read_only
-from tenure.soak.server import SoakServer
 from tenure.soak.workload import CANCELLABLE_KINDS
 
 PACKET_LOSS_SHARE = 0.3
@@ -56,6 +55,20 @@ class FaultKind(enum.Enum):
     REVOKE = "worker role's UPDATE on jobs revoked"
     JOB_REVOKE = "an operator revokes running jobs (cancels one, requeues others)"
     QUEUE_PAUSE = "an operator pauses the queue, then resumes it"
+    SWITCHOVER = "planned switchover to the synchronous standby"
+    PRIMARY_KILL = "SIGKILL of the primary's postmaster"
+
+
+#: Faults of the server itself: which of them a run injects depends on its topology.
+SERVER_FAULTS = frozenset({FaultKind.RESTART, FaultKind.SWITCHOVER, FaultKind.PRIMARY_KILL})
+
+
+class ServerFaults(Protocol):
+    """What a topology offers the schedule: its server faults, and how to inject one."""
+
+    server_faults: tuple[FaultKind, ...]
+
+    async def inject(self, kind: FaultKind) -> tuple[str, str, bool]: ...
 
 
 @dataclass(frozen=True)
@@ -86,7 +99,7 @@ class FaultSchedule:
         dsn: str,
         schema: str,
         lease: float,
-        server: SoakServer | None,
+        server: ServerFaults,
         network: WorkerNetwork | None,
         network_missing: str,
         started: float,
@@ -109,6 +122,13 @@ class FaultSchedule:
         self.worker_prefix = worker_prefix
         self.operator = operator
         self.records: list[FaultRecord] = []
+        #: Every kind this run injects, in rotation: the server's own faults where RESTART stands.
+        self.kinds = [k for k in FaultKind if k not in SERVER_FAULTS]
+        at = self.kinds.index(FaultKind.PARTITION) + 1
+        self.kinds[at:at] = server.server_faults
+        #: When each server fault began, wall clock (the database's, on this one host), and how
+        #: many seconds it took.
+        self.server_faults_at: list[tuple[FaultKind, datetime, float]] = []
         #: Host-clock (stop, cont) intervals per worker name: a frozen process executes nothing.
         self.frozen: dict[str, list[tuple[float, float]]] = defaultdict(list)
         self.killed_at: dict[str, float] = {}
@@ -119,7 +139,7 @@ class FaultSchedule:
         self._victims = 0
 
     def counts(self) -> dict[str, int]:
-        done: dict[str, int] = {k.name.lower(): 0 for k in FaultKind}
+        done: dict[str, int] = {k.name.lower(): 0 for k in self.kinds}
         for r in self.records:
             if not r.skipped:
                 done[r.kind.name.lower()] += 1
@@ -127,7 +147,7 @@ class FaultSchedule:
 
     async def run(self, stop: asyncio.Event, gap: float, on_fault: Any) -> None:
         """Injects faults in rotation, `gap` seconds apart, until `stop` is set."""
-        kinds = list(FaultKind)
+        kinds = self.kinds
         n = 0
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
@@ -161,8 +181,12 @@ class FaultSchedule:
             if kind is FaultKind.PAUSE:
                 return await self._pause(victim)
             return await self._terminate(victim)
-        if kind is FaultKind.RESTART:
-            return await self._restart()
+        if kind in SERVER_FAULTS:
+            began, clock = datetime.now(UTC), time.monotonic()
+            try:
+                return await self.server.inject(kind)
+            finally:
+                self.server_faults_at.append((kind, began, time.monotonic() - clock))
         if kind in (FaultKind.PARTITION, FaultKind.PACKET_LOSS):
             return await self._network(kind)
         if kind is FaultKind.ROW_LOCKS:
@@ -197,12 +221,6 @@ class FaultSchedule:
         async with await connect(self.dsn) as conn:
             killed = await self.queries.terminate_worker(conn, victim.owner)
         return victim.name, f"{killed} sessions terminated", False
-
-    async def _restart(self) -> tuple[str, str, bool]:
-        if self.server is None:
-            return "server", "not the soak's own server (pass --restart-server to allow)", True
-        await asyncio.to_thread(self.server.restart)
-        return "server", f"fast shutdown and start (restart #{self.server.restarts})", False
 
     async def _network(self, kind: FaultKind) -> tuple[str, str, bool]:
         victim = self.fleet.current("w1")

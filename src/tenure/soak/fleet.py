@@ -8,6 +8,7 @@ by a new process in the same slot.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,12 @@ class Role(enum.Enum):
     PLAIN = "plain"
 
 
+def _direct(dsn: str, host: str | None) -> dict[str, str]:
+    if host is None:
+        return {DSN_ENV: dsn}
+    return {DSN_ENV: conninfo.make_conninfo(dsn, host=host)}
+
+
 def faketime_available() -> bool:
     return FAKETIME_LIBRARY.exists()
 
@@ -51,13 +58,17 @@ class SoakFleet(Fleet):
         run_id: str,
         network: WorkerNetwork | None,
         role: str | None = None,
+        connect_environment: Callable[[str, str | None], dict[str, str]] | None = None,
     ) -> None:
+        """`connect_environment(dsn, host)`: the DSN variables of a worker that reaches the
+        database at `host` (None: where the soak does); by default just the DSN, moved there."""
         super().__init__(
             dsn=dsn, schema=schema, lease=lease, concurrency=concurrency, run_dir=run_dir, run_id=run_id
         )
         self.network = network
         self.role_name = role
         self.replacements = 0
+        self.connect_environment = connect_environment or _direct
 
     @staticmethod
     def slot(name: str) -> str:
@@ -88,9 +99,9 @@ class SoakFleet(Fleet):
             params["user"] = self.role_name  # least privilege, so a revoked grant bites
             params.pop("password", None)
         role = self.role(name)
-        if role is Role.PARTITIONABLE and self.network is not None:
-            params["host"] = self.network.host_ip
-        env = {DSN_ENV: conninfo.make_conninfo(**params), ATTEMPTS_ENV: str(self.attempts_path(name))}
+        host = self.network.host_ip if role is Role.PARTITIONABLE and self.network is not None else None
+        env = self.connect_environment(conninfo.make_conninfo(**params), host)
+        env[ATTEMPTS_ENV] = str(self.attempts_path(name))
         if role in (Role.CLOCK_AHEAD, Role.CLOCK_BEHIND):
             env["LD_PRELOAD"] = str(FAKETIME_LIBRARY)
             env["FAKETIME"] = CLOCK_AHEAD if role is Role.CLOCK_AHEAD else CLOCK_BEHIND

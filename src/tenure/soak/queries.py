@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -77,6 +78,12 @@ class SoakQueries:
 
     async def schedule_fires(self, conn: AsyncConnection[Any], schedule: str) -> Row:
         return (await self._rows(conn, "soak_schedule_fires", {"schedule": schedule}))[0]
+
+    async def completions_between(
+        self, conn: AsyncConnection[Any], since: datetime, until: datetime
+    ) -> list[datetime]:
+        rows = await self._rows(conn, "soak_completions_between", {"since": since, "until": until})
+        return [r["finished_at"] for r in rows]
 
     def account_reopen(self, tx: SyncTransaction, account: int) -> None:
         tx.execute(self._sql["soak_account_reopen"], {"id": account})

@@ -23,6 +23,8 @@ class SoakReport:
     fault_counts: dict[str, int] = field(default_factory=dict)
     workers: list[dict[str, Any]] = field(default_factory=list)
     setup: dict[str, Any] = field(default_factory=dict)
+    #: Per server fault: seconds to the first completion after it, and the longest gap.
+    recoveries: list[dict[str, Any]] = field(default_factory=list)
     wall_seconds: float = 0.0
 
     @property
@@ -59,6 +61,7 @@ class SoakReport:
             "duplicate_execution": self.window,
             "fault_counts": self.fault_counts,
             "faults": self.faults,
+            "recoveries": self.recoveries,
             "workers": self.workers,
             "checks": [c.as_dict() for c in self.checks],
             "failures": self.failures,
@@ -70,7 +73,8 @@ def render(report: SoakReport) -> None:
     kinds = ", ".join(f"{k.split('.')[-1]} {n}" for k, n in jobs["enqueued_by_kind"].items())
     lines = [
         "",
-        f"tenure soak: {'ALL CHECKS HOLD' if report.ok else 'VIOLATION'} after {report.wall_seconds:.0f}s",
+        f"tenure soak ({report.setup.get('topology', 'direct')}): "
+        f"{'ALL CHECKS HOLD' if report.ok else 'VIOLATION'} after {report.wall_seconds:.0f}s",
         f"  jobs enqueued            {jobs['enqueued']:>8}   ({kinds})",
         f"  succeeded                {jobs['succeeded']:>8}",
         f"  dead                     {jobs['dead']:>8}   (doomed by design, or transfers lacking funds)",
@@ -86,6 +90,11 @@ def render(report: SoakReport) -> None:
         f"{window.get('jobs_run_twice_at_once', 0)} jobs ran twice at once)",
         f"  money                    {money['now']:>8}   (opening {money['opening']})",
         "  faults: " + ", ".join(f"{k} {n}" for k, n in report.fault_counts.items()),
+    ]
+    lines += [
+        f"  after {r['fault']:<22} first completion {r['first_completion_s']}s "
+        f"(longest gap {r['longest_gap_s']}s)"
+        for r in report.recoveries
     ]
     skipped = {f["fault"]: f["detail"] for f in report.faults if f["skipped"]}
     lines += [f"  skipped {k}: {v}" for k, v in skipped.items()]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import shutil
 import signal
@@ -12,13 +13,14 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from psycopg import AsyncConnection
 
 from tenure.client import Client
-from tenure.db.connect import connect, describe_dsn, resolve_dsn
+from tenure.db.connect import connect, resolve_dsn
 from tenure.db.queries import Queries
 from tenure.demo.database import check_database_name, prepare, recreate_database
 from tenure.demo.queries import BankQueries
@@ -34,7 +36,7 @@ from tenure.soak.operator import DashboardOperator
 from tenure.soak.queries import SoakQueries
 from tenure.soak.report import Check, SoakReport, render
 from tenure.soak.roles import SoakRole
-from tenure.soak.server import SoakServer
+from tenure.soak.topology import Topology, make_topology
 from tenure.soak.waiters import ResultWaiters
 from tenure.soak.workload import RESULT_WANTED, Mixer, expected
 
@@ -64,6 +66,8 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.accounts < 2 or args.concurrency < 1:
         raise ConfigurationError("the soak needs --accounts >= 2 and --concurrency >= 1")
     check_database_name(args.database)
+    if args.dsn and args.topology != "direct":
+        raise ConfigurationError(f"--topology {args.topology} builds its own servers: run it without --dsn")
 
 
 def _say(args: argparse.Namespace, message: str) -> None:
@@ -77,29 +81,33 @@ async def _run(args: argparse.Namespace) -> int:
     run_dir = Path(tempfile.mkdtemp(prefix="tenure-soak-"))
     network: WorkerNetwork | None = None
     network_missing = ""
-    server: SoakServer | None = None
+    topology: Topology | None = None
     fleet: SoakFleet | None = None
     role: SoakRole | None = None
     operator: DashboardOperator | None = None
     try:
+        role_name = f"tenure_soak_worker_{run_id}"
         if args.dsn:
-            server_dsn = resolve_dsn(args.dsn).dsn
+            given = resolve_dsn(args.dsn).dsn
             network_missing = "network faults need the soak's own server (run without --dsn)"
-            where = describe_dsn(server_dsn)
         else:
+            given = None
             try:
                 network = WorkerNetwork.create(run_id)
             except NetworkUnavailable as exc:
                 network_missing = f"no network namespace on this machine: {exc}"
-            server = SoakServer(extra_hosts=[network.host_ip] if network else [])
-            await asyncio.to_thread(server.start)
-            server_dsn = server.dsn()
-            where = f"its own PostgreSQL (data in {server.data_dir})"
+        extra_hosts = [network.host_ip] if network else []
+        topology = make_topology(args.topology, given, extra_hosts, run_dir, role_name)
+        if given is None:
+            _say(args, f"tenure soak: starting the {topology.name} topology")
+        await asyncio.to_thread(topology.start)
+        server_dsn = topology.maintenance_dsn()
+        where = topology.describe()
         _say(args, f"tenure soak: {args.duration:g}s of load on {where}")
         dsn = await recreate_database(server_dsn, args.database)
         workload = make_workload(args.accounts, 0, args.seed)
         await prepare(dsn, args.schema, workload)
-        role = SoakRole(f"tenure_soak_worker_{run_id}", args.schema)
+        role = SoakRole(role_name, args.schema)
         async with await connect(dsn) as conn:
             await role.create(conn)
 
@@ -112,6 +120,7 @@ async def _run(args: argparse.Namespace) -> int:
             run_id=run_id,
             network=network,
             role=role.name,
+            connect_environment=topology.worker_environment,
         )
         fleet.start(args.workers)
         operator = DashboardOperator(dsn, args.schema)
@@ -122,7 +131,7 @@ async def _run(args: argparse.Namespace) -> int:
             dsn=dsn,
             schema=args.schema,
             lease=args.lease,
-            server=server if (server is not None or args.restart_server) else None,
+            server=topology,
             network=network,
             network_missing=network_missing,
             started=started,
@@ -136,7 +145,7 @@ async def _run(args: argparse.Namespace) -> int:
         waiters = ResultWaiters(waiting, timeout=args.duration + args.drain_timeout + 60)
         try:
             failures, limited_peak = await _load_and_drain(
-                args, dsn, fleet, faults, acked, started, waiters, operator
+                args, dsn, topology.producer_dsn(dsn), fleet, faults, acked, started, waiters, operator
             )
             await waiters.finish(timeout=30)
         finally:
@@ -156,6 +165,9 @@ async def _run(args: argparse.Namespace) -> int:
         async with await connect(dsn) as conn:
             report.checks += await _result_checks(conn, args.schema, waiters)
             report.checks += await _limit_and_schedule_checks(conn, args.schema, limited_peak)
+        async with await connect(dsn) as conn:
+            report.recoveries = await _recoveries(conn, args.schema, faults)
+        report.checks += _recovery_checks(report.recoveries)
         report.faults = [r.as_dict() for r in faults.records]
         report.fault_counts = faults.counts()
         never = sorted(kind for kind, count in report.fault_counts.items() if count == 0)
@@ -176,6 +188,7 @@ async def _run(args: argparse.Namespace) -> int:
             for w in fleet.workers
         ]
         report.setup = {
+            "topology": topology.name,
             "server": where,
             "duration_s": args.duration,
             "rate_per_s": args.rate,
@@ -200,8 +213,8 @@ async def _run(args: argparse.Namespace) -> int:
                     await role.drop(conn)
         if network is not None:
             network.destroy()
-        if server is not None:
-            server.stop()
+        if topology is not None:
+            topology.stop()
     if args.json:
         print(json.dumps(report.as_dict(), indent=2, default=str))
     else:
@@ -216,6 +229,7 @@ async def _run(args: argparse.Namespace) -> int:
 async def _load_and_drain(
     args: argparse.Namespace,
     dsn: str,
+    producer_dsn: str,
     fleet: SoakFleet,
     faults: FaultSchedule,
     acked: dict[str, list[int]],
@@ -224,7 +238,8 @@ async def _load_and_drain(
     operator: DashboardOperator,
 ) -> tuple[list[str], int]:
     """Runs the load under faults and drains the queue, with the operator reading the dashboard
-    throughout: the failures, and the most live leases the limited queue was seen holding."""
+    throughout: the failures, and the most live leases the limited queue was seen holding. The
+    producer enqueues on `producer_dsn` (through PgBouncer, in that topology)."""
     stop_faults = asyncio.Event()
     drained = asyncio.Event()
     watching = asyncio.create_task(operator.watch(drained))
@@ -241,7 +256,7 @@ async def _load_and_drain(
     failures: list[str] = []
     try:
         try:
-            await _produce(args, dsn, acked, started, waiters)
+            await _produce(args, producer_dsn, dsn, acked, started, waiters)
         finally:
             stop_faults.set()
             await fault_task
@@ -271,7 +286,12 @@ async def _drain(args: argparse.Namespace, dsn: str, fleet: SoakFleet) -> list[s
 
 
 async def _produce(
-    args: argparse.Namespace, dsn: str, acked: dict[str, list[int]], started: float, waiters: ResultWaiters
+    args: argparse.Namespace,
+    producer_dsn: str,
+    dsn: str,
+    acked: dict[str, list[int]],
+    started: float,
+    waiters: ResultWaiters,
 ) -> None:
     """Enqueues `rate` jobs a second until the load time is over; counts only acknowledged jobs.
 
@@ -280,7 +300,7 @@ async def _produce(
     """
     mixer = Mixer(args.accounts, args.lease, args.seed)
     queries = SoakQueries(args.schema)
-    client = Client(dsn, schema=args.schema, registry=app.registry)
+    client = Client(producer_dsn, schema=args.schema, registry=app.registry)
     next_report = time.monotonic() + args.report_every
     owed = 0.0
     try:
@@ -519,6 +539,60 @@ async def _result_checks(conn: AsyncConnection[Any], schema: str, waiters: Resul
             f"{len(waiters.failed)} failed, {len(mismatched)} differ"
             + (f": {list(waiters.failed.values())[:2]}" if waiters.failed else ""),
         ),
+    ]
+
+
+#: How long after a server fault is over the soak still looks for the first completion.
+RECOVERY_MARGIN = timedelta(seconds=10)
+#: A server fault after which nothing completes for this long has not been recovered from.
+RECOVERY_BOUND = 60.0
+
+
+async def _recoveries(conn: AsyncConnection[Any], schema: str, faults: FaultSchedule) -> list[dict[str, Any]]:
+    """For each server fault, seconds from its start to the first completion after it, and the
+    longest stretch without one (database times). Work already under way may still finish just
+    after a fault begins, so "after it" means after the longest gap that follows its start,
+    until a little after the fault is over."""
+    queries = SoakQueries(schema)
+    found = []
+    done = faults.server_faults_at
+    for n, (kind, began, seconds) in enumerate(done):
+        # Up to a little after the fault is over, and never into the next server fault: the
+        # faults that follow it make gaps of their own.
+        until = began + timedelta(seconds=seconds) + RECOVERY_MARGIN
+        if n + 1 < len(done):
+            until = min(until, done[n + 1][1])
+        times = await queries.completions_between(conn, began - timedelta(seconds=1), until)
+        gap, resumed = 0.0, None
+        for before, after in itertools.pairwise(times):
+            if after > began and (after - before).total_seconds() > gap:
+                gap, resumed = (after - before).total_seconds(), after
+        found.append(
+            {
+                "fault": kind.name.lower(),
+                "at": began.isoformat(timespec="milliseconds"),
+                "first_completion_s": None
+                if resumed is None
+                else round((resumed - began).total_seconds(), 2),
+                "longest_gap_s": round(gap, 2),
+            }
+        )
+    return found
+
+
+def _recovery_checks(recoveries: list[dict[str, Any]]) -> list[Check]:
+    late = [
+        r for r in recoveries if r["first_completion_s"] is None or r["first_completion_s"] > RECOVERY_BOUND
+    ]
+    figures = (
+        ", ".join(f"{r['fault']} {r['first_completion_s']}s" for r in recoveries) or "no server fault ran"
+    )
+    return [
+        Check(
+            f"work resumed within {RECOVERY_BOUND:g}s of every server fault",
+            bool(recoveries) and not late,
+            f"first completion after: {figures}",
+        )
     ]
 
 

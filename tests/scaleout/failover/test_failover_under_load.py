@@ -33,11 +33,7 @@ def report(run: FailoverRun, checks: dict[str, object]) -> None:
 
 def check_synchronous(cluster: FailoverCluster) -> None:
     """The primary waits for its standby's flush before acknowledging a commit."""
-    [settings] = cluster.sql(
-        cluster.primary(),
-        "SELECT current_setting('synchronous_standby_names') AS names,"
-        " current_setting('synchronous_commit') AS commit",
-    )
+    settings = cluster.synchronous_settings()
     assert settings["names"].startswith("ANY 1 (pgautofailover_standby_"), settings
     assert settings["commit"] == "on", settings
 

@@ -109,3 +109,9 @@ SELECT count(*) AS fires, count(DISTINCT f.slot) AS slots,
 FROM __schema__.schedule_fires f
 LEFT JOIN __schema__.jobs j ON j.id = f.job_id
 WHERE f.schedule = %(schedule)s;
+
+-- name: soak_completions_between
+-- When jobs succeeded in a window: the soak reads how long work stopped around a server fault.
+SELECT finished_at FROM __schema__.jobs
+WHERE state = 'succeeded' AND finished_at BETWEEN %(since)s AND %(until)s
+ORDER BY finished_at;
