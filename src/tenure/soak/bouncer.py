@@ -75,6 +75,8 @@ def _config(server: dict[str, Any], listen: str, port: int, workdir: Path, pool_
         "pool_mode = transaction\n"
         f"default_pool_size = {pool_size}\n"
         "max_client_conn = 500\n"
+        # Its default, 15 s, would keep every worker waiting that long after a restart.
+        "server_login_retry = 1\n"
         f"admin_users = {admin}\n"
     )
 

@@ -70,7 +70,9 @@ CANCELLABLE_KINDS = frozenset({Kind.TRANSFER, Kind.SLOW, Kind.THREAD_SLOW, Kind.
 
 def expected(kind: str, state: str, code: str) -> bool:
     """Whether a job of this kind may end in this state with this error code."""
-    if state == "cancelled" and code == "REVOKED" and kind in CANCELLABLE_KINDS:
+    # REVOKED when it was running at the cancel, CANCELLED when it was not (by then its lease had
+    # expired, as a failover or a partition can make it): the operator's choice either way.
+    if state == "cancelled" and code in ("REVOKED", "CANCELLED") and kind in CANCELLABLE_KINDS:
         return True
     if kind == Kind.DOOMED:
         return state == "dead" and code == "DOOMED"
