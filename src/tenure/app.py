@@ -154,6 +154,7 @@ class Tenure:
 
     @property
     def client(self) -> Client:
+        """The app's async `Client`, with its registry; opened on first use."""
         if self._client is None:
             self._client = Client(
                 self.dsn,
@@ -166,6 +167,7 @@ class Tenure:
 
     @property
     def sync_client(self) -> SyncClient:
+        """The app's blocking `SyncClient`, with its registry; opened on first use."""
         if self._sync_client is None:
             self._sync_client = SyncClient(
                 self.dsn,
@@ -205,6 +207,7 @@ class Tenure:
         return await self.client.cancel(ids, **options)
 
     def cancel_sync(self, ids: Sequence[int] | None = None, **options: Any) -> CancelReport:
+        """Blocking `cancel` (`SyncClient.cancel`)."""
         return self.sync_client.cancel(ids, **options)
 
     async def retry(self, ids: Sequence[int], **options: Any) -> list[int]:
@@ -212,6 +215,7 @@ class Tenure:
         return await self.client.retry(ids, **options)
 
     def retry_sync(self, ids: Sequence[int], **options: Any) -> list[int]:
+        """Blocking `retry` (`SyncClient.retry`)."""
         return self.sync_client.retry(ids, **options)
 
     async def pause_queue(self, queue: str, **options: Any) -> QueuePause:
@@ -219,15 +223,19 @@ class Tenure:
         return await self.client.pause_queue(queue, **options)
 
     def pause_queue_sync(self, queue: str, **options: Any) -> QueuePause:
+        """Blocking `pause_queue` (`SyncClient.pause_queue`)."""
         return self.sync_client.pause_queue(queue, **options)
 
     async def resume_queue(self, queue: str, **options: Any) -> None:
+        """Ends a queue's pause (`Client.resume_queue`)."""
         await self.client.resume_queue(queue, **options)
 
     def resume_queue_sync(self, queue: str, **options: Any) -> None:
+        """Blocking `resume_queue` (`SyncClient.resume_queue`)."""
         self.sync_client.resume_queue(queue, **options)
 
     async def paused_queues(self) -> list[QueuePause]:
+        """The queue pauses in effect (`Client.paused_queues`)."""
         return await self.client.paused_queues()
 
     async def result(self, job_id: int, *, timeout: float | None = None, poll: float = 1.0) -> Any:
@@ -235,18 +243,22 @@ class Tenure:
         return await self.client.result(job_id, timeout=timeout, poll=poll)
 
     def result_sync(self, job_id: int, *, timeout: float | None = None, poll: float = 1.0) -> Any:
+        """Blocking `result` (`SyncClient.result`)."""
         return self.sync_client.result(job_id, timeout=timeout, poll=poll)
 
     async def migrate(self) -> MigrationReport:
+        """Creates or upgrades the app's schema, as `tenure migrate` does."""
         conn = await connect(resolve_dsn(self.dsn).dsn)
         async with conn:
             return await migrate(conn, self.schema)
 
     def worker(self, options: WorkerOptions | None = None, **option_fields: Any) -> Worker:
+        """A worker for this app's tasks, with `options` or `WorkerOptions(**option_fields)`."""
         opts = options or WorkerOptions(**option_fields)
         return Worker(self.registry, dsn=self.dsn, schema=self.schema, options=opts)
 
     async def close(self) -> None:
+        """Closes the app's clients' pools."""
         if self._client is not None:
             await self._client.close()
         self.close_sync()

@@ -30,6 +30,9 @@ OPTIONS = tuple(
 
 @dataclass(frozen=True)
 class TaskCall(Generic[P]):
+    """What `task.with_options(...)` returns: `enqueue` and `enqueue_sync` take the handler's
+    arguments and enqueue with the bound options and connection."""
+
     task: Task[P, Any]
     conn: AsyncConnection[Any] | Connection[Any] | None = None
     options: dict[str, Any] = field(default_factory=dict)

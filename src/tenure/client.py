@@ -158,7 +158,23 @@ class JobBuilder:
         unique: Any = None,
         idempotency_key: uuid.UUID | str | None = None,
     ) -> JobSpec:
-        """A complete spec for one job; options left as None come from the task's policy."""
+        """A complete spec for one job; options left as None come from the task's policy.
+
+        Args:
+            task: the task, or its registered name.
+            payload: the handler's keyword arguments, as JSON.
+            queue: the queue; required for a task this client's registry does not know.
+            priority: higher runs first.
+            delay: seconds (or a timedelta) from now before the job may run.
+            run_at: when the job may run; give `delay` or `run_at`, not both.
+            max_attempts: runs before the job is dead.
+            ordering_key: jobs sharing a key run one at a time, in enqueue order (O2).
+            result_wanted: a caller will wait for the result: the job's finish notifies at once.
+            unique: a tenure.Unique, a key string or True (by the whole payload); False: not
+                unique, whatever the task's policy.
+            idempotency_key: the caller's own key for this enqueue: a retry after an ambiguous
+                commit returns the job the first attempt stored.
+        """
         name = task.name if isinstance(task, Task) else task
         spec = JobSpec(
             task=name,
@@ -286,6 +302,7 @@ class Client:
         self._owns_pool = pool is None
 
     async def pool(self) -> AsyncConnectionPool[Any]:
+        """The client's pool: the one it was given, else its own, opened on first use."""
         if self._pool is None:
             self._pool = await open_pool(
                 resolve_dsn(self._dsn).dsn, min_size=1, max_size=4, name="tenure-client"
@@ -293,6 +310,7 @@ class Client:
         return self._pool
 
     async def close(self) -> None:
+        """Closes the client's own pool (a pool it was given stays open)."""
         if self._pool is not None and self._owns_pool:
             await self._pool.close()
             self._pool = None
@@ -526,6 +544,7 @@ class SyncClient:
         return self._pool
 
     def close(self) -> None:
+        """Closes the client's pool; the next call opens a new one."""
         if self._pool is not None:
             self._pool.close()
             self._pool = None
@@ -574,6 +593,7 @@ class SyncClient:
                 return self.queries.job_insert_many_sync(c, traced)
 
     def enqueue_copy(self, specs: Iterable[JobSpec]) -> int:
+        """Blocking `Client.enqueue_copy`."""
         checked = [self.builder.check(s) for s in specs]
         _refuse_ordering_keys(checked)
         if not checked:
@@ -680,6 +700,7 @@ class SyncClient:
             raise not_paused(queue)
 
     def paused_queues(self) -> list[QueuePause]:
+        """Blocking `Client.paused_queues`."""
         with self._conn(None) as c:
             return [queue_pause(r) for r in self.control.pauses_sync(c)]
 

@@ -30,6 +30,7 @@ class JobContext:
     """The handler's view of one attempt of one job."""
 
     def __init__(self, job: ClaimedJob, services: WorkerServices) -> None:
+        #: The claimed job: its queue, task, payload, and lease with its expiry and deadline.
         self.job = job
         self._services = services
         self._lock = threading.Lock()
@@ -42,6 +43,7 @@ class JobContext:
 
     @property
     def job_id(self) -> int:
+        """The job's id, the one enqueue returned."""
         return self.job.id
 
     @property
@@ -70,6 +72,7 @@ class JobContext:
 
     @property
     def payload(self) -> dict[str, Any]:
+        """The payload as stored; `tenure.secret()` references are still references here."""
         return self.job.payload
 
     @property
@@ -102,6 +105,7 @@ class JobContext:
 
     @property
     def lease_lost(self) -> bool:
+        """True once this worker no longer holds the job (`check` raises then)."""
         return self.lost_reason is not None
 
     def mark_lost(self, reason: str) -> None:

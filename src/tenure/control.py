@@ -46,11 +46,14 @@ class CancelReport:
 
     @property
     def ids(self) -> list[int]:
+        """Every job the cancel changed, sorted."""
         return sorted(self.cancelled + self.revoked)
 
 
 @dataclass(frozen=True, slots=True)
 class QueuePause:
+    """A queue's pause: since when, until when (None: until resumed), by whom and why."""
+
     queue: str
     paused_at: datetime
     until: datetime | None

@@ -37,6 +37,7 @@ class JobState(enum.StrEnum):
 
     @property
     def is_terminal(self) -> bool:
+        """Succeeded, dead or cancelled: the job is finished (it has a `finished_at`)."""
         return self in (JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED)
 
 

@@ -23,6 +23,8 @@ from tenure.errors import (
 
 
 class FailureClass(enum.StrEnum):
+    """How a failure is retried: what `FailurePolicy.classify` decides for an exception."""
+
     PERMANENT = "permanent"
     """Can never succeed as enqueued: dead at once."""
     TRANSIENT = "transient"
@@ -54,6 +56,7 @@ class Backoff:
         object.__setattr__(self, "jitter", float(self.jitter))
 
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait after attempt number `attempt` (1 for the first) failed, before the next."""
         # The exponent is bounded so that a large attempt number cannot overflow a float.
         raw = min(self.cap, self.base * 2.0 ** min(max(0, attempt - 1), 1000))
         draw: float = (rng or random).random()
@@ -122,6 +125,8 @@ class FailurePolicy:
     classifiers: list[Classifier] = field(default_factory=list)
 
     def classify(self, exc: BaseException) -> FailureClass:
+        """The class of `exc`: the first classifier with a verdict, then `permanent` and
+        `transient`, then Tenure's own rules (`Permanent`, `Transient`, database errors, ...)."""
         for classify in self.classifiers:
             verdict = classify(exc)
             if verdict is not None:

@@ -30,8 +30,11 @@ class CredentialPolicy(enum.StrEnum):
     """What enqueue does with a payload key that looks like a credential holding a plain value."""
 
     ALLOW = "allow"
+    """Enqueue it as it is."""
     WARN = "warn"
+    """Enqueue it, with a CredentialInPayloadWarning (the default)."""
     REFUSE = "refuse"
+    """Refuse the enqueue with a ValidationError."""
 
 
 def credential_policy_from(value: CredentialPolicy | str) -> CredentialPolicy:

@@ -237,6 +237,8 @@ class TaskRegistry:
         app: Tenure | None = None,
         **policy: Any,
     ) -> Task[P, R]:
+        """Registers `handler` under `name` (default: its module and qualified name); `policy`
+        takes the fields of `TaskPolicy`. What `app.task` does."""
         task_name = check_task_name(name or f"{handler.__module__}.{handler.__qualname__}")
         if task_name in self._tasks and self._tasks[task_name].handler is not handler:
             raise ConfigurationError(f"task {task_name!r} is registered twice; give one of them another name")
@@ -254,6 +256,7 @@ class TaskRegistry:
         return task
 
     def add_schedule(self, schedule: Schedule) -> Schedule:
+        """Adds a periodic job; declaring one name twice for different schedules is refused."""
         known = self.schedules.get(schedule.name)
         if known is not None and known != schedule:
             raise ConfigurationError(
@@ -265,9 +268,11 @@ class TaskRegistry:
         return schedule
 
     def get(self, name: str) -> Task[..., Any] | None:
+        """The task registered as `name`, or None."""
         return self._tasks.get(name)
 
     def with_policy(self, name: str, **changes: Any) -> Task[..., Any]:
+        """Replaces task `name` with a copy whose policy has `changes`, and returns it."""
         task = self._tasks[name]
         options = {f: getattr(task.policy, f) for f in POLICY_FIELDS}
         self._tasks[name] = replace(task, policy=_policy(name, {**options, **changes}))
@@ -280,4 +285,5 @@ class TaskRegistry:
         return len(self._tasks)
 
     def queues(self) -> list[str]:
+        """The queues of the registered tasks, sorted."""
         return sorted({t.policy.queue for t in self._tasks.values()})

@@ -148,6 +148,8 @@ def _check_not_aborted(tx: Transaction[Any]) -> None:
 
 
 class AsyncTransaction(Transaction[AsyncConnection[Any]]):
+    """What an async unit of work receives: `execute`, `savepoint`, and `conn` itself."""
+
     async def execute(self, query: Query, params: Any = None) -> list[dict[str, Any]]:
         """Runs one statement and returns its rows as dicts (empty for statements without rows)."""
         try:
@@ -172,7 +174,10 @@ class AsyncTransaction(Transaction[AsyncConnection[Any]]):
 
 
 class SyncTransaction(Transaction[Connection[Any]]):
+    """What a blocking unit of work receives: `execute`, `savepoint`, and `conn` itself."""
+
     def execute(self, query: Query, params: Any = None) -> list[dict[str, Any]]:
+        """Blocking `AsyncTransaction.execute`."""
         try:
             with self.conn.cursor(row_factory=dict_row) as cur:
                 cur.execute(query, params)
@@ -183,6 +188,7 @@ class SyncTransaction(Transaction[Connection[Any]]):
 
     @contextlib.contextmanager
     def savepoint(self) -> Iterator[None]:
+        """Blocking `AsyncTransaction.savepoint`."""
         recorded = self.first_error
         try:
             with self.conn.transaction():

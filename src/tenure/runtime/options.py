@@ -24,27 +24,38 @@ def default_worker_id() -> str:
 class WorkerOptions:
     """How one worker process claims and runs jobs.
 
-    queues: None runs every queue the registry's tasks use (or 'default').
-    lease_seconds: the renewable lease; renewed only while the job reports progress.
-    max_runtime_seconds: the hard limit after which a lease is never renewed (L4).
-    poll_interval: how often to claim with no notification, so jobs drain without LISTEN (N2).
-    claim_batch: the most jobs one claim takes; never more than the free slots (C3).
-    queue_weights: each queue's share of the slots while queues compete (O3); unnamed queues
-        weigh 1. A queue always gets its share back as slots free; idle shares are lent out.
-    oldest_every: one job in every `oldest_every` that this worker claims from a queue is the
-        queue's oldest due job, whatever its priority: the starvation bound of O3
-        (docs/ordering.md). 1 claims in due order only; None claims by priority only.
-    promotion_batch: the most scheduled jobs one promotion statement makes pending.
-    statement_timeout: the bound on every statement the worker's own services run (claims,
-        completions, heartbeats, recovery, ...), in seconds; past it the statement is cancelled
-        on the server and retried. None derives it from the lease (a third, at most 10 s).
-    service_failure_limit: how long a critical service (claimer, completer, heartbeat,
-        recovery) may keep failing without one success before the worker stops and exits
-        non-zero, so that a process supervisor restarts it.
-    max_result_bytes: the largest handler result (its JSON) stored with a succeeded job; a
-        larger one fails the job with RESULT_TOO_LARGE.
-    listen_dsn: where LISTEN connects, when the pool's DSN goes through a transaction pooler
-        (PgBouncer) that cannot deliver notifications; None uses the pool's DSN.
+    Attributes:
+        queues: None runs every queue the registry's tasks use (or 'default').
+        concurrency: the most jobs this worker runs at once.
+        lease_seconds: the renewable lease; renewed only while the job reports progress.
+        max_runtime_seconds: the hard limit after which a lease is never renewed (L4).
+        poll_interval: how often to claim with no notification, so jobs drain without LISTEN (N2).
+        claim_batch: the most jobs one claim takes; never more than the free slots (C3).
+        heartbeat_interval: seconds between heartbeats; None: a third of the lease.
+        recovery_interval: seconds between recoveries of expired leases; None: half the lease,
+            at most 5 s.
+        recovery_batch: the most expired leases one recovery statement takes.
+        recovery_backoff: the retry delay of a recovered job whose task this worker does not know.
+        shutdown_grace: seconds running jobs get to finish after a stop before they are given back.
+        listen: whether to LISTEN for new jobs; without it the worker only polls.
+        worker_id: this worker's name: the owner of its leases, in job history and the workers list.
+        completion_batch: the most completions one statement writes.
+        queue_weights: each queue's share of the slots while queues compete (O3); unnamed queues
+            weigh 1. A queue always gets its share back as slots free; idle shares are lent out.
+        oldest_every: one job in every `oldest_every` that this worker claims from a queue is the
+            queue's oldest due job, whatever its priority: the starvation bound of O3
+            (docs/ordering.md). 1 claims in due order only; None claims by priority only.
+        promotion_batch: the most scheduled jobs one promotion statement makes pending.
+        statement_timeout: the bound on every statement the worker's own services run (claims,
+            completions, heartbeats, recovery, ...), in seconds; past it the statement is cancelled
+            on the server and retried. None derives it from the lease (a third, at most 10 s).
+        service_failure_limit: how long a critical service (claimer, completer, heartbeat,
+            recovery) may keep failing without one success before the worker stops and exits
+            non-zero, so that a process supervisor restarts it.
+        listen_dsn: where LISTEN connects, when the pool's DSN goes through a transaction pooler
+            (PgBouncer) that cannot deliver notifications; None uses the pool's DSN.
+        max_result_bytes: the largest handler result (its JSON) stored with a succeeded job; a
+            larger one fails the job with RESULT_TOO_LARGE.
     """
 
     queues: list[str] | None = None

@@ -72,10 +72,12 @@ class Worker:
 
     @property
     def stats(self) -> WorkerStats:
+        """This worker's counters: jobs claimed, succeeded, retried, dead, ..."""
         return self.services.stats if self.services else WorkerStats()
 
     @property
     def queues(self) -> list[str]:
+        """The queues this worker claims from."""
         return self.options.queues or self.registry.queues() or ["default"]
 
     def stop(self, *, force: bool = False) -> None:
@@ -86,6 +88,9 @@ class Worker:
             self.claimer.wake()  # do not sit out the rest of a long poll interval first
 
     async def run(self, *, handle_signals: bool = False) -> WorkerStats:
+        """Runs until `stop` (with `handle_signals`, SIGTERM or SIGINT too) or until a critical
+        service keeps failing (`failure` says why); then shuts down as `stop` says, and returns the
+        counters."""
         dsn = resolve_dsn(self._dsn).dsn
         pool = await open_pool(dsn, min_size=2, max_size=self.options.concurrency + 4, name="tenure-worker")
         try:
