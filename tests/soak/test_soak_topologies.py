@@ -18,6 +18,7 @@ def test_soak_through_pgbouncer_loses_nothing() -> None:
     assert "PgBouncer" in report["setup"]["server"]
     assert report["fault_counts"]["restart"] > 0
     assert report["jobs"]["enqueued"] > 300
+    print("\nfirst completion after each restart behind PgBouncer:", report["recoveries"])
 
 
 def test_soak_across_switchovers_and_primary_kills_loses_nothing() -> None:
