@@ -5,6 +5,7 @@ lease_lost, and completion and recovery that keep their own rules."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from datetime import timedelta
@@ -17,6 +18,8 @@ from psycopg import AsyncConnection
 from tenure import Backoff, FailurePolicy, JobContext, JobSpec, Tenure
 from tenure.db.connect import open_pool
 from tenure.db.queries import Queries
+from tenure.runtime import listener as listener_module
+from tenure.runtime.listener import Listener
 from tenure.runtime.options import WorkerOptions
 from tenure.runtime.recovery import Recovery
 from tenure.runtime.services import WorkerServices
@@ -205,7 +208,11 @@ async def test_session_settings_made_in_atomic_do_not_leak_into_the_pool(
 
 
 async def test_a_listener_that_receives_no_notifications_says_so_and_polling_drains(
-    dsn: str, db: AsyncConnection[Any], caplog: pytest.LogCaptureFixture, server_dsn: str
+    dsn: str,
+    db: AsyncConnection[Any],
+    caplog: pytest.LogCaptureFixture,
+    server_dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """LISTEN on a connection that never sees the pool's notifications (as behind PgBouncer in
     transaction mode) is detected by its probe and named in a warning; jobs still drain by polling."""
@@ -216,9 +223,36 @@ async def test_a_listener_that_receives_no_notifications_says_so_and_polling_dra
         pass
 
     caplog.set_level(logging.WARNING, logger="tenure.worker")
+    monkeypatch.setattr(listener_module, "PROBE_TIMEOUT", 0.5)
     # Another database on the same server: a LISTEN there never hears this database's NOTIFY.
     async with running(app, listen_dsn=server_dsn, poll_interval=0.2):
         await eventually(lambda: "receives no notifications" in caplog.text, what="the listener's warning")
         job = await app.enqueue("noop")
         await wait_state(db, job.id, "succeeded")
     assert "receives no notifications" in caplog.text and "--listen-dsn" in caplog.text
+
+
+async def test_a_probe_lost_once_after_a_failover_makes_no_pooler_warning(
+    dsn: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first probe is lost (as when the pool still holds a session on the old primary right
+    after a failover) and the next one arrives: the listener does not claim to be behind a pooler."""
+    monkeypatch.setattr(listener_module, "PROBE_TIMEOUT", 0.5)
+    caplog.set_level(logging.WARNING, logger="tenure.worker")
+    sent: list[str] = []
+
+    async def lose_the_first(payload: str) -> None:
+        sent.append(payload)
+        if len(sent) > 1:
+            async with await AsyncConnection.connect(dsn, autocommit=True) as conn:
+                await conn.execute("SELECT pg_notify(%s, %s)", (listener.channel, payload))
+
+    listener = Listener(dsn, "tenure", {"default"}, lambda: None, send_probe=lose_the_first)
+    task = asyncio.create_task(listener.run())
+    try:
+        await eventually(lambda: len(sent) >= 2 and listener.probe_arrived.is_set(), what="a probe arriving")
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert "receives no notifications" not in caplog.text

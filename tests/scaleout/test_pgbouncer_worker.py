@@ -130,7 +130,7 @@ async def test_a_worker_without_a_listen_dsn_says_so_and_drains_by_polling(
     async def warned() -> bool:
         return "receives no notifications" in worker.log()
 
-    await wait_until(warned, timeout=20, what="the listener's warning", workers=(worker,))
+    await wait_until(warned, timeout=40, what="the listener's warning", workers=(worker,))
     warning = " ".join(line for line in worker.log().splitlines() if "receives no notifications" in line)
     assert "--listen-dsn" in warning and "TENURE_LISTEN_DSN" in warning and "polling every 0.3s" in warning
     await enqueue(db, "pooled.noop", 20)

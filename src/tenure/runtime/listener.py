@@ -26,6 +26,8 @@ log = logging.getLogger("tenure.worker")
 
 #: How long the probe notification may take before wake-ups are declared not to work.
 PROBE_TIMEOUT = 5.0
+#: Probes lost in a row before the listener says it is behind a transaction pooler.
+PROBE_ATTEMPTS = 3
 
 
 class Listener:
@@ -100,13 +102,23 @@ class Listener:
                     probe.cancel()
 
     async def _probe(self) -> None:
-        """Checks that a notification sent through the pool comes back on this connection."""
+        """Checks that a notification sent through the pool comes back on this connection.
+
+        Right after a failover the pool may still hold a session on the old primary, whose
+        notifications never reach this one: so one lost probe proves nothing, and only
+        PROBE_ATTEMPTS lost in a row (a pooler loses every one) make the warning."""
         assert self.send_probe is not None
-        self.probe_arrived.clear()
         try:
-            await self.send_probe(self._probe_payload)
-            async with asyncio.timeout(PROBE_TIMEOUT):
-                await self.probe_arrived.wait()
+            for attempt in range(PROBE_ATTEMPTS):
+                self.probe_arrived.clear()
+                await self.send_probe(self._probe_payload)
+                try:
+                    async with asyncio.timeout(PROBE_TIMEOUT):
+                        await self.probe_arrived.wait()
+                    return
+                except TimeoutError:
+                    if attempt + 1 == PROBE_ATTEMPTS:
+                        raise
         except TimeoutError:
             if not self._warned:
                 self._warned = True
