@@ -30,7 +30,9 @@ class WorkerOptions:
         lease_seconds: the renewable lease; renewed only while the job reports progress.
         max_runtime_seconds: the hard limit after which a lease is never renewed (L4).
         poll_interval: how often to claim with no notification, so jobs drain without LISTEN (N2).
-        claim_batch: the most jobs one claim takes; never more than the free slots (C3).
+        claim_batch: the most jobs one claim takes; never more than the free slots (C3). Each
+            claim is a commit, so a claim takes every free slot up to this; the default lets
+            a worker of up to 100 slots refill them all in one statement.
         heartbeat_interval: seconds between heartbeats; None: a third of the lease.
         recovery_interval: seconds between recoveries of expired leases; None: half the lease,
             at most 5 s.
@@ -63,7 +65,7 @@ class WorkerOptions:
     lease_seconds: float = 30.0
     max_runtime_seconds: float = 3600.0
     poll_interval: float = 1.0
-    claim_batch: int = 20
+    claim_batch: int = 100
     heartbeat_interval: float | None = None
     recovery_interval: float | None = None
     recovery_batch: int = 1000
