@@ -6,7 +6,6 @@ import asyncio
 import os
 import subprocess
 import sys
-import time
 from datetime import timedelta
 from typing import Any
 
@@ -136,7 +135,8 @@ def test_migrate_through_pgbouncer_is_refused_naming_the_direct_dsn(pooled_dsn: 
 async def test_a_result_waiter_through_pgbouncer_listens_on_tenure_listen_dsn(
     pooled_dsn: str, dsn: str, workers: WorkerProcesses, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Client.result through PgBouncer wakes on TENURE_LISTEN_DSN as the job finishes."""
+    """Client.result through PgBouncer wakes on TENURE_LISTEN_DSN as the job finishes: its poll
+    comes only after its timeout, so nothing but the notification can bring the result."""
     monkeypatch.setenv(PREPARE_THRESHOLD_ENV, "none")
     monkeypatch.setenv(LISTEN_DSN_ENV, dsn)
     worker = workers.start(
@@ -144,8 +144,5 @@ async def test_a_result_waiter_through_pgbouncer_listens_on_tenure_listen_dsn(
     )
     async with tenure.Client(pooled_dsn) as client:
         job = await client.enqueue("pooled.answer", queue=QUEUE, result_wanted=True)
-        started = time.monotonic()
-        assert await client.result(job.id, poll=2.0, timeout=20) == 42
-        waited = time.monotonic() - started
-    assert waited < 1.5, waited
+        assert await client.result(job.id, poll=120.0, timeout=60) == 42
     assert worker.stop() == 0
