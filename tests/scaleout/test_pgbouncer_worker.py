@@ -13,7 +13,7 @@ from psycopg import conninfo
 
 from tenure.db.queries import Queries
 from tenure.jobs import JobSpec
-from tenure.runtime.listener import PROBE_TIMEOUT
+from tenure.runtime.listener import PROBE_ATTEMPTS, PROBE_TIMEOUT
 
 NO_PREPARE = ("--prepare-threshold", "none")
 CONCURRENCY = 4
@@ -172,7 +172,7 @@ async def test_a_worker_with_a_direct_listen_dsn_is_woken_by_notify(
             [row] = await wait_until(done, timeout=15, what=f"job {job_id} to succeed", workers=(worker,))
             latencies.append(row["latency"])
     assert max(latencies) < 1.0, latencies
-    await asyncio.sleep(max(0.0, PROBE_TIMEOUT + 0.5 - worker.age()))
+    await asyncio.sleep(max(0.0, PROBE_TIMEOUT * PROBE_ATTEMPTS + 0.5 - worker.age()))
     assert worker.stop() == 0
     assert "receives no notifications" not in worker.log()
 
