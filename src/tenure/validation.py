@@ -81,6 +81,14 @@ def _check_float(value: float, path: str) -> None:
 
 def check_payload(payload: object, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> dict[str, Any]:
     """Accepts a JSON object that PostgreSQL's jsonb stores exactly; rejects anything else."""
+    payload_json(payload, max_bytes=max_bytes)
+    assert isinstance(payload, dict)
+    return payload
+
+
+def payload_json(payload: object, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
+    """`check_payload`, returning the payload's compact JSON text (measured for the size limit,
+    so COPY can send it as it is instead of encoding it again)."""
     if not isinstance(payload, dict):
         raise ValidationError(
             f"payload must be a JSON object (a dict of keyword arguments), got {type(payload).__name__}"
@@ -115,21 +123,28 @@ def check_payload(payload: object, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
                 f"{path} is a {type(value).__name__}, which is not JSON; convert it "
                 "(for example a datetime to an ISO string, a Decimal to a string)"
             )
-    size = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+    size = len(text.encode("utf-8"))
     if size > max_bytes:
         raise ValidationError(
             f"payload is {size} bytes, over the limit of {max_bytes}; store large data elsewhere "
             "and enqueue a reference to it, or raise max_payload_bytes"
         )
-    return payload
+    return text
 
 
 def check_spec(spec: JobSpec, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> JobSpec:
     """Checks every value a spec sets; None options are the task policy's to fill in (tenure.client)."""
+    check_spec_json(spec, max_payload_bytes=max_payload_bytes)
+    return spec
+
+
+def check_spec_json(spec: JobSpec, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
+    """`check_spec`, returning the payload's compact JSON text."""
     check_task_name(spec.task)
     if spec.queue is not None:
         check_queue(spec.queue)
-    check_payload(spec.payload, max_bytes=max_payload_bytes)
+    payload_text = payload_json(spec.payload, max_bytes=max_payload_bytes)
     if not isinstance(spec.result_wanted, bool):
         raise ValidationError(f"result_wanted must be True or False, got {spec.result_wanted!r}")
     if spec.priority is not None and (
@@ -174,4 +189,4 @@ def check_spec(spec: JobSpec, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BY
         )
     if spec.ordering_key is not None:
         _check_text(spec.ordering_key, "ordering_key")
-    return spec
+    return payload_text

@@ -216,6 +216,23 @@ async def test_enqueue_many_and_copy_apply_the_policy_and_check_the_signature(
     assert good.queue is None  # the caller's spec is not changed
 
 
+async def test_a_bad_job_deep_in_a_copy_load_writes_nothing(dsn: str, db: AsyncConnection[Any]) -> None:
+    """enqueue_copy checks each job as it streams it: one bad job after thousands already sent
+    aborts the COPY, nothing of the load is stored (async and blocking), and the client goes on."""
+    good = [JobSpec(task="bulk.item", payload={"i": i}, queue="bulk") for i in range(5000)]
+    bad = JobSpec(task="bulk.item", payload={"when": datetime.now(UTC)}, queue="bulk")
+    async with tenure.Client(dsn) as client:
+        with pytest.raises(ValidationError, match="is a datetime, which is not JSON"):
+            await client.enqueue_copy([*good, bad, *good[:10]])
+        assert await counts(db) == (0, 0)
+        assert await client.enqueue_copy(good[:3]) == 3
+    with tenure.SyncClient(dsn) as sync_client:
+        with pytest.raises(ValidationError, match="is a datetime, which is not JSON"):
+            sync_client.enqueue_copy([*good, bad])
+        assert sync_client.enqueue_copy(good[:2]) == 2
+    assert (await (await db.execute("SELECT count(*) FROM tenure.jobs")).fetchone()) == (5,)
+
+
 async def test_a_task_the_app_does_not_know_needs_an_explicit_queue(
     dsn: str, db: AsyncConnection[Any]
 ) -> None:
