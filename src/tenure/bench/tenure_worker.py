@@ -10,6 +10,7 @@ import asyncio
 
 from tenure.app import Tenure
 from tenure.bench import probe
+from tenure.bench.procs import process_dsn
 from tenure.context import JobContext
 from tenure.runtime.options import WorkerOptions
 
@@ -35,7 +36,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=100)
     parser.add_argument("--claim-batch", type=int, default=20)
     args = parser.parse_args()
-    app.dsn = args.dsn
+    app.dsn = process_dsn(args.dsn)
     options = WorkerOptions(queues=[QUEUE], concurrency=args.concurrency, claim_batch=args.claim_batch)
     asyncio.run(app.worker(options).run(handle_signals=True))
 

@@ -123,3 +123,30 @@ VALUES (%(queue)s, %(max_running)s, 'bench');
 -- claim ranks its window by key and counts each key's live leases.
 INSERT INTO __schema__.queue_limits (queue, key_field, max_running_per_key, declared_by)
 VALUES (%(queue)s, %(key)s, 1, 'bench');
+
+-- name: bench_gate_tenure
+-- The start gate (gate.py): reads pass, every claim, completion and insert waits until commit.
+LOCK TABLE __schema__.jobs IN EXCLUSIVE MODE;
+
+-- name: peer_pgqueuer_gate
+LOCK TABLE pgqueuer IN EXCLUSIVE MODE;
+
+-- name: peer_procrastinate_gate
+LOCK TABLE procrastinate_jobs IN EXCLUSIVE MODE;
+
+-- name: bench_backend_pid
+SELECT pg_backend_pid() AS pid;
+
+-- name: bench_gate_waiting
+-- The sessions of one process group waiting for the gate's session, by process name; with a
+-- marker (a fragment of the contender's claim statement), only the claims among them.
+SELECT a.application_name AS name, count(*) AS waiting
+FROM pg_stat_activity a
+WHERE starts_with(a.application_name, %(prefix)s)
+  AND (%(marker)s::text IS NULL OR strpos(a.query, %(marker)s::text) > 0)
+  AND %(gate_pid)s::int = ANY (pg_blocking_pids(a.pid))
+GROUP BY a.application_name;
+
+-- name: bench_group_backends
+-- The server backends of one process group's sessions, for their CPU time (cpu.py).
+SELECT pid FROM pg_stat_activity WHERE starts_with(application_name, %(prefix)s);
