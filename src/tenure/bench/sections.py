@@ -97,6 +97,8 @@ async def peer_drain(
     batch: int | None = None,
     concurrency: int | None = None,
 ) -> DrainResult:
+    async with await connect(dsn) as conn:
+        await execute(conn, SCHEMA, f"peer_{name}_reset")
     await peers.ENQUEUE[name](dsn, jobs)
     group = contenders.peer(name, dsn, processes, batch=batch, concurrency=concurrency)
     return await drain(

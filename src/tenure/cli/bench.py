@@ -39,7 +39,7 @@ async def cmd_bench(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(result)
     else:
-        err.print(f"wrote {options.out_dir / 'bench.json'}; chart: {result['chart']}")
+        err.print(f"wrote {options.out_dir / 'bench.json'}; chart: {result['chart']}", markup=False)
     return 0
 
 

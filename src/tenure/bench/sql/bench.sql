@@ -150,3 +150,10 @@ GROUP BY a.application_name;
 -- name: bench_group_backends
 -- The server backends of one process group's sessions, for their CPU time (cpu.py).
 SELECT pid FROM pg_stat_activity WHERE starts_with(application_name, %(prefix)s);
+
+-- name: peer_pgqueuer_reset
+-- Each peer drain starts from empty tables, as Tenure's starts from a vacuumed empty queue.
+TRUNCATE pgqueuer, pgqueuer_log, pgqueuer_statistics;
+
+-- name: peer_procrastinate_reset
+TRUNCATE procrastinate_jobs, procrastinate_events, procrastinate_periodic_defers, procrastinate_workers;
