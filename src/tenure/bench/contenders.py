@@ -61,3 +61,17 @@ class Contenders:
             *("--batch", str(batch or self.claim_batch)),
         )
         return ProcessGroup(argv, processes, env or {}, label=name, claim_marker=peers.CLAIM_MARKERS[name])
+
+    def producers(self, kind: str, dsn: str, processes: int, jobs: int, connections: int) -> ProcessGroup:
+        """`processes` producer processes enqueueing `jobs` in all, one job per transaction."""
+        argv = module_argv(
+            "tenure.bench.producer",
+            kind,
+            *("--dsn", dsn, "--jobs", str(jobs // processes), "--connections", str(connections)),
+        )
+        query = (
+            named_queries(SCHEMA)["job_insert_many"]
+            if kind == "tenure"
+            else bench_queries(SCHEMA)["bench_raw_insert"]
+        )
+        return ProcessGroup(argv, processes, label=f"{kind}producer", claim_marker=_first_line(query))

@@ -77,11 +77,14 @@ class ProcessGroup:
         return [cpu_seconds(p.pid) or 0.0 for p in self.procs]
 
     async def stop(self, timeout: float = 20.0) -> None:
+        if not self.procs:
+            return  # stopped already: keep what was read then
         self.peak_rss_kib.extend(filter(None, (_high_water_kib(p.pid) for p in self.procs)))
         self.cpu_seconds_at_stop = self.cpu_seconds()
         for proc in self.procs:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGTERM)
+            if proc.poll() is None:  # one reaped already (a producer done) has no pid any more
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         for proc in self.procs:
             while proc.returncode is None:

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tenure.bench import enqueue, limits, peer_drains, peers, sections, throughput, waiting
+from tenure.bench import end_to_end, enqueue, limits, peer_drains, peers, sections, throughput, waiting
 from tenure.bench.report import chart, figure_rows, print_table
 from tenure.bench.server import Databases, check_server, server_settings
 from tenure.bench.sizes import SIZES
@@ -21,6 +21,7 @@ SECTIONS = (
     "copy",
     "throughput",
     "peers",
+    "endtoend",
     "latency",
     "backlog",
     "recovery",
@@ -115,6 +116,23 @@ async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
                     out["peers"][name]["idle_latency"] = await _peer_latency(
                         name, peer_dsn, contenders, sizes.latency_probes, options.out_dir
                     )
+
+        if "endtoend" in options.sections:
+            tp = out.get("throughput")
+            raw_batch = tp["raw_n"]["batch"] if tp else options.claim_batch
+            log(
+                f"end to end: {sizes.end_to_end_jobs} jobs enqueued one per transaction by {procs} producer "
+                f"processes x {sizes.producer_connections} connections while {procs} processes drain"
+            )
+            out["endtoend"] = await end_to_end.end_to_end(
+                dsn,
+                contenders,
+                sizes.end_to_end_jobs,
+                procs,
+                sizes.producer_connections,
+                raw_batch,
+                sizes.repeats,
+            )
 
         if "latency" in options.sections:
             log(f"latency: {sizes.latency_probes} probes idle, and at half of peak load")

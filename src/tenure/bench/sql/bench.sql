@@ -157,3 +157,12 @@ TRUNCATE pgqueuer, pgqueuer_log, pgqueuer_statistics;
 
 -- name: peer_procrastinate_reset
 TRUNCATE procrastinate_jobs, procrastinate_events, procrastinate_periodic_defers, procrastinate_workers;
+
+-- name: bench_raw_insert
+-- The end-to-end baseline's enqueue: one plain row, nothing checked, no notification (the raw
+-- loop polls).
+INSERT INTO __schema__.jobs (queue, task, payload, priority, available_at, state, max_attempts)
+VALUES (%(queue)s, 'noop', '{}'::jsonb, 0, statement_timestamp(), 'pending', 20);
+
+-- name: bench_succeeded
+SELECT count(*) AS n FROM __schema__.jobs WHERE state = 'succeeded';
