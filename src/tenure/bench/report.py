@@ -7,9 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from tenure.bench.rows import Row, at_least, at_most, row
+from tenure.bench.rows import Row, at_least, at_most, fmt, row
+from tenure.bench.targets import print_targets
 from tenure.bench.throughput_rows import cost_rows, peer_rows, throughput_rows
 
 
@@ -226,16 +228,6 @@ def figure_rows(result: dict[str, Any]) -> list[Row]:
     return rows
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float) and value >= 100:
-        return f"{value:,.0f}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return f"{value:g}"
-
-
 def print_table(result: dict[str, Any], console: Console | None = None) -> None:
     console = console or Console()
     if not console.is_terminal:
@@ -256,15 +248,16 @@ def print_table(result: dict[str, Any], console: Console | None = None) -> None:
         met = {True: "yes", False: "NO", None: ""}[r["met"]]
         table.add_row(
             r["section"],
-            r["figure"],
-            _fmt(r["value"]),
+            escape(r["figure"]),
+            fmt(r["value"]),
             r["unit"],
-            f"{r['baseline']} ({_fmt(r['baseline_value'])})",
-            _fmt(r["ratio"]),
+            escape(f"{r['baseline']} ({fmt(r['baseline_value'])})"),
+            fmt(r["ratio"]),
             r["target"],
             met,
         )
     console.print(table)
+    print_targets(result["targets"], console)
     skipped = {k: v["skipped"] for k, v in result["sections"].get("peers", {}).items() if "skipped" in v}
     for name, why in skipped.items():
         console.print(f"peer {name} skipped: {why}", markup=False)

@@ -38,3 +38,14 @@ def at_least(ratio: float | None, bound: float) -> bool | None:
 
 def at_most(ratio: float | None, bound: float) -> bool | None:
     return None if ratio is None else ratio <= bound
+
+
+def fmt(value: Any) -> str:
+    """A figure for the terminal: thousands separated, small values as they are."""
+    if value is None:
+        return "-"
+    if isinstance(value, float) and value >= 100:
+        return f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:g}"

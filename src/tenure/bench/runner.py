@@ -14,6 +14,7 @@ from tenure.bench import end_to_end, enqueue, limits, peer_drains, peers, sectio
 from tenure.bench.report import chart, figure_rows, print_table
 from tenure.bench.server import Databases, check_server, server_settings
 from tenure.bench.sizes import SIZES
+from tenure.bench.targets import targets
 from tenure.client import Client
 from tenure.db.connect import connect
 
@@ -216,6 +217,7 @@ async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
         await dbs.drop_all()
     result["meta"]["seconds"] = round(time.monotonic() - started, 1)
     result["rows"] = figure_rows(result)
+    result["targets"] = targets(result)
     if options.show_table:
         print_table(result)
     (options.out_dir / "bench.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
