@@ -26,10 +26,14 @@ class Contenders:
         #: Batches a Tenure worker can hold at once; the raw loop keeps as many in flight.
         self.raw_loops = loops_for(concurrency, claim_batch)
 
-    def tenure(self, dsn: str, processes: int, env: dict[str, str] | None = None) -> ProcessGroup:
+    def tenure(
+        self, dsn: str, processes: int, env: dict[str, str] | None = None, *, profile: str | None = None
+    ) -> ProcessGroup:
+        """Tenure worker processes; with `profile`, under cProfile from SIGUSR1 (tenure_worker)."""
         argv = module_argv(
             "tenure.bench.tenure_worker",
             *("--dsn", dsn, "--concurrency", str(self.concurrency), "--claim-batch", str(self.claim_batch)),
+            *(("--profile", profile) if profile else ()),
         )
         marker = _first_line(named_queries(SCHEMA)["job_claim"])
         return ProcessGroup(argv, processes, env or {}, label="tenure", claim_marker=marker)

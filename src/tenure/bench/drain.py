@@ -108,6 +108,7 @@ async def drain(
     window: float | None = None,
     state: Callable[[AsyncConnection[Any]], Awaitable[tuple[bool, bool]]] | None = None,
     gate: str | None = TENURE_GATE,
+    on_open: Callable[[ProcessGroup], None] | None = None,
 ) -> DrainResult:
     """Runs `group` until no job is unfinished, or for `window` seconds after the start.
 
@@ -115,7 +116,8 @@ async def drain(
     opening, once every process is ready. Without it (a pooler in front of the server may not
     pass session names on), the start is the first poll that saw progress, as it used to be.
     With `state` (a cheap probe), large backlogs are polled without counting them: jobs are
-    counted only at the end of a window, and the half rates are left out.
+    counted only at the end of a window, and the half rates are left out. `on_open` is called
+    just before the gate opens (a profiler starts there).
     """
     meter = CostMeter(dsn)
     backends = BackendCpu(group)
@@ -136,6 +138,8 @@ async def drain(
                 await backends.start(conn)
                 own_reads += start_gate.polls + 2  # and the backends' reads, before and after
                 cpu_before = group.cpu_seconds()
+                if on_open is not None:
+                    on_open(group)
                 first = (await start_gate.open(), initial)
             samples: list[tuple[float, int]] = [first] if first else []
             deadline = time.monotonic() + timeout
