@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 from typing import Any
+
+from rich.markup import escape
 
 from tenure.bench.runner import SECTIONS, BenchOptions, run
 from tenure.bench.sizes import SIZES
@@ -31,9 +34,11 @@ async def cmd_bench(args: argparse.Namespace) -> int:
         show_table=not args.json,
     )
 
+    started = time.monotonic()
+
     def progress(message: str) -> None:
         if not args.json:
-            err.print(f"[dim]bench: {message}[/dim]")
+            err.print(f"[dim]bench {time.monotonic() - started:6.1f}s: {escape(message)}[/dim]")
 
     result = await run(options, log=progress)
     if args.json:
