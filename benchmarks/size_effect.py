@@ -1,8 +1,10 @@
 """Why a drain's rate depended on its size (issue 14: 30k against 50k jobs moved Tenure and
-PgQueuer in opposite directions). Each contender drains each size both ways, interleaved:
+PgQueuer in opposite directions). Each contender drains each size three ways, interleaved:
 
-- "first job": the old method, no start gate, timed from the first poll that saw a job finished;
-- "gated": the processes start behind the start gate, timed from its opening (tenure bench's).
+- "first job, counted": the old method: no start gate, timed from the first poll that saw a job
+  finished, the unfinished jobs counted at every poll (every 20 ms);
+- "gated, counted": behind the start gate, timed from its opening, still counting every poll;
+- "gated, probed": tenure bench's method: behind the gate, polling index probes only.
 
 For each: the median rate, the rates of the first and second half of the jobs, and (gated) the
 slowest process's start-up. A first half slower than the second is warm-up inside the drain; a
@@ -21,9 +23,9 @@ from collections.abc import Awaitable, Callable
 
 from tenure.bench import peers
 from tenure.bench.contenders import Contenders
-from tenure.bench.drain import DrainResult, drain
+from tenure.bench.drain import PEER_WATCH, DrainResult, drain
 from tenure.bench.queries import execute
-from tenure.bench.sections import PEER_UNFINISHED, SCHEMA, TENURE_UNFINISHED, drain_timeout, load, reset
+from tenure.bench.sections import SCHEMA, drain_timeout, load, reset
 from tenure.bench.server import Databases
 from tenure.db.connect import connect, resolve_dsn
 
@@ -46,54 +48,46 @@ async def main() -> None:
         peer_dsn = await dbs.create("pgqueuer")
         await peers.pgqueuer_setup(peer_dsn)
 
-        def tenure(gate: str | None, size: int) -> Callable[[], Awaitable[DrainResult]]:
-            async def run() -> DrainResult:
-                await reset(dsn)
-                await load(dsn, size)
-                group = contenders.tenure(dsn, PROCESSES)
-                return await drain(dsn, group, TENURE_UNFINISHED, timeout=drain_timeout(size), gate=gate)
+        async def tenure(size: int, gated: bool, counted: bool) -> DrainResult:
+            await reset(dsn)
+            await load(dsn, size)
+            group = contenders.tenure(dsn, PROCESSES)
+            return await drain(dsn, group, timeout=drain_timeout(size), gated=gated, poll_counts=counted)
 
-            return run
+        async def raw(size: int, gated: bool, counted: bool) -> DrainResult:
+            await reset(dsn)
+            await load(dsn, size)
+            group = contenders.raw(dsn, PROCESSES, RAW_BATCH)
+            return await drain(dsn, group, timeout=drain_timeout(size), gated=gated, poll_counts=counted)
 
-        def raw(gate: str | None, size: int) -> Callable[[], Awaitable[DrainResult]]:
-            async def run() -> DrainResult:
-                await reset(dsn)
-                await load(dsn, size)
-                group = contenders.raw(dsn, PROCESSES, RAW_BATCH)
-                return await drain(dsn, group, TENURE_UNFINISHED, timeout=drain_timeout(size), gate=gate)
+        async def pgqueuer(size: int, gated: bool, counted: bool) -> DrainResult:
+            async with await connect(peer_dsn) as conn:
+                await execute(conn, SCHEMA, "peer_pgqueuer_reset")
+            await peers.pgqueuer_enqueue(peer_dsn, size)
+            group = contenders.peer("pgqueuer", peer_dsn, PROCESSES, batch=PGQUEUER_BATCH)
+            watch = PEER_WATCH["pgqueuer"]
+            return await drain(
+                peer_dsn, group, watch, timeout=drain_timeout(size), gated=gated, poll_counts=counted
+            )
 
-            return run
-
-        def pgqueuer(gate: str | None, size: int) -> Callable[[], Awaitable[DrainResult]]:
-            async def run() -> DrainResult:
-                async with await connect(peer_dsn) as conn:
-                    await execute(conn, SCHEMA, "peer_pgqueuer_reset")
-                await peers.pgqueuer_enqueue(peer_dsn, size)
-                group = contenders.peer("pgqueuer", peer_dsn, PROCESSES, batch=PGQUEUER_BATCH)
-                unfinished = PEER_UNFINISHED["pgqueuer"]
-                return await drain(
-                    peer_dsn,
-                    group,
-                    unfinished,
-                    timeout=drain_timeout(size),
-                    gate=gate and "peer_pgqueuer_gate",
-                )
-
-            return run
-
-        kinds = {
+        kinds: dict[str, Callable[[int, bool, bool], Awaitable[DrainResult]]] = {
             "tenure": tenure,
             f"raw claim {RAW_BATCH}": raw,
             f"pgqueuer batch {PGQUEUER_BATCH}": pgqueuer,
         }
-        methods = {"first job": None, "gated": "bench_gate_tenure"}
+        methods = {
+            "first job, counted": (False, True),
+            "gated, counted": (True, True),
+            "gated, probed": (True, False),
+        }
         runs: dict[tuple[str, int, str], list[DrainResult]] = {}
         for round_number in range(args.repeats):
             print(f"round {round_number + 1}/{args.repeats}", flush=True)
             for size in sizes:
-                for kind, make in kinds.items():
-                    for method, gate in methods.items():
-                        runs.setdefault((kind, size, method), []).append(await make(gate, size)())
+                for kind, measure in kinds.items():
+                    for method, (gated, counted) in methods.items():
+                        result = await measure(size, gated, counted)
+                        runs.setdefault((kind, size, method), []).append(result)
     finally:
         await dbs.drop_all()
 
@@ -103,18 +97,18 @@ async def main() -> None:
 
     print(f"{PROCESSES} processes, medians of {args.repeats}; rates in jobs/s")
     print(
-        f"{'contender':20} {'size':>7} {'method':10} {'rate':>8} {'1st half':>9} {'2nd half':>9} "
+        f"{'contender':20} {'size':>7} {'method':18} {'rate':>8} {'1st half':>9} {'2nd half':>9} "
         f"{'start-up s':>10}"
     )
     for (kind, size, method), results in runs.items():
         startup = [r.startup_seconds for r in results if r.startup_seconds is not None]
         print(
-            f"{kind:20} {size:7} {method:10} {med([r.jobs_per_second for r in results]):>8} "
+            f"{kind:20} {size:7} {method:18} {med([r.jobs_per_second for r in results]):>8} "
             f"{med([r.first_half_jobs_per_second for r in results]):>9} "
             f"{med([r.second_half_jobs_per_second for r in results]):>9} "
             f"{statistics.median(startup) if startup else float('nan'):10.2f}"
         )
-        print(f"{'':20} {'':7} {'':10} all: {[round(r.jobs_per_second) for r in results]}")
+        print(f"{'':20} {'':7} {'':18} all: {[round(r.jobs_per_second) for r in results]}")
 
 
 if __name__ == "__main__":

@@ -16,10 +16,11 @@ import time
 from typing import Any
 
 from tenure.bench.contenders import Contenders
-from tenure.bench.gate import TENURE_GATE, StartGate
+from tenure.bench.drain import TENURE_WATCH
+from tenure.bench.gate import StartGate
 from tenure.bench.procs import ProcessGroup
 from tenure.bench.queries import fetch
-from tenure.bench.sections import SCHEMA, TENURE_UNFINISHED, drain_timeout, reset
+from tenure.bench.sections import SCHEMA, drain_timeout, reset
 from tenure.db.connect import connect
 
 POLL_SECONDS = 0.02
@@ -30,7 +31,7 @@ async def _run(dsn: str, workers: ProcessGroup, producers: ProcessGroup, jobs: i
     async with await connect(dsn) as conn, contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(workers.stop)
         stack.push_async_callback(producers.stop)
-        gate = await stack.enter_async_context(StartGate(dsn, TENURE_GATE))
+        gate = await stack.enter_async_context(StartGate(dsn, TENURE_WATCH.gate))
         workers.start()
         producers.start()
         startup = await gate.wait_ready(conn, [workers, producers])
@@ -43,7 +44,7 @@ async def _run(dsn: str, workers: ProcessGroup, producers: ProcessGroup, jobs: i
             if enqueued_at is None and len(producers.exited()) == producers.count:
                 await producers.wait(0)  # raises if one failed
                 enqueued_at = now
-            if enqueued_at is not None and await TENURE_UNFINISHED(conn) == 0:
+            if enqueued_at is not None and not (await TENURE_WATCH.probe(conn))[1]:
                 break
             if now > deadline:
                 raise TimeoutError(f"end to end: not done after {now - started:.0f}s")

@@ -26,7 +26,6 @@ from tenure.bench.queries import execute, fetch
 from tenure.bench.server import SCHEMA
 from tenure.db.connect import connect
 
-TENURE_GATE = "bench_gate_tenure"
 READY_TIMEOUT = 90.0
 POLL_SECONDS = 0.01
 

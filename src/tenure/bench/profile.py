@@ -34,7 +34,7 @@ from rich.table import Table
 from tenure.bench.contenders import Contenders
 from tenure.bench.drain import DrainResult, drain
 from tenure.bench.procs import ProcessGroup
-from tenure.bench.sections import TENURE_UNFINISHED, drain_timeout, load, reset
+from tenure.bench.sections import drain_timeout, load, reset
 from tenure.bench.server import Databases, check_server
 from tenure.db.connect import resolve_dsn
 
@@ -138,7 +138,7 @@ async def _profiled_drain(
             for proc in g.procs:
                 os.kill(proc.pid, signal.SIGUSR1)
 
-        result = await drain(dsn, group, TENURE_UNFINISHED, timeout=drain_timeout(jobs) * 5, on_open=start)
+        result = await drain(dsn, group, timeout=drain_timeout(jobs) * 5, on_open=start)
         seconds, own, total, calls = cprofile_profile(str(stats_file))
         return result, {"whole": seconds, "own": own, "total": total, "calls": calls}
     raw_file = workdir / "worker.pyspy"
@@ -150,9 +150,7 @@ async def _profiled_drain(
             argv += ["--rate", str(PY_SPY_RATE), "--nonblocking"]
             spies.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
 
-    result = await drain(
-        dsn, contenders.tenure(dsn, 1), TENURE_UNFINISHED, timeout=drain_timeout(jobs) * 2, on_open=attach
-    )
+    result = await drain(dsn, contenders.tenure(dsn, 1), timeout=drain_timeout(jobs) * 2, on_open=attach)
     for spy in spies:  # it writes its file when the process it samples exits
         _, stderr = await asyncio.to_thread(spy.communicate, timeout=30)
         if spy.returncode != 0 or not raw_file.exists():
@@ -171,7 +169,7 @@ async def profile(
         dsn = await dbs.create("profile", migrated=True)
         await reset(dsn)
         await load(dsn, jobs)
-        bare = await drain(dsn, contenders.tenure(dsn, 1), TENURE_UNFINISHED, timeout=drain_timeout(jobs))
+        bare = await drain(dsn, contenders.tenure(dsn, 1), timeout=drain_timeout(jobs))
         with tempfile.TemporaryDirectory(prefix="tenure-profile-") as workdir:
             profiled, found = await _profiled_drain(dsn, contenders, jobs, tool, Path(workdir))
     finally:

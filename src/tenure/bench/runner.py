@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tenure.bench import end_to_end, enqueue, limits, peer_drains, peers, sections, throughput, waiting
+from tenure.bench.drain import TENURE_WATCH
 from tenure.bench.report import chart, figure_rows, print_table
 from tenure.bench.server import Databases, check_server, server_settings
 from tenure.bench.sizes import SIZES
@@ -156,7 +157,7 @@ async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
             # Jobs still queued when the probes were done: above zero, the load was more than the
             # workers could take (the producer shares the machine), and latency is queueing time.
             async with await connect(dsn) as conn:
-                left = await sections.TENURE_UNFINISHED(conn)
+                left = await TENURE_WATCH.count(conn)
             out["latency"] = {
                 "idle": idle,
                 "half_load": loaded | {"load_jobs_per_second": round(peak / 2), "unfinished_at_end": left},

@@ -15,7 +15,7 @@ from psycopg import IsolationLevel
 
 from tenure.bench import peers, probe
 from tenure.bench.contenders import Contenders as Contenders
-from tenure.bench.drain import DrainResult, drain, drain_state, unfinished_counter
+from tenure.bench.drain import PEER_WATCH, DrainResult, drain
 from tenure.bench.procs import ProcessGroup
 from tenure.bench.queries import execute, fetch
 from tenure.bench.server import SCHEMA as SCHEMA
@@ -29,8 +29,6 @@ from tenure.runtime.options import WorkerOptions
 from tenure.runtime.recovery import Recovery
 from tenure.runtime.services import WorkerServices
 
-TENURE_UNFINISHED = unfinished_counter("bench_unfinished")
-PEER_UNFINISHED = {name: unfinished_counter(f"peer_{name}_unfinished") for name in peers.PEERS}
 NOOP = JobSpec(task="noop", queue=QUEUE, priority=0, max_attempts=20)  # complete: also COPYed raw
 PROBE_TIMEOUT = 60.0
 
@@ -75,7 +73,7 @@ async def copy_enqueue(dsn: str, count: int) -> dict[str, Any]:
 async def tenure_drain(dsn: str, contenders: Contenders, jobs: int, processes: int) -> DrainResult:
     await reset(dsn)
     await load(dsn, jobs)
-    return await drain(dsn, contenders.tenure(dsn, processes), TENURE_UNFINISHED, timeout=drain_timeout(jobs))
+    return await drain(dsn, contenders.tenure(dsn, processes), timeout=drain_timeout(jobs))
 
 
 async def raw_drain(
@@ -84,7 +82,7 @@ async def raw_drain(
     await reset(dsn)
     await load(dsn, jobs)
     group = contenders.raw(dsn, processes, batch)
-    return await drain(dsn, group, TENURE_UNFINISHED, timeout=drain_timeout(jobs))
+    return await drain(dsn, group, timeout=drain_timeout(jobs))
 
 
 async def peer_drain(
@@ -101,9 +99,7 @@ async def peer_drain(
         await execute(conn, SCHEMA, f"peer_{name}_reset")
     await peers.ENQUEUE[name](dsn, jobs)
     group = contenders.peer(name, dsn, processes, batch=batch, concurrency=concurrency)
-    return await drain(
-        dsn, group, PEER_UNFINISHED[name], timeout=drain_timeout(jobs, slow=True), gate=f"peer_{name}_gate"
-    )
+    return await drain(dsn, group, PEER_WATCH[name], timeout=drain_timeout(jobs, slow=True))
 
 
 def drain_timeout(jobs: int, *, slow: bool = False) -> float:
@@ -213,10 +209,8 @@ async def backlog(
     result = await drain(
         dsn,
         contenders.tenure(dsn, processes),
-        TENURE_UNFINISHED,
         timeout=(window or drain_timeout(pending)) + 120,
         window=window,
-        state=drain_state,
     )
     return {"pending": pending, "claim_ms": claim_ms, "drained_all": window is None, **result.as_dict()}
 
@@ -237,10 +231,8 @@ async def backlog_with_snapshot(
         result = await drain(
             dsn,
             contenders.tenure(dsn, processes),
-            TENURE_UNFINISHED,
             timeout=window + 120,
             window=window,
-            state=drain_state,
         )
         claim_ms = await claim_time_ms(dsn, contenders.claim_batch, samples)
     finally:
