@@ -39,6 +39,8 @@ async def main() -> None:
     parser.add_argument("server", nargs="?", default=None)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sizes", default="30000,50000")
+    parser.add_argument("--kinds", default="tenure,raw,pgqueuer", help="a subset of tenure,raw,pgqueuer")
+    parser.add_argument("--methods", default="first,counted,probed", help="a subset of first,counted,probed")
     args = parser.parse_args()
     sizes = [int(n) for n in args.sizes.split(",")]
     dbs = Databases(resolve_dsn(args.server).dsn)
@@ -70,16 +72,18 @@ async def main() -> None:
                 peer_dsn, group, watch, timeout=drain_timeout(size), gated=gated, poll_counts=counted
             )
 
-        kinds: dict[str, Callable[[int, bool, bool], Awaitable[DrainResult]]] = {
-            "tenure": tenure,
-            f"raw claim {RAW_BATCH}": raw,
-            f"pgqueuer batch {PGQUEUER_BATCH}": pgqueuer,
+        every_kind: dict[str, tuple[str, Callable[[int, bool, bool], Awaitable[DrainResult]]]] = {
+            "tenure": ("tenure", tenure),
+            "raw": (f"raw claim {RAW_BATCH}", raw),
+            "pgqueuer": (f"pgqueuer batch {PGQUEUER_BATCH}", pgqueuer),
         }
-        methods = {
-            "first job, counted": (False, True),
-            "gated, counted": (True, True),
-            "gated, probed": (True, False),
+        every_method = {
+            "first": ("first job, counted", (False, True)),
+            "counted": ("gated, counted", (True, True)),
+            "probed": ("gated, probed", (True, False)),
         }
+        kinds = dict(every_kind[k] for k in args.kinds.split(","))
+        methods = dict(every_method[m] for m in args.methods.split(","))
         runs: dict[tuple[str, int, str], list[DrainResult]] = {}
         for round_number in range(args.repeats):
             print(f"round {round_number + 1}/{args.repeats}", flush=True)
@@ -98,15 +102,17 @@ async def main() -> None:
     print(f"{PROCESSES} processes, medians of {args.repeats}; rates in jobs/s")
     print(
         f"{'contender':20} {'size':>7} {'method':18} {'rate':>8} {'1st half':>9} {'2nd half':>9} "
-        f"{'start-up s':>10}"
+        f"{'start-up s':>10} {'spread s':>8}"
     )
     for (kind, size, method), results in runs.items():
         startup = [r.startup_seconds for r in results if r.startup_seconds is not None]
+        spread = [r.startup_spread_seconds for r in results if r.startup_spread_seconds is not None]
         print(
             f"{kind:20} {size:7} {method:18} {med([r.jobs_per_second for r in results]):>8} "
             f"{med([r.first_half_jobs_per_second for r in results]):>9} "
             f"{med([r.second_half_jobs_per_second for r in results]):>9} "
-            f"{statistics.median(startup) if startup else float('nan'):10.2f}"
+            f"{statistics.median(startup) if startup else float('nan'):10.2f} "
+            f"{statistics.median(spread) if spread else float('nan'):8.2f}"
         )
         print(f"{'':20} {'':7} {'':18} all: {[round(r.jobs_per_second) for r in results]}")
 

@@ -76,6 +76,9 @@ class DrainResult:
     peak_rss_mib: float
     #: The slowest process's start-up: spawn to its first claim waiting at the gate (None: no gate).
     startup_seconds: float | None = None
+    #: The last process's readiness after the first's: what a drain timed from its first finished
+    #: job used to count of start-up (the first process draining alone meanwhile).
+    startup_spread_seconds: float | None = None
     worker_cpu_us_per_job: float | None = None
     server_cpu_us_per_job: float | None = None
     first_half_jobs_per_second: float | None = None
@@ -211,6 +214,7 @@ async def drain(
         commits_per_job=commits / max(done, 1),
         peak_rss_mib=max(group.peak_rss_kib, default=0) / 1024,
         startup_seconds=max(startup.values()) if startup else None,
+        startup_spread_seconds=max(startup.values()) - min(startup.values()) if startup else None,
         worker_cpu_us_per_job=cpu_used * 1e6 / max(measured, 1) if cpu_used is not None else None,
         server_cpu_us_per_job=server_cpu * 1e6 / max(measured, 1) if server_cpu is not None else None,
         first_half_jobs_per_second=halves[0],
