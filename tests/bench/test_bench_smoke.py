@@ -14,7 +14,32 @@ from tenure.bench import peers
 
 pytestmark = [pytest.mark.slow, pytest.mark.crash]
 
-SECTIONS = ("copy", "throughput", "peers", "latency", "backlog", "recovery", "scheduled", "fairness")
+SECTIONS = (
+    "copy",
+    "throughput",
+    "peers",
+    "endtoend",
+    "latency",
+    "backlog",
+    "recovery",
+    "scheduled",
+    "fairness",
+)
+#: Every target of issue 14 has a line in the targets table (the drain ones once per size).
+TARGETS = (
+    "drain throughput vs the ceiling",
+    "drain vs pgqueuer",
+    "drain vs procrastinate",
+    "end to end",
+    "idle enqueue-to-start latency p50",
+    "idle enqueue-to-start latency p99",
+    "idle latency p50 below pgqueuer's",
+    "idle latency p99 below pgqueuer's",
+    "drain with 1M pending",
+    "claim time with 1M not yet due",
+    "COPY enqueue",
+    "worker CPU per job",
+)
 
 
 def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
@@ -30,7 +55,8 @@ def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str
 
 def test_smoke_run_writes_a_complete_result(server_dsn: str, tmp_path: Path) -> None:
     """`tenure bench --smoke` exits 0 and its JSON holds every section (claim time with jobs not yet
-    due and the fairness write cost among them), every figure and a baseline."""
+    due and the fairness write cost among them), every figure and a baseline, the ceiling's sweep
+    at both drain sizes with its best as the ceiling, and a verdict for every target."""
     done = run_cli("--smoke", "--dsn", server_dsn, "--out", str(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((tmp_path / "bench.json").read_text())
@@ -38,14 +64,29 @@ def test_smoke_run_writes_a_complete_result(server_dsn: str, tmp_path: Path) -> 
     assert set(SECTIONS) <= set(result["sections"])
     settings = result["meta"]["server_settings"]
     assert settings["fsync"] == "on" and settings["synchronous_commit"] == "on"
+    throughput = result["sections"]["throughput"]
     for key in ("tenure_1", "tenure_n", "raw_1", "raw_n"):
-        drained = result["sections"]["throughput"][key]
-        assert drained["jobs"] == result["sections"]["throughput"]["jobs"]
+        drained = throughput[key]
+        assert drained["jobs"] == throughput["jobs"]
         assert drained["jobs_per_second"] > 0 and drained["peak_rss_mib"] > 0
+        assert drained["startup_seconds"] > 0 and drained["worker_cpu_us_per_job"] > 0
+    sizes = result["meta"]["sizes"]
+    assert throughput["sizes"] == sizes["drain_sizes"] and len(sizes["drain_sizes"]) == 2
+    for size in sizes["drain_sizes"]:
+        at = throughput["by_size"][str(size)]
+        sweep = {int(b): r["jobs_per_second"] for b, r in at["ceiling_sweep"].items()}
+        assert set(sweep) == set(sizes["ceiling_batches"]) | {result["meta"]["claim_batch"]}
+        assert at["ceiling"]["batch"] == max(sweep, key=lambda b: sweep[b])  # the best of the sweep
+        assert at["tenure_n"]["jobs"] == size
+    assert throughput["startup_seconds"]["tenure"] > 0 and throughput["startup_seconds"]["raw"] > 0
+    end_to_end = result["sections"]["endtoend"]
+    for kind in ("tenure", "raw"):
+        assert end_to_end[kind]["jobs"] == end_to_end["jobs"] and end_to_end[kind]["jobs_per_second"] > 0
     for name in peers.PEERS:
         peer = result["sections"]["peers"][name]
         if peers.installed(name):
             assert peer["jobs_per_second"] > 0 and peer["idle_latency"]["samples"] > 0
+            assert set(peer["by_size"]) == {str(n) for n in sizes["drain_sizes"]}
         else:
             assert "not installed" in peer["skipped"]
     assert result["sections"]["recovery"]["recovered"] == result["sections"]["recovery"]["expired_leases"]
@@ -58,13 +99,27 @@ def test_smoke_run_writes_a_complete_result(server_dsn: str, tmp_path: Path) -> 
 
     rows = result["rows"]
     figures = {r["figure"] for r in rows}
-    assert {"tenure, N processes", "idle p50, tenure", "idle p99, tenure"} <= figures
+    assert {"idle p50, tenure", "idle p99, tenure"} <= figures
+    assert any(f.startswith("tenure, N processes, ") for f in figures)
     assert any(f.startswith("claim time, ") and f.endswith(" not yet due") for f in figures)
     assert any(f.startswith("WAL per waiting job") for f in figures)
     for row in rows:
         assert row["value"] is not None, row
         if row["baseline"] != "pgqueuer idle" or peers.installed("pgqueuer"):
             assert row["ratio"] is not None, row
+    assert any(f.endswith("(the ceiling)") and f.startswith("raw SQL claim ") for f in figures)
+
+    listed = [t["target"] for t in result["targets"]]
+    for name in TARGETS:
+        assert any(t.startswith(name) for t in listed), name
+    for target in result["targets"]:
+        assert target["status"] in ("met", "not met", "not measured"), target
+        needs = [name for name in peers.PEERS if name in target["target"]]
+        if "1M" in target["target"]:
+            assert target["status"] == "not measured" and target["note"], target  # smoke sizes
+        elif all(peers.installed(name) for name in needs):
+            assert target["status"] != "not measured", target
+    assert "targets met:" in done.stdout
     chart = result["chart"]
     assert chart.startswith("skipped") or Path(chart).stat().st_size > 0
 

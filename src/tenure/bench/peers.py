@@ -1,5 +1,11 @@
 """PgQueuer and Procrastinate on the same server, each in its own database, each set up as its
-documentation recommends for throughput. Worker processes: `python -m tenure.bench.peers NAME`."""
+documentation recommends for throughput. Worker processes: `python -m tenure.bench.peers NAME`.
+
+PgQueuer: the asyncpg driver, `batch_size` swept by the benchmark (its best stands), and
+`max_concurrent_tasks` the run's concurrency, or twice the batch where PgQueuer requires it.
+Procrastinate: async tasks, LISTEN/NOTIFY, and a pool sized for the worker's concurrency: its
+docs ("Mind the size of your PostgreSQL pool") say that the shorter the jobs, the more the pool
+needs as many connections as the concurrency, plus one; the listening connection is apart."""
 
 from __future__ import annotations
 
@@ -13,10 +19,15 @@ import psycopg
 from psycopg import conninfo
 
 from tenure.bench import probe
+from tenure.bench.procs import process_dsn
 from tenure.bench.tenure_worker import QUEUE
 
 PEERS = ("pgqueuer", "procrastinate")
 ENQUEUE_CHUNK = 5000
+#: A fragment of each peer's claim statement, by which the start gate sees it waiting (gate.py).
+CLAIM_MARKERS = {"pgqueuer": "next_queued", "procrastinate": "procrastinate_fetch_job"}
+#: Sessions the server keeps for superusers, and those the benchmark itself may hold at once.
+RESERVED_CONNECTIONS = 3 + 10
 
 
 def installed(name: str) -> bool:
@@ -55,6 +66,8 @@ def _asyncpg_params(dsn: str) -> dict[str, Any]:
         "password": parts.get("password") or None,
         "database": parts.get("dbname"),
     }
+    if parts.get("application_name"):
+        params["server_settings"] = {"application_name": parts["application_name"]}
     return {k: v for k, v in params.items() if v is not None}
 
 
@@ -78,8 +91,13 @@ async def pgqueuer_queries(dsn: str) -> Any:
     return _pgqueuer("queries").Queries(await _pgqueuer_driver(dsn))
 
 
+def pgqueuer_max_concurrent(concurrency: int, batch: int) -> int:
+    """PgQueuer refuses a cap below twice its batch size."""
+    return max(concurrency, 2 * batch)
+
+
 async def pgqueuer_worker(dsn: str, concurrency: int, batch: int) -> None:
-    pgq = _pgqueuer().PgQueuer(await _pgqueuer_driver(dsn))
+    pgq = _pgqueuer().PgQueuer(await _pgqueuer_driver(process_dsn(dsn)))
 
     async def noop(job: Any) -> None:
         pass
@@ -90,17 +108,26 @@ async def pgqueuer_worker(dsn: str, concurrency: int, batch: int) -> None:
     pgq.entrypoint("noop")(noop)
     pgq.entrypoint("probe")(probe_entry)
 
-    await pgq.run(batch_size=batch, max_concurrent_tasks=concurrency)
+    await pgq.run(batch_size=batch, max_concurrent_tasks=pgqueuer_max_concurrent(concurrency, batch))
 
 
 # --- Procrastinate: psycopg connector, async tasks, worker concurrency, LISTEN/NOTIFY. ---
 
 
-def procrastinate_app(dsn: str) -> Any:
+def procrastinate_concurrency(concurrency: int, processes: int, max_connections: int) -> int:
+    """The run's concurrency, or less where the server could not give every process a pool of
+    concurrency + 1 and its listening connection."""
+    per_process = (max_connections - RESERVED_CONNECTIONS) // processes
+    return max(1, min(concurrency, per_process - 2))
+
+
+def procrastinate_app(dsn: str, pool_size: int | None = None) -> Any:
+    """The app; `pool_size` sizes the connector's pool (the worker's: concurrency + 1)."""
     procrastinate = importlib.import_module("procrastinate")
     # Its advice to define the app in an importable module does not apply to a benchmark.
     logging.getLogger("procrastinate").setLevel(logging.ERROR)
-    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
+    pool = {"min_size": min(4, pool_size), "max_size": pool_size} if pool_size else {}
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn, **pool))
 
     async def noop() -> None:
         pass
@@ -129,7 +156,7 @@ async def procrastinate_enqueue(dsn: str, count: int) -> None:
 
 
 async def procrastinate_worker(dsn: str, concurrency: int, batch: int) -> None:
-    app = procrastinate_app(dsn)
+    app = procrastinate_app(process_dsn(dsn), pool_size=concurrency + 1)
     async with app.open_async():
         await app.run_worker_async(queues=[QUEUE], concurrency=concurrency, install_signal_handlers=True)
 

@@ -12,6 +12,7 @@ import asyncio
 import os
 import signal
 
+from tenure.bench.procs import process_dsn
 from tenure.bench.queries import bench_queries
 from tenure.bench.server import SCHEMA
 from tenure.bench.tenure_worker import QUEUE
@@ -36,7 +37,8 @@ async def run(dsn: str, batch: int, loops: int) -> None:
     stopping = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
     owner = f"raw:{os.getpid()}"
-    await asyncio.gather(*(loop(dsn, batch, owner, stopping) for _ in range(loops)))
+    named = process_dsn(dsn)
+    await asyncio.gather(*(loop(named, batch, owner, stopping) for _ in range(loops)))
 
 
 def main() -> None:

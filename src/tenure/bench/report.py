@@ -7,41 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-Row = dict[str, Any]
-
-
-def _row(
-    section: str,
-    figure: str,
-    value: float | None,
-    unit: str,
-    baseline: str,
-    baseline_value: float | None,
-    target: str = "",
-    met: bool | None = None,
-) -> Row:
-    ratio = round(value / baseline_value, 3) if value is not None and baseline_value else None
-    return {
-        "section": section,
-        "figure": figure,
-        "value": value,
-        "unit": unit,
-        "baseline": baseline,
-        "baseline_value": baseline_value,
-        "ratio": ratio,
-        "target": target,
-        "met": met,
-    }
-
-
-def _at_least(ratio: float | None, bound: float) -> bool | None:
-    return None if ratio is None else ratio >= bound
-
-
-def _at_most(ratio: float | None, bound: float) -> bool | None:
-    return None if ratio is None else ratio <= bound
+from tenure.bench.rows import Row, at_least, at_most, fmt, row
+from tenure.bench.targets import print_targets
+from tenure.bench.throughput_rows import cost_rows, peer_rows, throughput_rows
 
 
 def figure_rows(result: dict[str, Any]) -> list[Row]:
@@ -49,70 +20,15 @@ def figure_rows(result: dict[str, Any]) -> list[Row]:
     rows: list[Row] = []
     tp = s.get("throughput")
     if tp:
-        raw1, rawn = tp["raw_1"]["jobs_per_second"], tp["raw_n"]["jobs_per_second"]
-        t1, tn = tp["tenure_1"]["jobs_per_second"], tp["tenure_n"]["jobs_per_second"]
-        rows.append(_row("throughput", "tenure, 1 process", t1, "jobs/s", "raw SQL, 1 process", raw1))
-        r = _row("throughput", "tenure, N processes", tn, "jobs/s", "raw SQL, N processes", rawn, ">= 0.6x")
-        r["met"] = _at_least(r["ratio"], 0.6)
-        rows.append(r)
-        rows.append(
-            _row("throughput", "raw SQL ceiling, N processes", rawn, "jobs/s", "raw SQL, 1 process", raw1)
-        )
-        for name, bound in (("pgqueuer", 2.5), ("procrastinate", 20.0)):
-            peer = s.get("peers", {}).get(name, {})
-            if "jobs_per_second" in peer:
-                rows.append(
-                    _row(
-                        "peers",
-                        f"{name}, N processes",
-                        peer["jobs_per_second"],
-                        "jobs/s",
-                        "raw SQL, N processes",
-                        rawn,
-                    )
-                )
-                r = _row(
-                    "peers", f"tenure vs {name}", tn, "jobs/s", name, peer["jobs_per_second"], f">= {bound}x"
-                )
-                r["met"] = _at_least(r["ratio"], bound)
-                rows.append(r)
-        for key, label in (("tenure_n", "tenure"), ("raw_n", "raw SQL")):
-            r = _row(
-                "cost",
-                f"WAL per job, {label}",
-                tp[key]["wal_bytes_per_job"],
-                "bytes",
-                "raw SQL",
-                tp["raw_n"]["wal_bytes_per_job"],
-            )
-            if key == "tenure_n":
-                r["target"], r["met"] = "<= 1024 B", tp[key]["wal_bytes_per_job"] <= 1024
-            rows.append(r)
-            rows.append(
-                _row(
-                    "cost",
-                    f"commits per job, {label}",
-                    tp[key]["commits_per_job"],
-                    "commits",
-                    "raw SQL",
-                    tp["raw_n"]["commits_per_job"],
-                )
-            )
-        rows.append(
-            _row(
-                "cost",
-                "worker peak RSS, tenure",
-                tp["tenure_n"]["peak_rss_mib"],
-                "MiB",
-                "raw SQL worker",
-                tp["raw_n"]["peak_rss_mib"],
-            )
-        )
+        rows += throughput_rows(tp)
+    rows += peer_rows(tp, s.get("peers", {}))
+    if tp:
+        rows += cost_rows(tp)
     lat = s.get("latency")
     if lat:
         pgq = s.get("peers", {}).get("pgqueuer", {}).get("idle_latency", {})
         for pct in ("p50_ms", "p99_ms"):
-            r = _row(
+            r = row(
                 "latency",
                 f"idle {pct[:3]}, tenure",
                 lat["idle"][pct],
@@ -128,7 +44,7 @@ def figure_rows(result: dict[str, Any]) -> list[Row]:
             if peer_lat:
                 for pct in ("p50_ms", "p99_ms"):
                     rows.append(
-                        _row(
+                        row(
                             "latency",
                             f"idle {pct[:3]}, {name}",
                             peer_lat[pct],
@@ -139,7 +55,7 @@ def figure_rows(result: dict[str, Any]) -> list[Row]:
                     )
         for pct in ("p50_ms", "p99_ms"):
             rows.append(
-                _row(
+                row(
                     "latency",
                     f"half load {pct[:3]}, tenure",
                     lat["half_load"][pct],
@@ -154,7 +70,7 @@ def figure_rows(result: dict[str, Any]) -> list[Row]:
         empty_rate = tp["tenure_n"]["jobs_per_second"] if tp else None
         for level in bl["levels"]:
             n = f"{level['pending']:,} pending"
-            r = _row(
+            r = row(
                 "backlog",
                 f"claim time, {n}",
                 level["claim_ms"],
@@ -163,9 +79,9 @@ def figure_rows(result: dict[str, Any]) -> list[Row]:
                 small,
                 "<= 1.5x",
             )
-            r["met"] = _at_most(r["ratio"], 1.5)
+            r["met"] = at_most(r["ratio"], 1.5)
             rows.append(r)
-            r = _row(
+            r = row(
                 "backlog",
                 f"throughput, {n}" + (", drained to the end" if level.get("drained_all") else ""),
                 level["jobs_per_second"],
@@ -174,12 +90,12 @@ def figure_rows(result: dict[str, Any]) -> list[Row]:
                 empty_rate,
                 ">= 0.8x",
             )
-            r["met"] = _at_least(r["ratio"], 0.8)
+            r["met"] = at_least(r["ratio"], 0.8)
             rows.append(r)
         largest = bl["levels"][-1]
         if tp:
             rows.append(
-                _row(
+                row(
                     "cost",
                     f"worker peak RSS, {largest['pending']:,} backlog",
                     largest["peak_rss_mib"],
@@ -192,7 +108,7 @@ def figure_rows(result: dict[str, Any]) -> list[Row]:
         held = bl["snapshot_held"]
         n = f"{held['pending']:,} pending, snapshot held {held['snapshot_held_seconds']}s"
         rows.append(
-            _row(
+            row(
                 "backlog",
                 f"throughput, {n}",
                 held["jobs_per_second"],
@@ -202,7 +118,7 @@ def figure_rows(result: dict[str, Any]) -> list[Row]:
             )
         )
         rows.append(
-            _row(
+            row(
                 "backlog",
                 f"claim time after, {n}",
                 held["claim_ms_after"],
@@ -214,7 +130,7 @@ def figure_rows(result: dict[str, Any]) -> list[Row]:
     rec = s.get("recovery")
     if rec:
         rows.append(
-            _row(
+            row(
                 "recovery",
                 f"{rec['expired_leases']:,} expired leases",
                 rec["tenure_seconds"],
@@ -225,7 +141,7 @@ def figure_rows(result: dict[str, Any]) -> list[Row]:
         )
     sch = s.get("scheduled")
     if sch:
-        r = _row(
+        r = row(
             "scheduled",
             f"claim time, {sch['not_yet_due']:,} not yet due",
             sch["claim_ms_with_not_yet_due"],
@@ -234,12 +150,12 @@ def figure_rows(result: dict[str, Any]) -> list[Row]:
             sch["claim_ms_due_only"],
             "<= 1.2x",
         )
-        r["met"] = _at_most(r["ratio"], 1.2)
+        r["met"] = at_most(r["ratio"], 1.2)
         rows.append(r)
     fair = s.get("fairness")
     if fair:
         hours = fair["simulated_seconds"] / 3600
-        r = _row(
+        r = row(
             "fairness",
             f"WAL per waiting job, {fair['waiting_jobs']:,} waiting {hours:g} h",
             fair["wal_bytes_per_waiting_job"],
@@ -251,7 +167,7 @@ def figure_rows(result: dict[str, Any]) -> list[Row]:
         r["met"] = fair["wal_bytes_per_waiting_job"] < 1
         rows.append(r)
         rows.append(
-            _row(
+            row(
                 "fairness",
                 f"claim time with the oldest-first share, {fair['waiting_jobs']:,} waiting",
                 fair["claim_ms_with_oldest_share"],
@@ -267,7 +183,7 @@ def figure_rows(result: dict[str, Any]) -> list[Row]:
             ("unique_held", "unique key held: the holder returned"),
             ("idempotency_key", "the caller's idempotency key"),
         ):
-            r = _row(
+            r = row(
                 "unique",
                 f"single enqueue, {label}",
                 uq[f"{name}_per_second"],
@@ -277,7 +193,7 @@ def figure_rows(result: dict[str, Any]) -> list[Row]:
                 ">= 0.8x" if name != "unique_held" else "",
             )
             if name != "unique_held":
-                r["met"] = _at_least(r["ratio"], 0.8)
+                r["met"] = at_least(r["ratio"], 0.8)
             rows.append(r)
     lim = s.get("limits")
     if lim:
@@ -285,7 +201,7 @@ def figure_rows(result: dict[str, Any]) -> list[Row]:
             ("limit_not_binding", "claim+complete, a queue limit that never binds"),
             ("per_key_1000", f"claim+complete, one running per key over {lim['keys']:,} keys"),
         ):
-            r = _row(
+            r = row(
                 "limits",
                 label,
                 lim[f"{name}_jobs_per_second"],
@@ -294,11 +210,11 @@ def figure_rows(result: dict[str, Any]) -> list[Row]:
                 lim["unlimited_jobs_per_second"],
                 ">= 0.8x",
             )
-            r["met"] = _at_least(r["ratio"], 0.8)
+            r["met"] = at_least(r["ratio"], 0.8)
             rows.append(r)
     cp = s.get("copy")
     if cp:
-        r = _row(
+        r = row(
             "copy",
             f"bulk enqueue, {cp['jobs']:,} jobs",
             cp["tenure_jobs_per_second"],
@@ -310,16 +226,6 @@ def figure_rows(result: dict[str, Any]) -> list[Row]:
         r["met"] = cp["tenure_jobs_per_second"] >= 100_000
         rows.append(r)
     return rows
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float) and value >= 100:
-        return f"{value:,.0f}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return f"{value:g}"
 
 
 def print_table(result: dict[str, Any], console: Console | None = None) -> None:
@@ -342,18 +248,19 @@ def print_table(result: dict[str, Any], console: Console | None = None) -> None:
         met = {True: "yes", False: "NO", None: ""}[r["met"]]
         table.add_row(
             r["section"],
-            r["figure"],
-            _fmt(r["value"]),
+            escape(r["figure"]),
+            fmt(r["value"]),
             r["unit"],
-            f"{r['baseline']} ({_fmt(r['baseline_value'])})",
-            _fmt(r["ratio"]),
+            escape(f"{r['baseline']} ({fmt(r['baseline_value'])})"),
+            fmt(r["ratio"]),
             r["target"],
             met,
         )
     console.print(table)
+    print_targets(result["targets"], console)
     skipped = {k: v["skipped"] for k, v in result["sections"].get("peers", {}).items() if "skipped" in v}
     for name, why in skipped.items():
-        console.print(f"peer {name} skipped: {why}")
+        console.print(f"peer {name} skipped: {why}", markup=False)
 
 
 def chart(result: dict[str, Any], path: Path) -> str:

@@ -10,11 +10,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tenure.bench import enqueue, limits, peers, sections, waiting
-from tenure.bench.drain import DrainResult
+from tenure.bench import end_to_end, enqueue, limits, peer_drains, peers, sections, throughput, waiting
+from tenure.bench.drain import TENURE_WATCH
 from tenure.bench.report import chart, figure_rows, print_table
 from tenure.bench.server import Databases, check_server, server_settings
 from tenure.bench.sizes import SIZES
+from tenure.bench.targets import targets
 from tenure.client import Client
 from tenure.db.connect import connect
 
@@ -22,6 +23,7 @@ SECTIONS = (
     "copy",
     "throughput",
     "peers",
+    "endtoend",
     "latency",
     "backlog",
     "recovery",
@@ -56,7 +58,7 @@ async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
         "meta": {
             "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "size": options.size,
-            "sizes": vars(sizes) | {"backlogs": list(sizes.backlogs), "peers": list(sizes.peers)},
+            "sizes": vars(sizes) | {"jobs": sizes.jobs},
             "processes": procs,
             "concurrency_per_process": options.concurrency,
             "claim_batch": options.claim_batch,
@@ -79,8 +81,13 @@ async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
             out["copy"] = await sections.copy_enqueue(dsn, sizes.copy_jobs)
 
         if "throughput" in options.sections or "latency" in options.sections:
-            log(f"throughput: {sizes.jobs} no-op jobs, 1 and {procs} processes, Tenure and raw SQL")
-            out["throughput"] = await _throughput(dsn, contenders, sizes.jobs, procs, sizes.repeats)
+            log(
+                f"throughput: {' and '.join(map(str, sizes.drain_sizes))} no-op jobs, {procs} processes, "
+                f"Tenure and the raw loop at claim sizes {list(sizes.ceiling_batches)}"
+            )
+            out["throughput"] = await throughput.throughput(
+                dsn, contenders, sizes.drain_sizes, procs, sizes.repeats, sizes.ceiling_batches, log
+            )
 
         wanted_peers = [p for p in sizes.peers if options.with_peers and "peers" in options.sections]
         out["peers"] = {}
@@ -90,25 +97,44 @@ async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
             elif not peers.installed(name):
                 out["peers"][name] = {"skipped": "not installed (pip install 'tenure[bench]')"}
             else:
-                log(f"peer {name}: {sizes.jobs} no-op jobs, {procs} processes")
                 peer_dsn = await dbs.create(name)
                 await peers.SETUP[name](peer_dsn)
-                # PgQueuer is repeated like Tenure; Procrastinate runs once (it takes 10x longer).
-                repeats = sizes.repeats if name == "pgqueuer" else 1
-                drains = [
-                    await sections.peer_drain(name, peer_dsn, contenders, sizes.jobs, procs)
-                    for _ in range(repeats)
-                ]
-                drained = sorted(drains, key=lambda r: r.jobs_per_second)[len(drains) // 2]
-                out["peers"][name] = {
-                    "version": peers.version(name),
-                    **drained.as_dict(),
-                    "all_jobs_per_second": [round(r.jobs_per_second) for r in drains],
-                }
+                if name == "pgqueuer":
+                    out["peers"][name] = await peer_drains.pgqueuer_best(
+                        peer_dsn,
+                        contenders,
+                        sizes.drain_sizes,
+                        procs,
+                        sizes.repeats,
+                        sizes.pgqueuer_batches,
+                        log,
+                    )
+                else:
+                    max_connections = int(result["meta"]["server_settings"]["max_connections"])
+                    out["peers"][name] = await peer_drains.procrastinate_sized(
+                        peer_dsn, contenders, sizes.drain_sizes, procs, max_connections, log
+                    )
                 if "latency" in options.sections:
                     out["peers"][name]["idle_latency"] = await _peer_latency(
                         name, peer_dsn, contenders, sizes.latency_probes, options.out_dir
                     )
+
+        if "endtoend" in options.sections:
+            tp = out.get("throughput")
+            raw_batch = tp["raw_n"]["batch"] if tp else options.claim_batch
+            log(
+                f"end to end: {sizes.end_to_end_jobs} jobs enqueued one per transaction by {procs} producer "
+                f"processes x {sizes.producer_connections} connections while {procs} processes drain"
+            )
+            out["endtoend"] = await end_to_end.end_to_end(
+                dsn,
+                contenders,
+                sizes.end_to_end_jobs,
+                procs,
+                sizes.producer_connections,
+                raw_batch,
+                sizes.repeats,
+            )
 
         if "latency" in options.sections:
             log(f"latency: {sizes.latency_probes} probes idle, and at half of peak load")
@@ -131,7 +157,7 @@ async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
             # Jobs still queued when the probes were done: above zero, the load was more than the
             # workers could take (the producer shares the machine), and latency is queueing time.
             async with await connect(dsn) as conn:
-                left = await sections.TENURE_UNFINISHED(conn)
+                left = await TENURE_WATCH.count(conn)
             out["latency"] = {
                 "idle": idle,
                 "half_load": loaded | {"load_jobs_per_second": round(peak / 2), "unfinished_at_end": left},
@@ -192,35 +218,12 @@ async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
         await dbs.drop_all()
     result["meta"]["seconds"] = round(time.monotonic() - started, 1)
     result["rows"] = figure_rows(result)
+    result["targets"] = targets(result)
     if options.show_table:
         print_table(result)
     (options.out_dir / "bench.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     result["chart"] = chart(result, options.out_dir / "bench.png")
     (options.out_dir / "bench.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
-    return result
-
-
-async def _throughput(
-    dsn: str, contenders: sections.Contenders, jobs: int, procs: int, repeats: int
-) -> dict[str, Any]:
-    """Each configuration `repeats` times, interleaved so that load from elsewhere on the machine
-    falls on all of them alike; the run with the median rate stands for each."""
-    configs = {
-        "tenure_1": (sections.tenure_drain, 1),
-        "tenure_n": (sections.tenure_drain, procs),
-        "raw_1": (sections.raw_drain, 1),
-        "raw_n": (sections.raw_drain, procs),
-    }
-    runs: dict[str, list[DrainResult]] = {key: [] for key in configs}
-    for _ in range(repeats):
-        for key, (measure, processes) in configs.items():
-            runs[key].append(await measure(dsn, contenders, jobs, processes))
-    result: dict[str, Any] = {"jobs": jobs, "repeats": repeats}
-    for key, results in runs.items():
-        ranked = sorted(results, key=lambda r: r.jobs_per_second)
-        result[key] = ranked[len(ranked) // 2].as_dict() | {
-            "all_jobs_per_second": [round(r.jobs_per_second) for r in results]
-        }
     return result
 
 

@@ -14,8 +14,9 @@ from typing import Any
 from psycopg import IsolationLevel
 
 from tenure.bench import peers, probe
-from tenure.bench.drain import DrainResult, drain, drain_state, unfinished_counter
-from tenure.bench.procs import ProcessGroup, module_argv
+from tenure.bench.contenders import Contenders as Contenders
+from tenure.bench.drain import PEER_WATCH, DrainResult, drain
+from tenure.bench.procs import ProcessGroup
 from tenure.bench.queries import execute, fetch
 from tenure.bench.server import SCHEMA as SCHEMA
 from tenure.bench.tenure_worker import QUEUE
@@ -28,41 +29,8 @@ from tenure.runtime.options import WorkerOptions
 from tenure.runtime.recovery import Recovery
 from tenure.runtime.services import WorkerServices
 
-TENURE_UNFINISHED = unfinished_counter("bench_unfinished")
-PEER_UNFINISHED = {name: unfinished_counter(f"peer_{name}_unfinished") for name in peers.PEERS}
 NOOP = JobSpec(task="noop", queue=QUEUE, priority=0, max_attempts=20)  # complete: also COPYed raw
 PROBE_TIMEOUT = 60.0
-
-
-class Contenders:
-    """Worker process groups of each contender, with the run's settings."""
-
-    def __init__(self, concurrency: int, claim_batch: int) -> None:
-        self.concurrency = concurrency
-        self.claim_batch = claim_batch
-        #: Batches a Tenure worker can hold at once; the raw loop keeps as many in flight.
-        self.raw_loops = max(1, concurrency // claim_batch)
-
-    def tenure(self, dsn: str, processes: int, env: dict[str, str] | None = None) -> ProcessGroup:
-        argv = module_argv(
-            "tenure.bench.tenure_worker",
-            *("--dsn", dsn, "--concurrency", str(self.concurrency), "--claim-batch", str(self.claim_batch)),
-        )
-        return ProcessGroup(argv, processes, env or {})
-
-    def raw(self, dsn: str, processes: int) -> ProcessGroup:
-        argv = module_argv(
-            "tenure.bench.raw_worker",
-            *("--dsn", dsn, "--batch", str(self.claim_batch), "--loops", str(self.raw_loops)),
-        )
-        return ProcessGroup(argv, processes)
-
-    def peer(self, name: str, dsn: str, processes: int, env: dict[str, str] | None = None) -> ProcessGroup:
-        argv = module_argv(
-            "tenure.bench.peers",
-            *(name, "--dsn", dsn, "--concurrency", str(self.concurrency), "--batch", str(self.claim_batch)),
-        )
-        return ProcessGroup(argv, processes, env or {})
 
 
 async def reset(dsn: str) -> None:
@@ -105,19 +73,33 @@ async def copy_enqueue(dsn: str, count: int) -> dict[str, Any]:
 async def tenure_drain(dsn: str, contenders: Contenders, jobs: int, processes: int) -> DrainResult:
     await reset(dsn)
     await load(dsn, jobs)
-    return await drain(dsn, contenders.tenure(dsn, processes), TENURE_UNFINISHED, timeout=drain_timeout(jobs))
+    return await drain(dsn, contenders.tenure(dsn, processes), timeout=drain_timeout(jobs))
 
 
-async def raw_drain(dsn: str, contenders: Contenders, jobs: int, processes: int) -> DrainResult:
+async def raw_drain(
+    dsn: str, contenders: Contenders, jobs: int, processes: int, batch: int | None = None
+) -> DrainResult:
     await reset(dsn)
     await load(dsn, jobs)
-    return await drain(dsn, contenders.raw(dsn, processes), TENURE_UNFINISHED, timeout=drain_timeout(jobs))
+    group = contenders.raw(dsn, processes, batch)
+    return await drain(dsn, group, timeout=drain_timeout(jobs))
 
 
-async def peer_drain(name: str, dsn: str, contenders: Contenders, jobs: int, processes: int) -> DrainResult:
+async def peer_drain(
+    name: str,
+    dsn: str,
+    contenders: Contenders,
+    jobs: int,
+    processes: int,
+    *,
+    batch: int | None = None,
+    concurrency: int | None = None,
+) -> DrainResult:
+    async with await connect(dsn) as conn:
+        await execute(conn, SCHEMA, f"peer_{name}_reset")
     await peers.ENQUEUE[name](dsn, jobs)
-    group = contenders.peer(name, dsn, processes)
-    return await drain(dsn, group, PEER_UNFINISHED[name], timeout=drain_timeout(jobs, slow=True))
+    group = contenders.peer(name, dsn, processes, batch=batch, concurrency=concurrency)
+    return await drain(dsn, group, PEER_WATCH[name], timeout=drain_timeout(jobs, slow=True))
 
 
 def drain_timeout(jobs: int, *, slow: bool = False) -> float:
@@ -227,10 +209,8 @@ async def backlog(
     result = await drain(
         dsn,
         contenders.tenure(dsn, processes),
-        TENURE_UNFINISHED,
         timeout=(window or drain_timeout(pending)) + 120,
         window=window,
-        state=drain_state,
     )
     return {"pending": pending, "claim_ms": claim_ms, "drained_all": window is None, **result.as_dict()}
 
@@ -251,10 +231,8 @@ async def backlog_with_snapshot(
         result = await drain(
             dsn,
             contenders.tenure(dsn, processes),
-            TENURE_UNFINISHED,
             timeout=window + 120,
             window=window,
-            state=drain_state,
         )
         claim_ms = await claim_time_ms(dsn, contenders.claim_batch, samples)
     finally:

@@ -1,6 +1,7 @@
-"""How big each section runs. `smoke` is for CI (well under a minute); `standard` is the default;
-`full` adds the 1M-job backlog, 1M jobs not yet due, 1M waiting and larger drains (about 15-20
-minutes on 2 cores)."""
+"""How big each section runs. `smoke` is for CI (about a minute on a quiet 2-core machine);
+`standard` is the default (drains of 30k and 50k jobs for every contender, the ceiling swept over
+five claim sizes: about 15 minutes on 2 cores); `full` adds the 1M-job backlog, 1M jobs not yet
+due and 1M waiting (about 25 minutes)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Sizes:
-    jobs: int  # jobs per throughput drain
+    drain_sizes: tuple[int, ...]  # jobs per throughput drain: every contender drains each size
     latency_probes: int
     backlogs: tuple[int, ...]
     backlog_window: float  # seconds of draining measured at each backlog
@@ -25,11 +26,22 @@ class Sizes:
     drain_largest: bool = False  # drain the largest backlog to the end instead of for a window
     repeats: int = 3  # throughput drains per contender, interleaved; the median is reported
     peers: tuple[str, ...] = field(default=("pgqueuer", "procrastinate"))
+    #: Claim sizes of the raw loop swept for the ceiling (Tenure's own claim batch is added).
+    ceiling_batches: tuple[int, ...] = (20, 50, 100, 200, 500)
+    #: PgQueuer batch sizes swept for its best.
+    pgqueuer_batches: tuple[int, ...] = (10, 25, 50, 100)
+    end_to_end_jobs: int = 20_000  # jobs enqueued one per transaction while workers drain
+    producer_connections: int = 10  # connections per producer process, each one job at a time
+
+    @property
+    def jobs(self) -> int:
+        """The largest drain: the one other sections compare against."""
+        return max(self.drain_sizes)
 
 
 SIZES = {
     "smoke": Sizes(
-        jobs=1500,
+        drain_sizes=(800, 1600),
         latency_probes=15,
         backlogs=(2000, 5000),
         backlog_window=0.6,
@@ -42,10 +54,14 @@ SIZES = {
         claim_samples=5,
         repeats=1,
         unique_enqueues=400,
-        limit_jobs=1000,
+        limit_jobs=400,
+        ceiling_batches=(20, 100),
+        pgqueuer_batches=(50,),
+        end_to_end_jobs=300,
+        producer_connections=4,
     ),
     "standard": Sizes(
-        jobs=30_000,
+        drain_sizes=(30_000, 50_000),
         latency_probes=150,
         backlogs=(10_000, 100_000),
         backlog_window=4.0,
@@ -57,7 +73,7 @@ SIZES = {
         fairness_step=1.0,
     ),
     "full": Sizes(
-        jobs=50_000,
+        drain_sizes=(30_000, 50_000),
         latency_probes=300,
         backlogs=(10_000, 100_000, 1_000_000),
         backlog_window=8.0,
@@ -68,5 +84,6 @@ SIZES = {
         waiting=1_000_000,
         fairness_step=1.0,
         drain_largest=True,
+        end_to_end_jobs=50_000,
     ),
 }

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 from typing import Any
+
+from rich.markup import escape
 
 from tenure.bench.runner import SECTIONS, BenchOptions, run
 from tenure.bench.sizes import SIZES
@@ -31,15 +34,17 @@ async def cmd_bench(args: argparse.Namespace) -> int:
         show_table=not args.json,
     )
 
+    started = time.monotonic()
+
     def progress(message: str) -> None:
         if not args.json:
-            err.print(f"[dim]bench: {message}[/dim]")
+            err.print(f"[dim]bench {time.monotonic() - started:6.1f}s: {escape(message)}[/dim]")
 
     result = await run(options, log=progress)
     if args.json:
         emit_json(result)
     else:
-        err.print(f"wrote {options.out_dir / 'bench.json'}; chart: {result['chart']}")
+        err.print(f"wrote {options.out_dir / 'bench.json'}; chart: {result['chart']}", markup=False)
     return 0
 
 
@@ -49,8 +54,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="measure throughput, latency, backlog, recovery and cost against baselines",
         description="Runs every section against one server with its durable settings and prints each "
-        "figure as a ratio against a baseline measured in the same run. Creates and drops scratch "
-        "databases tenure_bench_<pid>_*; needs a role with CREATEDB.",
+        "figure as a ratio against a baseline measured in the same run, then each target with its "
+        "ratio and whether it is met. Creates and drops scratch databases tenure_bench_<pid>_*; "
+        "needs a role with CREATEDB.",
     )
     size = p.add_mutually_exclusive_group()
     size.add_argument("--size", choices=sorted(SIZES), default="standard", help="how big (default: standard)")
@@ -61,7 +67,12 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--sections", default=None, help=f"comma-separated subset of: {', '.join(SECTIONS)}")
     p.add_argument("--processes", type=positive_int, default=2, help="worker processes (default: 2)")
     p.add_argument("--concurrency", type=positive_int, default=100, help="job slots per process")
-    p.add_argument("--claim-batch", type=positive_int, default=20, help="most jobs per claim")
+    p.add_argument(
+        "--claim-batch",
+        type=positive_int,
+        default=20,
+        help="most jobs per claim of Tenure's workers (the raw-SQL ceiling sweeps its own claim sizes)",
+    )
     p.add_argument("--no-peers", action="store_true", help="skip PgQueuer and Procrastinate")
     p.add_argument("--out", default="bench-results", help="results directory (default: bench-results)")
     p.set_defaults(handler=cmd_bench)

@@ -106,7 +106,8 @@ SELECT count(*) AS n FROM procrastinate_jobs WHERE status IN ('todo', 'doing');
 VACUUM (ANALYZE) __schema__.jobs;
 
 -- name: bench_drain_state
--- Cheap enough to poll at any backlog: two probes of the partial indexes, no count.
+-- Polled throughout a drain, so cheap at any backlog: probes of the partial indexes, no count
+-- (counting 50k unfinished jobs took 15 ms, which every 20 ms is most of a core).
 SELECT EXISTS (SELECT 1 FROM __schema__.jobs WHERE state = 'running') AS started,
        EXISTS (SELECT 1 FROM __schema__.jobs WHERE state = 'running')
        OR EXISTS (SELECT 1 FROM __schema__.jobs WHERE state = 'pending') AS unfinished;
@@ -123,3 +124,70 @@ VALUES (%(queue)s, %(max_running)s, 'bench');
 -- claim ranks its window by key and counts each key's live leases.
 INSERT INTO __schema__.queue_limits (queue, key_field, max_running_per_key, declared_by)
 VALUES (%(queue)s, %(key)s, 1, 'bench');
+
+-- name: bench_gate_tenure
+-- The start gate (gate.py): reads pass, every claim, completion and insert waits until commit.
+LOCK TABLE __schema__.jobs IN EXCLUSIVE MODE;
+
+-- name: peer_pgqueuer_gate
+LOCK TABLE pgqueuer IN EXCLUSIVE MODE;
+
+-- name: peer_procrastinate_gate
+LOCK TABLE procrastinate_jobs IN EXCLUSIVE MODE;
+
+-- name: bench_backend_pid
+SELECT pg_backend_pid() AS pid;
+
+-- name: bench_gate_waiting
+-- The sessions of one process group waiting for the gate's session, by process name; with a
+-- marker (a fragment of the contender's claim statement), only the claims among them.
+SELECT a.application_name AS name, count(*) AS waiting
+FROM pg_stat_activity a
+WHERE starts_with(a.application_name, %(prefix)s)
+  AND (%(marker)s::text IS NULL OR strpos(a.query, %(marker)s::text) > 0)
+  AND %(gate_pid)s::int = ANY (pg_blocking_pids(a.pid))
+GROUP BY a.application_name;
+
+-- name: bench_group_backends
+-- The server backends of one process group's sessions, for their CPU time (cpu.py).
+SELECT pid FROM pg_stat_activity WHERE starts_with(application_name, %(prefix)s);
+
+-- name: peer_pgqueuer_reset
+-- Each peer drain starts from empty tables, as Tenure's starts from a vacuumed empty queue.
+TRUNCATE pgqueuer, pgqueuer_log, pgqueuer_statistics;
+
+-- name: peer_procrastinate_reset
+TRUNCATE procrastinate_jobs, procrastinate_events, procrastinate_periodic_defers, procrastinate_workers;
+
+-- name: bench_raw_insert
+-- The end-to-end baseline's enqueue: one plain row, nothing checked, no notification (the raw
+-- loop polls).
+INSERT INTO __schema__.jobs (queue, task, payload, priority, available_at, state, max_attempts)
+VALUES (%(queue)s, 'noop', '{}'::jsonb, 0, statement_timestamp(), 'pending', 20);
+
+-- name: bench_succeeded
+SELECT count(*) AS n FROM __schema__.jobs WHERE state = 'succeeded';
+
+-- name: bench_clock
+SELECT clock_timestamp() AS now;
+
+-- name: bench_finished_at
+-- When the job finished that is %(k)s-th (from 0) in finishing order: the half rates (drain.py).
+SELECT finished_at AS at FROM __schema__.jobs WHERE state = 'succeeded'
+ORDER BY finished_at OFFSET %(k)s LIMIT 1;
+
+-- name: peer_pgqueuer_state
+-- Polled throughout a drain, so index probes only: a count's cost grows with the table.
+SELECT EXISTS (SELECT 1 FROM pgqueuer WHERE status = 'picked') AS started,
+       (SELECT id FROM pgqueuer ORDER BY id LIMIT 1) IS NOT NULL AS unfinished;
+
+-- name: peer_pgqueuer_finished_at
+SELECT created AS at FROM pgqueuer_log WHERE status = 'successful'
+ORDER BY created OFFSET %(k)s LIMIT 1;
+
+-- name: peer_procrastinate_state
+SELECT EXISTS (SELECT 1 FROM procrastinate_jobs WHERE status IN ('doing', 'succeeded')) AS started,
+       EXISTS (SELECT 1 FROM procrastinate_jobs WHERE status IN ('todo', 'doing')) AS unfinished;
+
+-- name: peer_procrastinate_finished_at
+SELECT at FROM procrastinate_events WHERE type = 'succeeded' ORDER BY at OFFSET %(k)s LIMIT 1;
