@@ -18,6 +18,7 @@ from tenure.bench.sizes import SIZES
 from tenure.bench.targets import targets
 from tenure.client import Client
 from tenure.db.connect import connect
+from tenure.runtime.options import WorkerOptions
 
 SECTIONS = (
     "copy",
@@ -40,7 +41,7 @@ class BenchOptions:
     size: str = "standard"
     processes: int = 2
     concurrency: int = 100
-    claim_batch: int = 20
+    claim_batch: int = WorkerOptions().claim_batch
     sections: tuple[str, ...] = SECTIONS
     with_peers: bool = True
     out_dir: Path = Path("bench-results")

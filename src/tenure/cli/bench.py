@@ -12,6 +12,7 @@ from rich.markup import escape
 from tenure.bench.runner import SECTIONS, BenchOptions, run
 from tenure.bench.sizes import SIZES
 from tenure.cli._common import EXIT_USAGE, emit_json, err, positive_int, resolve
+from tenure.runtime.options import WorkerOptions
 
 
 async def cmd_bench(args: argparse.Namespace) -> int:
@@ -70,8 +71,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--claim-batch",
         type=positive_int,
-        default=20,
-        help="most jobs per claim of Tenure's workers (the raw-SQL ceiling sweeps its own claim sizes)",
+        default=WorkerOptions().claim_batch,
+        help="most jobs per claim of Tenure's workers (default: a worker's own default, %(default)s; "
+        "the raw-SQL ceiling sweeps its own claim sizes)",
     )
     p.add_argument("--no-peers", action="store_true", help="skip PgQueuer and Procrastinate")
     p.add_argument("--out", default="bench-results", help="results directory (default: bench-results)")
