@@ -1,7 +1,7 @@
 """How big each section runs. `smoke` is for CI (about a minute on a quiet 2-core machine);
 `standard` is the default (drains of 30k and 50k jobs for every contender, the ceiling swept over
-five claim sizes: about 15 minutes on 2 cores); `full` adds the 1M-job backlog, 1M jobs not yet
-due and 1M waiting (about 25 minutes)."""
+five claim sizes: 15-20 minutes on 2 cores); `full` adds the 1M-job backlog, 1M jobs not yet
+due and 1M waiting (25-30 minutes)."""
 
 from __future__ import annotations
 

@@ -135,6 +135,8 @@ def cost_rows(tp: dict[str, Any]) -> list[Row]:
         ("worker_cpu_us_per_job", "us", "worker CPU per job"),
         ("server_cpu_us_per_job", "us", "server CPU per job (the workers' backends)"),
     ):
+        if tenure.get(key) is None:
+            continue  # server CPU: the server is not on this machine
         r = row("cost", f"{label}, tenure", tenure.get(key), unit, "the ceiling", raw.get(key))
         if key == "wal_bytes_per_job":
             r["target"], r["met"] = "<= 1024 B", tenure[key] <= 1024
