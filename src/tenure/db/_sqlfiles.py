@@ -32,8 +32,15 @@ def read_sections(package: str, folder: str) -> dict[str, str]:
         for name, body in zip(parts[1::2], parts[2::2], strict=True):
             if name in sections:
                 raise RuntimeError(f"query {name!r} is defined twice")
-            sections[name] = body.strip()
+            sections[name] = _without_comment_lines(body).strip()
     return sections
+
+
+def _without_comment_lines(body: str) -> str:
+    """The section without its whole-line `--` comments: they are for the reader of the .sql
+    file, and psycopg caches the parsing of a query's placeholders only for texts of at most
+    4,096 bytes (its MAX_CACHED_STATEMENT_LENGTH), which the claim's comments took it past."""
+    return "\n".join(line for line in body.splitlines() if not line.lstrip().startswith("--"))
 
 
 def plain_queries() -> dict[str, str]:
