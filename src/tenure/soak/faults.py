@@ -35,6 +35,8 @@ from tenure.soak.roles import SoakRole, set_read_only
 from tenure.soak.workload import CANCELLABLE_KINDS
 
 PACKET_LOSS_SHARE = 0.3
+#: Turns a fault that found nothing to act on is tried again before the rotation moves on.
+SKIPPED_TRIES = 3
 #: Seconds after a pause's timestamp within which a claim may still have begun before it committed.
 PAUSE_COMMIT_MARGIN = 0.5
 TRANSFER_TASK = Kind.TRANSFER.value
@@ -149,15 +151,20 @@ class FaultSchedule:
         """Injects faults in rotation, `gap` seconds apart, until `stop` is set."""
         kinds = self.kinds
         n = 0
+        tries = 0
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=gap)
             if stop.is_set():
                 break
             kind = kinds[n % len(kinds)]
-            n += 1
             started = time.monotonic()
             target, detail, skipped = await self._inject(kind)
+            # A fault that found nothing to act on (no running job to revoke, no live worker
+            # just then) gets its turn again, so one unlucky moment does not leave it unrun.
+            tries += 1
+            if not skipped or tries >= SKIPPED_TRIES:
+                n, tries = n + 1, 0
             record = FaultRecord(
                 started - self.started, kind, target, time.monotonic() - started, detail, skipped
             )
