@@ -57,14 +57,23 @@ class Topology:
         self.extra_hosts = extra_hosts
         self.run_dir = run_dir
         self.worker_role = worker_role
-        self.server = SoakServer(extra_hosts=extra_hosts)
+        self._server: SoakServer | None = None
         self.restarts = 0
+
+    @property
+    def server(self) -> SoakServer:
+        """The soak's own server, made on first use: a topology with servers of its own (or
+        someone else's) never makes one, nor its data directory."""
+        if self._server is None:
+            self._server = SoakServer(extra_hosts=self.extra_hosts)
+        return self._server
 
     def start(self) -> None:
         self.server.start()
 
     def stop(self) -> None:
-        self.server.stop()
+        if self._server is not None:
+            self._server.stop()
 
     def maintenance_dsn(self) -> str:
         return self.server.dsn()
