@@ -23,10 +23,26 @@ from tenure.db.migrate import migrate
 from tenure.db.queries import Queries
 
 PG15_DSN = os.environ.get("TENURE_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
-EMBEDDED_DIR = Path(os.environ.get("TENURE_TEST_EMBEDDED_DIR", "/tmp/tenure-test-pgdata"))
+#: Each xdist process has an embedded server of its own: its 100 connections are not shared.
+EMBEDDED_DIR = Path(os.environ.get("TENURE_TEST_EMBEDDED_DIR", "/tmp/tenure-test-pgdata")) / os.environ.get(
+    "PYTEST_XDIST_WORKER", "main"
+)
 BACKENDS = [b for b in os.environ.get("TENURE_TEST_BACKENDS", "pg15,embedded").split(",") if b]
 SCHEMA = "tenure"
 TEMPLATE = f"tenure_tpl_{os.getpid()}"
+
+
+#: Tests that load both cores (their own servers, many worker processes, the benchmark) or use
+#: many of the test server's connections: one xdist group, so they run one at a time while the
+#: other process runs the light tests.
+HEAVY = ("tests/soak/", "tests/bench/", "tests/scaleout/")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    root = Path(__file__).resolve().parent.parent
+    for item in items:
+        if item.path.resolve().relative_to(root).as_posix().startswith(HEAVY):
+            item.add_marker(pytest.mark.xdist_group("heavy"))
 
 
 def with_db(dsn: str, dbname: str) -> str:

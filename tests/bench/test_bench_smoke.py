@@ -57,7 +57,9 @@ def test_smoke_run_writes_a_complete_result(server_dsn: str, tmp_path: Path) -> 
     """`tenure bench --smoke` exits 0 and its JSON holds every section (claim time with jobs not yet
     due and the fairness write cost among them), every figure and a baseline, the ceiling's sweep
     at both drain sizes with its best as the ceiling, and a verdict for every target."""
-    done = run_cli("--smoke", "--dsn", server_dsn, "--out", str(tmp_path))
+    # 20 slots a process: Procrastinate's pools then hold 42 connections, leaving the shared test
+    # server room for the tests running beside this one.
+    done = run_cli("--smoke", "--concurrency", "20", "--dsn", server_dsn, "--out", str(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((tmp_path / "bench.json").read_text())
 

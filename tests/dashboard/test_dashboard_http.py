@@ -339,7 +339,8 @@ def test_connections_killed_by_a_server_restart_cost_no_failed_page(
     with psycopg.connect(dsn, autocommit=True) as conn:
         killed = conn.execute(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE application_name LIKE 'tenure-dashboard%%' AND pid <> pg_backend_pid()"
+            "WHERE datname = current_database() AND application_name LIKE 'tenure-dashboard%%'"
+            " AND pid <> pg_backend_pid()"
         ).fetchone()
     assert killed is not None and killed[0] >= 1
     for path in ("/", "/jobs", f"/jobs/{seeded.dead}", "/dead"):
@@ -357,7 +358,8 @@ def test_an_act_on_a_read_only_database_is_a_503_that_changes_nothing(
         conn.execute(f'ALTER DATABASE "{dbname}" SET default_transaction_read_only = on')
         conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE application_name LIKE 'tenure-dashboard%%' AND pid <> pg_backend_pid()"
+            "WHERE datname = current_database() AND application_name LIKE 'tenure-dashboard%%'"
+            " AND pid <> pg_backend_pid()"
         )
     try:
         page = http.post(f"/jobs/{seeded.dead}/retry", data={"reason": "card fixed", "csrf": token})

@@ -339,7 +339,8 @@ async def test_a_cancelled_head_brought_back_during_a_later_jobs_claim_waits_for
             with contextlib.suppress(asyncio.CancelledError):
                 await waiting
             await db.execute(
-                "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                "SELECT pg_cancel_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
             )
         await slow.commit()
     assert await queries.job_reprocess(db, head, attempts=1, actor="ops", reason="try again")
