@@ -23,7 +23,8 @@ MAX_MESSAGE_CHARS = 500
 MAX_EXCEPTION_CHARS = 200
 _HANDLER_NAME = "tenure"
 
-_bound: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("tenure_job", default=None)
+#: The job (and worker) the current context runs; its fields are built only when a line is logged.
+_bound: contextvars.ContextVar[tuple[Any, str] | None] = contextvars.ContextVar("tenure_job", default=None)
 
 
 class _JobLike(Protocol):
@@ -53,7 +54,7 @@ def job_fields(job: _JobLike, worker: str) -> dict[str, Any]:
 
 def bind_job(job: _JobLike, worker: str) -> None:
     """Tags every record logged from the current context (the job's own task) with the job."""
-    _bound.set(job_fields(job, worker))
+    _bound.set((job, worker))
 
 
 def bounded(text: str, limit: int) -> str:
@@ -64,9 +65,9 @@ class JobContextFilter(logging.Filter):
     """Adds the bound job's fields to a record that does not carry them already."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        fields = _bound.get()
-        if fields is not None and not hasattr(record, "job_id"):
-            for name, value in fields.items():
+        bound = _bound.get()
+        if bound is not None and not hasattr(record, "job_id"):
+            for name, value in job_fields(*bound).items():
                 setattr(record, name, value)
         return True
 

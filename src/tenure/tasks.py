@@ -132,14 +132,47 @@ class Task(Generic[P, R]):
     def _signature(self) -> inspect.Signature:
         return inspect.signature(self.handler)
 
+    @functools.cached_property
+    def _keywords(self) -> tuple[str, frozenset[str], frozenset[str] | None] | None:
+        """(the context's parameter, names the payload must hold, names it may hold or None for
+        any), for a handler whose payload arguments can all be passed by keyword; None when only
+        binding can tell."""
+        params = list(self._signature.parameters.values())
+        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        if not params or params[0].kind not in positional:
+            return None
+        required: set[str] = set()
+        allowed: set[str] | None = set()
+        for p in params[1:]:
+            if p.kind is inspect.Parameter.POSITIONAL_ONLY:
+                return None
+            if p.kind is inspect.Parameter.VAR_KEYWORD:
+                allowed = None
+            elif p.kind is not inspect.Parameter.VAR_POSITIONAL:
+                if allowed is not None:
+                    allowed.add(p.name)
+                if p.default is p.empty:
+                    required.add(p.name)
+        return params[0].name, frozenset(required), None if allowed is None else frozenset(allowed)
+
     def accepts(self, payload: dict[str, Any], *, check_types: bool = True) -> str | None:
         """Why `payload` cannot be passed as the handler's keyword arguments, or None: a missing
         or unknown argument, or (with `check_types`, as at enqueue) a value whose JSON type the
         handler's annotation rules out."""
-        try:
-            self._signature.bind(None, **payload)
-        except TypeError as exc:
-            return str(exc)
+        keywords = self._keywords
+        # A payload that fits the handler's keyword names binds; binding (several microseconds,
+        # once per job) runs only to word the refusal, or for a handler keywords cannot describe.
+        fits = (
+            keywords is not None
+            and keywords[0] not in payload
+            and keywords[1] <= payload.keys()
+            and (keywords[2] is None or keywords[2] >= payload.keys())
+        )
+        if not fits:
+            try:
+                self._signature.bind(None, **payload)
+            except TypeError as exc:
+                return str(exc)
         if not check_types:
             return None
         wrong = payload_type_errors(self.handler, payload)

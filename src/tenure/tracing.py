@@ -36,6 +36,11 @@ def _tracer() -> Any:
     return provider.get_tracer(SCOPE)
 
 
+def tracing_on() -> bool:
+    """A tracer provider is configured, so spans would be recorded."""
+    return _tracer() is not None
+
+
 @contextlib.contextmanager
 def enqueue_span(specs: Sequence[JobSpec]) -> Iterator[list[JobSpec]]:
     """A PRODUCER span around an enqueue; yields the specs carrying its trace context (the specs

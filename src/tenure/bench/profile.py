@@ -37,6 +37,7 @@ from tenure.bench.procs import ProcessGroup
 from tenure.bench.sections import drain_timeout, load, reset
 from tenure.bench.server import Databases, check_server
 from tenure.db.connect import resolve_dsn
+from tenure.runtime.options import WorkerOptions
 
 TOOLS = ("py-spy", "cprofile")
 #: Functions that every sample passes through on its way in (the entry point and the event
@@ -238,7 +239,7 @@ def main() -> None:
     )
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--concurrency", type=int, default=100)
-    parser.add_argument("--claim-batch", type=int, default=20)
+    parser.add_argument("--claim-batch", type=int, default=WorkerOptions().claim_batch)
     default_tool = "py-spy" if shutil.which("py-spy") else "cprofile"
     parser.add_argument("--tool", choices=TOOLS, default=default_tool, help=f"default here: {default_tool}")
     parser.add_argument("--top", type=int, default=15)

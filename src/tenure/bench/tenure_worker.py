@@ -39,7 +39,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--dsn", required=True)
     parser.add_argument("--concurrency", type=int, default=100)
-    parser.add_argument("--claim-batch", type=int, default=20)
+    parser.add_argument("--claim-batch", type=int, default=WorkerOptions().claim_batch)
     parser.add_argument("--profile", default=None, help="write cProfile stats here, from SIGUSR1 on")
     args = parser.parse_args()
     app.dsn = process_dsn(args.dsn)

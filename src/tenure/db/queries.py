@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from psycopg import AsyncConnection, Connection
+from psycopg.abc import Buffer
+from psycopg.adapt import Loader
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
@@ -143,6 +145,35 @@ async def _fetch(conn: AsyncConnection[Any], query: str, params: dict[str, Any])
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(query, params)
         return await cur.fetchall() if cur.description else []
+
+
+#: The columns both claim statements return, in order.
+CLAIM_COLUMNS = (
+    "id", "queue", "task", "payload", "priority", "attempt_count", "max_attempts", "lease_token",
+    "lease_expires_at", "lease_deadline", "progress", "idempotency_key", "available_at",
+    "created_at", "result_wanted", "snoozes", "trace_context", "db_now",
+)  # fmt: skip
+
+
+def _check_claim_columns(description: Sequence[Any] | None) -> None:
+    if description is not None and tuple(c.name for c in description) != CLAIM_COLUMNS:
+        raise RuntimeError(f"the claim returned columns {[c.name for c in description]}, not {CLAIM_COLUMNS}")
+
+
+def _first(row: tuple[Any, ...]) -> Any:
+    return row[0]
+
+
+_decode_json = json.JSONDecoder().decode
+
+
+class _JsonbLoader(Loader):
+    """jsonb text as Python values, for the claim's payloads: decoded to text once, where
+    psycopg's own loader hands json.loads bytes whose encoding it then detects (twice the cost
+    for a small payload, once per job)."""
+
+    def load(self, data: Buffer) -> Any:
+        return _decode_json(str(data, "utf-8"))
 
 
 def _fetch_sync(conn: Connection[Any], query: str, params: dict[str, Any]) -> list[Row]:
@@ -421,32 +452,60 @@ class Queries:
             params["window"] = max(LIMITED_CLAIM_WINDOW, 5 * limit)
             lock = {"lock_space": f"tenure.limit:{self.schema}", "queue": queue}
             # Pipelined: BEGIN, the lock and the claim go out together, in one round trip.
-            async with conn.pipeline(), conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+            async with conn.pipeline(), conn.transaction(), conn.cursor() as cur:
+                cur.adapters.register_loader("jsonb", _JsonbLoader)
                 await cur.execute(self._sql["limit_lock"], lock)
                 await cur.execute(self._sql["job_claim_limited"], params)
                 rows = await cur.fetchall()
+                _check_claim_columns(cur.description)
         else:
-            rows = await _fetch(conn, self._sql["job_claim"], params)
+            async with conn.cursor() as cur:
+                cur.adapters.register_loader("jsonb", _JsonbLoader)
+                await cur.execute(self._sql["job_claim"], params)
+                rows = await cur.fetchall()
+                _check_claim_columns(cur.description)
+        # Tuples in CLAIM_COLUMNS order: the claim is on every job's path, and a dict per row
+        # costs more than the positions.
+        rows.sort(key=_first)
         return [
             ClaimedJob(
-                id=r["id"],
-                queue=r["queue"],
-                task=r["task"],
-                payload=r["payload"],
-                priority=r["priority"],
-                attempt=r["attempt_count"],
-                max_attempts=r["max_attempts"],
-                lease=Lease(r["id"], owner, r["lease_token"], r["lease_expires_at"], r["lease_deadline"]),
-                progress=r["progress"],
-                idempotency_key=r["idempotency_key"],
-                available_at=r["available_at"],
-                created_at=r["created_at"],
-                db_now=r["db_now"],
-                result_wanted=r["result_wanted"],
-                snoozes=r["snoozes"],
-                trace_context=r["trace_context"],
+                id=job_id,
+                queue=job_queue,
+                task=task,
+                payload=payload,
+                priority=priority,
+                attempt=attempt,
+                max_attempts=max_attempts,
+                lease=Lease(job_id, owner, token, expires_at, deadline),
+                progress=progress,
+                idempotency_key=idempotency_key,
+                available_at=available_at,
+                created_at=created_at,
+                db_now=db_now,
+                result_wanted=result_wanted,
+                snoozes=snoozes,
+                trace_context=trace_context,
             )
-            for r in sorted(rows, key=lambda r: r["id"])
+            for (
+                job_id,
+                job_queue,
+                task,
+                payload,
+                priority,
+                attempt,
+                max_attempts,
+                token,
+                expires_at,
+                deadline,
+                progress,
+                idempotency_key,
+                available_at,
+                created_at,
+                result_wanted,
+                snoozes,
+                trace_context,
+                db_now,
+            ) in rows
         ]
 
     def _complete_params(
@@ -463,7 +522,9 @@ class Queries:
         return {
             "ids": [i for i, _ in ordered],
             "tokens": [t for _, t in ordered],
-            "results": [_result_json(found.get(lease)) for lease in ordered],
+            # NULL when no job has a result (the usual case): unnest pads it with NULLs, and no
+            # array of nulls is built and sent.
+            "results": [_result_json(found.get(lease)) for lease in ordered] if found else None,
             "results_channel": self.results_channel,
             "notify_results": notify_results,
             "repeat_is_done": repeat_is_done,
@@ -488,8 +549,9 @@ class Queries:
         that already succeeded under the token is 'done' (a repeat after a lost reply) unless
         `repeat_is_done` is false (ctx.atomic, whose work must not commit beside it): 'lost'."""
         params = self._complete_params(owner, leases, now, results, notify_results, repeat_is_done)
-        rows = await _fetch(conn, self._sql["job_complete_many"], params)
-        return {(r["id"], r["token"]): r["outcome"] for r in rows}
+        async with conn.cursor() as cur:
+            await cur.execute(self._sql["job_complete_many"], params)
+            return {(job_id, token): outcome for job_id, token, outcome in await cur.fetchall()}
 
     def job_complete_many_sync(
         self,

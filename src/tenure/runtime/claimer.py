@@ -15,7 +15,7 @@ from tenure.runtime.executor import Executor
 from tenure.runtime.oldest_share import OldestShare
 from tenure.runtime.services import WorkerServices
 from tenure.runtime.supervisor import describe_error
-from tenure.tracing import batch_span, set_batch_size
+from tenure.tracing import batch_span, set_batch_size, tracing_on
 
 log = logging.getLogger("tenure.worker")
 
@@ -119,8 +119,9 @@ class Claimer:
             services.stats.claimed += len(jobs)
             claimed += len(jobs)
             saturated_queue = saturated_queue or len(jobs) == want
+            traced = tracing_on()
             for job in jobs:
-                self.executor.start(job, self._slot_freed, sent_at)
+                self.executor.start(job, self._slot_freed, sent_at, traced)
         if saturated_queue:  # there is more where that came from
             self._refill_soon()
         return claimed

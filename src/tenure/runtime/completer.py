@@ -53,14 +53,18 @@ class Completer:
     def __init__(self, services: WorkerServices) -> None:
         self.services = services
         self.health = services.health.service("completer")
-        self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
+        # A list and an event rather than an asyncio.Queue: one append per job, and a batch is
+        # taken as a slice.
+        self._queued: list[_Pending] = []
+        self._arrived = asyncio.Event()
         self._retry: list[_Pending] = []
 
     async def complete(self, job: ClaimedJob, expires: float, result: Any = None) -> str:
         """A CompletionOutcome; `expires` is the local monotonic estimate of the lease's end,
         `result` the job's result to store with it (checked JSON, or None)."""
         done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_Pending(job, expires, done, result))
+        self._queued.append(_Pending(job, expires, done, result))
+        self._arrived.set()
         return await done
 
     async def run(self) -> None:
@@ -84,22 +88,24 @@ class Completer:
             await self._write(batch, final=True)
 
     def _take_queued(self, batch: list[_Pending]) -> list[_Pending]:
-        limit = self.services.options.completion_batch
-        while len(batch) < limit and not self._queue.empty():
-            batch.append(self._queue.get_nowait())
+        room = self.services.options.completion_batch - len(batch)
+        if room > 0:
+            batch.extend(self._queued[:room])
+            del self._queued[:room]
+        if not self._queued:
+            self._arrived.clear()
         return batch
 
     async def _next_batch(self) -> list[_Pending]:
         """Queued completions and retries that are due; waits for either when there are none."""
         now = time.monotonic()
-        if not any(p.not_before <= now for p in self._retry):
+        if not self._queued and not any(p.not_before <= now for p in self._retry):
             waits = [p.not_before - now for p in self._retry]
             timeout = min(waits) if waits else (PROBE_EVERY if self.health.failing else None)
             try:
-                first = await asyncio.wait_for(self._queue.get(), timeout)
+                await asyncio.wait_for(self._arrived.wait(), timeout)
             except TimeoutError:
                 return self._due()
-            return self._due() + self._take_queued([first])
         return self._due() + self._take_queued([])
 
     def _due(self) -> list[_Pending]:

@@ -94,7 +94,9 @@ class Executor:
         self.running: dict[tuple[int, int], Execution] = {}
         self._latest_token: dict[int, int] = {}
 
-    def start(self, job: ClaimedJob, on_done: Any, sent_at: float) -> Execution:
+    def start(self, job: ClaimedJob, on_done: Any, sent_at: float, traced: bool = True) -> Execution:
+        """Runs `job` in a task of its own; `traced`: a tracer provider may record its span (asked
+        once per claim by the caller, not once per job)."""
         key = (job.id, job.lease.token)
         if key in self.running:
             return self._claimed_again(self.running[key], job, sent_at)
@@ -108,7 +110,8 @@ class Executor:
             self.lose(self.running[(job.id, older)], "lease lost: the job was claimed again", "RECLAIMED")
         self._latest_token[job.id] = job.lease.token
         self.running[key] = execution
-        execution.task = asyncio.create_task(self._run(execution), name=f"tenure-job-{job.id}")
+        run = self._run(execution) if traced else self._attempt(execution)
+        execution.task = asyncio.create_task(run, name=f"tenure-job-{job.id}")
 
         def finished(_: asyncio.Task[None]) -> None:
             self.running.pop(key, None)

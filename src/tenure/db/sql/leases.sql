@@ -214,7 +214,9 @@ WITH clock AS (
     FROM __schema__.jobs j
     JOIN input i ON i.id = j.id AND i.token = j.lease_token
     CROSS JOIN clock
-    WHERE j.state = 'running'
+    -- By primary key: joined on input alone, the plan scans every running job of every worker.
+    WHERE j.id = ANY(%(ids)s::bigint[])
+      AND j.state = 'running'
       AND j.lease_owner = %(owner)s
       AND j.lease_expires_at > clock.now
     ORDER BY j.id
@@ -234,6 +236,11 @@ WITH clock AS (
 ), waited AS (
     SELECT count(pg_notify(%(results_channel)s, d.id::text)) AS n
     FROM done d WHERE d.result_wanted AND %(notify_results)s::boolean
+), unlocked AS MATERIALIZED (
+    -- Usually none: only these rows are looked up again, to tell 'busy' from 'lost'.
+    SELECT i.id, i.token
+    FROM input i
+    WHERE (i.id, i.token) NOT IN (SELECT l.id, l.token FROM locked l)
 ), others AS (
     SELECT i.id, i.token,
            CASE WHEN j.state = 'succeeded' AND j.lease_token = i.token AND %(repeat_is_done)s::boolean
@@ -241,10 +248,9 @@ WITH clock AS (
                 WHEN j.state = 'running' AND j.lease_token = i.token AND j.lease_owner = %(owner)s
                      AND j.lease_expires_at > clock.now THEN 'busy'
                 ELSE 'lost' END AS outcome
-    FROM input i
+    FROM unlocked i
     CROSS JOIN clock
     LEFT JOIN __schema__.jobs j ON j.id = i.id
-    WHERE NOT EXISTS (SELECT 1 FROM locked l WHERE l.id = i.id AND l.token = i.token)
 ), lost AS (
     INSERT INTO __schema__.job_events (job_id, event, from_state, token, worker, error_code, at)
     SELECT o.id, 'fencing_lost', 'running', o.token, %(owner)s, 'FENCED_COMPLETE', clock.now
