@@ -8,7 +8,7 @@ import math
 import numbers
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, NamedTuple, ParamSpec, TypeVar
 
 from tenure.errors import ConfigurationError, ValidationError
 from tenure.hints import payload_type_errors
@@ -111,6 +111,15 @@ def _seconds(name: str, value: object) -> float:
     return float(value)
 
 
+class _KeywordShape(NamedTuple):
+    context: str
+    """The handler's first parameter, which the job context fills."""
+    required: frozenset[str]
+    """Names the payload must hold."""
+    allowed: frozenset[str] | None
+    """Names the payload may hold; None: any (the handler takes **kwargs)."""
+
+
 @dataclass(frozen=True)
 class Task(Generic[P, R]):
     """A registered handler. Call it through a worker; enqueue it with `task.enqueue(...)` (its
@@ -133,10 +142,9 @@ class Task(Generic[P, R]):
         return inspect.signature(self.handler)
 
     @functools.cached_property
-    def _keywords(self) -> tuple[str, frozenset[str], frozenset[str] | None] | None:
-        """(the context's parameter, names the payload must hold, names it may hold or None for
-        any), for a handler whose payload arguments can all be passed by keyword; None when only
-        binding can tell."""
+    def _keywords(self) -> _KeywordShape | None:
+        """The payload names the handler takes, when all of them can be passed by keyword;
+        None when only binding can tell (a positional-only argument)."""
         params = list(self._signature.parameters.values())
         positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
         if not params or params[0].kind not in positional:
@@ -153,7 +161,8 @@ class Task(Generic[P, R]):
                     allowed.add(p.name)
                 if p.default is p.empty:
                     required.add(p.name)
-        return params[0].name, frozenset(required), None if allowed is None else frozenset(allowed)
+        names = None if allowed is None else frozenset(allowed)
+        return _KeywordShape(params[0].name, frozenset(required), names)
 
     def accepts(self, payload: dict[str, Any], *, check_types: bool = True) -> str | None:
         """Why `payload` cannot be passed as the handler's keyword arguments, or None: a missing
@@ -164,9 +173,9 @@ class Task(Generic[P, R]):
         # once per job) runs only to word the refusal, or for a handler keywords cannot describe.
         fits = (
             keywords is not None
-            and keywords[0] not in payload
-            and keywords[1] <= payload.keys()
-            and (keywords[2] is None or keywords[2] >= payload.keys())
+            and keywords.context not in payload
+            and keywords.required <= payload.keys()
+            and (keywords.allowed is None or keywords.allowed >= payload.keys())
         )
         if not fits:
             try:

@@ -13,6 +13,7 @@ import psycopg
 from psycopg import conninfo
 from psycopg_pool import AsyncConnectionPool
 
+from tenure.db.adapters import configure_pooled, use_tenure_adapters
 from tenure.db.embedded import default_data_dir, start_embedded
 from tenure.db.pooler import check_prepared_statements
 from tenure.errors import ConfigurationError, DatabaseUnavailable
@@ -106,7 +107,7 @@ async def connect(
     dsn: str, *, autocommit: bool = True, timeout: float = 10.0, name: str = "tenure"
 ) -> psycopg.AsyncConnection[Any]:
     try:
-        return await psycopg.AsyncConnection.connect(
+        conn = await psycopg.AsyncConnection.connect(
             dsn,
             autocommit=autocommit,
             connect_timeout=int(timeout),
@@ -115,6 +116,8 @@ async def connect(
         )
     except psycopg.OperationalError as exc:
         raise unavailable(dsn, exc) from None
+    use_tenure_adapters(conn)
+    return conn
 
 
 async def check_before_pool(dsn: str, threshold: int | None, *, timeout: float, name: str) -> None:
@@ -167,6 +170,7 @@ async def open_pool(
         open=False,
         timeout=timeout,
         check=AsyncConnectionPool.check_connection if check else None,
+        configure=configure_pooled,
         kwargs={"autocommit": True, "prepare_threshold": threshold, **application_name(dsn, name)},
     )
     try:

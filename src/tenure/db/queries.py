@@ -11,11 +11,10 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from operator import itemgetter
 from typing import Any
 
-from psycopg import AsyncConnection, Connection
-from psycopg.abc import Buffer
-from psycopg.adapt import Loader
+from psycopg import AsyncConnection, AsyncCursor, Connection
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
@@ -160,22 +159,6 @@ def _check_claim_columns(description: Sequence[Any] | None) -> None:
         raise RuntimeError(f"the claim returned columns {[c.name for c in description]}, not {CLAIM_COLUMNS}")
 
 
-def _first(row: tuple[Any, ...]) -> Any:
-    return row[0]
-
-
-_decode_json = json.JSONDecoder().decode
-
-
-class _JsonbLoader(Loader):
-    """jsonb text as Python values, for the claim's payloads: decoded to text once, where
-    psycopg's own loader hands json.loads bytes whose encoding it then detects (twice the cost
-    for a small payload, once per job)."""
-
-    def load(self, data: Buffer) -> Any:
-        return _decode_json(str(data, "utf-8"))
-
-
 def _fetch_sync(conn: Connection[Any], query: str, params: dict[str, Any]) -> list[Row]:
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(query, params)
@@ -231,6 +214,7 @@ class Queries:
         self.channel = notify_channel(schema)
         self.results_channel = results_channel(schema)
         self._sql = named_queries(schema)
+        self._claim_columns_checked: set[str] = set()
 
     # -- producers --------------------------------------------------------------------------
 
@@ -453,20 +437,14 @@ class Queries:
             lock = {"lock_space": f"tenure.limit:{self.schema}", "queue": queue}
             # Pipelined: BEGIN, the lock and the claim go out together, in one round trip.
             async with conn.pipeline(), conn.transaction(), conn.cursor() as cur:
-                cur.adapters.register_loader("jsonb", _JsonbLoader)
                 await cur.execute(self._sql["limit_lock"], lock)
-                await cur.execute(self._sql["job_claim_limited"], params)
-                rows = await cur.fetchall()
-                _check_claim_columns(cur.description)
+                rows = await self._claim_rows(cur, "job_claim_limited", params)
         else:
             async with conn.cursor() as cur:
-                cur.adapters.register_loader("jsonb", _JsonbLoader)
-                await cur.execute(self._sql["job_claim"], params)
-                rows = await cur.fetchall()
-                _check_claim_columns(cur.description)
+                rows = await self._claim_rows(cur, "job_claim", params)
         # Tuples in CLAIM_COLUMNS order: the claim is on every job's path, and a dict per row
         # costs more than the positions.
-        rows.sort(key=_first)
+        rows.sort(key=itemgetter(0))
         return [
             ClaimedJob(
                 id=job_id,
@@ -507,6 +485,14 @@ class Queries:
                 db_now,
             ) in rows
         ]
+
+    async def _claim_rows(self, cur: AsyncCursor[Any], name: str, params: dict[str, Any]) -> list[Any]:
+        await cur.execute(self._sql[name], params)
+        rows = await cur.fetchall()
+        if name not in self._claim_columns_checked:  # the statement's text never changes
+            _check_claim_columns(cur.description)
+            self._claim_columns_checked.add(name)
+        return rows
 
     def _complete_params(
         self,
