@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
@@ -48,6 +49,7 @@ from tenure.db.connect import (
 )
 from tenure.db.control_queries import CancelFilter, ControlQueries
 from tenure.db.queries import Queries
+from tenure.db.wakeups import NotifyLimiter, Wakeups, owns_commit
 from tenure.errors import SchemaNotMigrated, UnknownTask, ValidationError
 from tenure.jobs import (
     DEFAULT_MAX_ATTEMPTS,
@@ -69,6 +71,8 @@ from tenure.validation import (
     check_schema_name,
     check_spec_json,
 )
+
+log = logging.getLogger("tenure.client")
 
 # The state goes as text: in COPY's binary format an enum value is its label's bytes.
 #: The payload goes as jsonb's binary form, prepared by hand (see _CopyRows): to psycopg, bytes.
@@ -214,17 +218,15 @@ def known_tasks_hint(registry: TaskRegistry, name: str) -> str:
 
 class _CopyRows:
     """COPY rows of `specs`, each checked as it is written (a spec that fails aborts the COPY,
-    and its transaction writes nothing), and what to notify once they are written: the queues
-    that got due jobs, and the earliest run time among scheduled ones (a job due later than
-    `db_now` is scheduled, as job_insert_many decides). Checking while the server takes the
-    rows already sent lets the two work at once."""
+    and its transaction writes nothing), and what to notify once they are written (`wakeups`;
+    a job due later than `db_now` is scheduled, as job_insert_many decides). Checking while the
+    server takes the rows already sent lets the two work at once."""
 
     def __init__(self, builder: JobBuilder, specs: Sequence[JobSpec], db_now: datetime) -> None:
         self.builder = builder
         self.specs = specs
         self.db_now = db_now
-        self.due_queues: set[str] = set()
-        self.first_scheduled: datetime | None = None
+        self.wakeups = Wakeups()
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
         db_now = self.db_now
@@ -232,13 +234,9 @@ class _CopyRows:
             s, payload_text = self.builder.check_json(spec)
             _refuse_ordering_keys([s])
             available = s.run_at or (db_now + timedelta(seconds=s.delay or 0))
-            if available > db_now:
-                state = JobState.SCHEDULED.value
-                if self.first_scheduled is None or available < self.first_scheduled:
-                    self.first_scheduled = available
-            else:
-                state = JobState.PENDING.value
-                self.due_queues.add(s.queue or "default")
+            scheduled = available > db_now
+            state = JobState.SCHEDULED.value if scheduled else JobState.PENDING.value
+            self.wakeups.add(s.queue or "default", available, scheduled)
             yield (
                 s.queue,
                 s.task,
@@ -272,6 +270,14 @@ def _refuse_ordering_keys(specs: Sequence[JobSpec]) -> None:
             "enqueue_copy does not accept unique jobs or caller idempotency keys: COPY cannot skip a "
             "job whose key is taken, so one such job would abort the whole load; use enqueue_many"
         )
+
+
+def _log_lost_wakeup(exc: psycopg.Error) -> None:
+    log.warning(
+        "jobs enqueued, but the notification that wakes workers for them failed (%s): workers "
+        "find them at their next poll",
+        str(exc).strip() or type(exc).__name__,
+    )
 
 
 def check_idempotency_key(key: object) -> None:
@@ -316,6 +322,7 @@ class Client:
         self._dsn = dsn
         self._pool = pool
         self._owns_pool = pool is None
+        self._notify_limiter = NotifyLimiter()
 
     async def pool(self) -> AsyncConnectionPool[Any]:
         """The client's pool: the one it was given, else its own, opened on first use."""
@@ -376,10 +383,28 @@ class Client:
             return []
         with enqueue_span(checked) as traced:
             async with self._conn(conn) as c:
+                # Inside the caller's transaction the insert notifies, delivered at its commit;
+                # a commit of the enqueue's own notifies after it (tenure.db.wakeups).
+                wakeups = Wakeups() if owns_commit(c) else None
                 if len(traced) == 1:
-                    return await self.queries.job_insert_many(c, traced)
-                async with c.transaction():  # several statements when keyed jobs are among them
-                    return await self.queries.job_insert_many(c, traced)
+                    jobs = await self.queries.job_insert_many(c, traced, wakeups=wakeups)
+                else:
+                    async with c.transaction():  # several statements when keyed jobs are among them
+                        jobs = await self.queries.job_insert_many(c, traced, wakeups=wakeups)
+                if wakeups:
+                    await self._wake(c, wakeups)
+                return jobs
+
+    async def _wake(self, conn: AsyncConnection[Any], wakeups: Wakeups) -> None:
+        """Notifies for committed jobs, as far as the limiter admits (tenure.db.wakeups). A
+        failure here loses nothing (workers poll) and is not the caller's: the jobs are stored,
+        and raising would invite enqueueing them again."""
+        admitted = self._notify_limiter.admit(wakeups)
+        try:
+            await self.queries.notify_wakeups(conn, admitted, after_commit=True)
+        except psycopg.Error as exc:
+            self._notify_limiter.failed(admitted)
+            _log_lost_wakeup(exc)
 
     async def enqueue_copy(self, specs: Iterable[JobSpec]) -> int:
         """Bulk enqueue through COPY, in one transaction: all or none (P4). A job that fails its
@@ -388,15 +413,20 @@ class Client:
         if not specs:
             return 0
         sql = named_queries(self.schema)
-        async with self._conn(None) as c, c.transaction():
-            row = await (await c.execute(sql["clock_now"].encode())).fetchone()
-            assert row is not None
-            async with c.cursor() as cur, cur.copy(sql["job_copy_in"].encode()) as copy:
-                copy.set_types(_COPY_TYPES)
-                rows = _CopyRows(self.builder, specs, row[0])
-                for values in rows:
-                    await copy.write_row(values)
-            await self.queries.queue_notify(c, sorted(rows.due_queues), rows.first_scheduled)
+        async with self._conn(None) as c:
+            after_commit = owns_commit(c)
+            async with c.transaction():
+                row = await (await c.execute(sql["clock_now"].encode())).fetchone()
+                assert row is not None
+                async with c.cursor() as cur, cur.copy(sql["job_copy_in"].encode()) as copy:
+                    copy.set_types(_COPY_TYPES)
+                    rows = _CopyRows(self.builder, specs, row[0])
+                    for values in rows:
+                        await copy.write_row(values)
+                if not after_commit:
+                    await self.queries.notify_wakeups(c, rows.wakeups, after_commit=False)
+            if after_commit:
+                await self._wake(c, rows.wakeups)
         return len(specs)
 
     async def get_job(self, job_id: int) -> Job | None:
@@ -537,6 +567,7 @@ class SyncClient:
         self.builder = JobBuilder(registry, max_payload_bytes, credential_policy)
         self._dsn = dsn
         self._pool: ConnectionPool[Any] | None = None
+        self._notify_limiter = NotifyLimiter()
 
     def _get_pool(self) -> ConnectionPool[Any]:
         if self._pool is None:
@@ -603,10 +634,23 @@ class SyncClient:
         if not checked:
             return []
         with enqueue_span(checked) as traced, self._conn(conn) as c:
+            wakeups = Wakeups() if owns_commit(c) else None  # as Client._insert
             if len(traced) == 1:
-                return self.queries.job_insert_many_sync(c, traced)
-            with c.transaction():
-                return self.queries.job_insert_many_sync(c, traced)
+                jobs = self.queries.job_insert_many_sync(c, traced, wakeups=wakeups)
+            else:
+                with c.transaction():
+                    jobs = self.queries.job_insert_many_sync(c, traced, wakeups=wakeups)
+            if wakeups:
+                self._wake(c, wakeups)
+            return jobs
+
+    def _wake(self, conn: Connection[Any], wakeups: Wakeups) -> None:
+        admitted = self._notify_limiter.admit(wakeups)
+        try:
+            self.queries.notify_wakeups_sync(conn, admitted, after_commit=True)
+        except psycopg.Error as exc:
+            self._notify_limiter.failed(admitted)
+            _log_lost_wakeup(exc)
 
     def enqueue_copy(self, specs: Iterable[JobSpec]) -> int:
         """Blocking `Client.enqueue_copy`."""
@@ -614,15 +658,20 @@ class SyncClient:
         if not specs:
             return 0
         sql = named_queries(self.schema)
-        with self._conn(None) as c, c.transaction():
-            row = c.execute(sql["clock_now"].encode()).fetchone()
-            assert row is not None
-            with c.cursor() as cur, cur.copy(sql["job_copy_in"].encode()) as copy:
-                copy.set_types(_COPY_TYPES)
-                rows = _CopyRows(self.builder, specs, row[0])
-                for values in rows:
-                    copy.write_row(values)
-            self.queries.queue_notify_sync(c, sorted(rows.due_queues), rows.first_scheduled)
+        with self._conn(None) as c:
+            after_commit = owns_commit(c)
+            with c.transaction():
+                row = c.execute(sql["clock_now"].encode()).fetchone()
+                assert row is not None
+                with c.cursor() as cur, cur.copy(sql["job_copy_in"].encode()) as copy:
+                    copy.set_types(_COPY_TYPES)
+                    rows = _CopyRows(self.builder, specs, row[0])
+                    for values in rows:
+                        copy.write_row(values)
+                if not after_commit:
+                    self.queries.notify_wakeups_sync(c, rows.wakeups, after_commit=False)
+            if after_commit:
+                self._wake(c, rows.wakeups)
         return len(specs)
 
     def get_job(self, job_id: int) -> Job | None:

@@ -20,6 +20,7 @@ from psycopg.types.json import Jsonb
 
 from tenure.db._sqlfiles import named_queries
 from tenure.db.text import storable_text
+from tenure.db.wakeups import Wakeups
 from tenure.jobs import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_PRIORITY,
@@ -219,111 +220,181 @@ class Queries:
     # -- producers --------------------------------------------------------------------------
 
     def _insert_params(
-        self, specs: Sequence[JobSpec], keys: Sequence[uuid.UUID], now: datetime | None
+        self,
+        specs: Sequence[JobSpec],
+        keys: Sequence[uuid.UUID],
+        now: datetime | None,
+        wakeups: Wakeups | None = None,
     ) -> dict[str, Any]:
         # The client hands over complete specs (it resolves them against the task registry and
         # refuses an unknown task without a queue). A spec written here directly, as tests and
         # internal tools do, takes the 'default' queue and the columns' defaults.
+        unique = _unique_params(specs)
+        jobs = []
+        for i, spec in enumerate(specs):
+            job: dict[str, Any] = {
+                "queue": spec.queue or "default",
+                "task": spec.task,
+                "payload": spec.payload,
+                "priority": DEFAULT_PRIORITY if spec.priority is None else spec.priority,
+                "max_attempts": DEFAULT_MAX_ATTEMPTS if spec.max_attempts is None else spec.max_attempts,
+                "idempotency_key": str(keys[i]),
+                "result_wanted": spec.result_wanted,
+            }
+            # Absent rather than null: ->> reads either as NULL, but -> reads null as JSON null.
+            optional = {
+                "run_at": None if spec.run_at is None else spec.run_at.isoformat(),
+                "delay": spec.delay,
+                "ordering_key": spec.ordering_key,
+                "unique_key": unique["unique_keys"][i],
+                "unique_states": unique["unique_states"][i],
+                "unique_period": unique["unique_periods"][i],
+                "trace_context": spec.trace_context,
+            }
+            job.update((k, v) for k, v in optional.items() if v is not None)
+            jobs.append(job)
         return {
-            "queues": [s.queue or "default" for s in specs],
-            "tasks": [s.task for s in specs],
-            "payloads": [Jsonb(s.payload) for s in specs],
-            "priorities": [DEFAULT_PRIORITY if s.priority is None else s.priority for s in specs],
-            "run_ats": [s.run_at for s in specs],
-            "delays": [s.delay for s in specs],
-            "max_attempts": [
-                DEFAULT_MAX_ATTEMPTS if s.max_attempts is None else s.max_attempts for s in specs
-            ],
-            "ordering_keys": [s.ordering_key for s in specs],
-            "idempotency_keys": keys,
-            "result_wanted": [s.result_wanted for s in specs],
-            **_unique_params(specs),
-            "trace_contexts": [None if s.trace_context is None else Jsonb(s.trace_context) for s in specs],
+            "jobs": json.dumps(jobs, separators=(",", ":"), ensure_ascii=False),
             "ordering_lock_space": f"tenure.ordering:{self.schema}",
             "channel": self.channel,
             "scheduled_prefix": SCHEDULED_PREFIX,
+            "notify": wakeups is None,
             "now": now,
+            **unique,
         }
 
     async def job_insert_many(
-        self, conn: AsyncConnection[Any], specs: Sequence[JobSpec], now: datetime | None = None
+        self,
+        conn: AsyncConnection[Any],
+        specs: Sequence[JobSpec],
+        now: datetime | None = None,
+        wakeups: Wakeups | None = None,
     ) -> list[EnqueuedJob]:
         """Stores the jobs, in order. A job whose idempotency key is stored already, or whose
         unique key another job holds, comes back as that job (`existing`) and is not stored.
-        Give `conn` a transaction when `specs` mixes such jobs with others (several statements)."""
+        Give `conn` a transaction when `specs` mixes such jobs with others (several statements).
+
+        The statements notify the jobs' queues, unless `wakeups` is given: then they notify
+        nothing and add what to notify to it, for the caller to send once it has committed."""
         out: list[EnqueuedJob | None] = [None] * len(specs)
         plain = [i for i, s in enumerate(specs) if not _keyed(s)]
         if plain:
             keys = [idempotency_key_of(specs[i]) for i in plain]
-            params = self._insert_params([specs[i] for i in plain], keys, now)
+            params = self._insert_params([specs[i] for i in plain], keys, now, wakeups)
             rows = await _fetch(conn, self._sql["job_insert_many"], params)
             for i, row, key in zip(plain, rows, keys, strict=True):
-                out[i] = EnqueuedJob(row["id"], key, row["available_at"])
+                out[i] = self._inserted(row, key, specs[i], wakeups)
         for i, spec in enumerate(specs):
             if out[i] is None:
-                out[i] = await self._insert_keyed(conn, spec, now)
+                out[i] = await self._insert_keyed(conn, spec, now, wakeups)
         return [job for job in out if job is not None]
 
+    @staticmethod
+    def _inserted(
+        row: Row, key: uuid.UUID, spec: JobSpec, wakeups: Wakeups | None, unique_key: str | None = None
+    ) -> EnqueuedJob:
+        if wakeups is not None:
+            wakeups.add(spec.queue or "default", row["available_at"], row["scheduled"])
+        return EnqueuedJob(row["id"], key, row["available_at"], False, unique_key)
+
     async def _insert_keyed(
-        self, conn: AsyncConnection[Any], spec: JobSpec, now: datetime | None
+        self, conn: AsyncConnection[Any], spec: JobSpec, now: datetime | None, wakeups: Wakeups | None
     ) -> EnqueuedJob:
         key = idempotency_key_of(spec)
-        params = self._insert_params([spec], [key], now)
+        params = self._insert_params([spec], [key], now, wakeups)
         for _ in range(INSERT_ROUNDS):
             rows = await _fetch(conn, self._sql["job_insert_many"], params)
             if rows:
-                return EnqueuedJob(rows[0]["id"], key, rows[0]["available_at"], False, _held_key(params))
-            holder = await _fetch(conn, self._sql["job_find_holder"], _holder_params(params))
+                return self._inserted(rows[0], key, spec, wakeups, _held_key(params))
+            holder = await _fetch(conn, self._sql["job_find_holder"], _holder_params(params, key))
             if holder:
                 return _existing(holder[0], key, _held_key(params))
         raise InsertRace(_RACE)
 
     def job_insert_many_sync(
-        self, conn: Connection[Any], specs: Sequence[JobSpec], now: datetime | None = None
+        self,
+        conn: Connection[Any],
+        specs: Sequence[JobSpec],
+        now: datetime | None = None,
+        wakeups: Wakeups | None = None,
     ) -> list[EnqueuedJob]:
         out: list[EnqueuedJob | None] = [None] * len(specs)
         plain = [i for i, s in enumerate(specs) if not _keyed(s)]
         if plain:
             keys = [idempotency_key_of(specs[i]) for i in plain]
-            params = self._insert_params([specs[i] for i in plain], keys, now)
+            params = self._insert_params([specs[i] for i in plain], keys, now, wakeups)
             rows = _fetch_sync(conn, self._sql["job_insert_many"], params)
             for i, row, key in zip(plain, rows, keys, strict=True):
-                out[i] = EnqueuedJob(row["id"], key, row["available_at"])
+                out[i] = self._inserted(row, key, specs[i], wakeups)
         for i, spec in enumerate(specs):
             if out[i] is None:
-                out[i] = self._insert_keyed_sync(conn, spec, now)
+                out[i] = self._insert_keyed_sync(conn, spec, now, wakeups)
         return [job for job in out if job is not None]
 
-    def _insert_keyed_sync(self, conn: Connection[Any], spec: JobSpec, now: datetime | None) -> EnqueuedJob:
+    def _insert_keyed_sync(
+        self, conn: Connection[Any], spec: JobSpec, now: datetime | None, wakeups: Wakeups | None
+    ) -> EnqueuedJob:
         key = idempotency_key_of(spec)
-        params = self._insert_params([spec], [key], now)
+        params = self._insert_params([spec], [key], now, wakeups)
         for _ in range(INSERT_ROUNDS):
             rows = _fetch_sync(conn, self._sql["job_insert_many"], params)
             if rows:
-                return EnqueuedJob(rows[0]["id"], key, rows[0]["available_at"], False, _held_key(params))
-            holder = _fetch_sync(conn, self._sql["job_find_holder"], _holder_params(params))
+                return self._inserted(rows[0], key, spec, wakeups, _held_key(params))
+            holder = _fetch_sync(conn, self._sql["job_find_holder"], _holder_params(params, key))
             if holder:
                 return _existing(holder[0], key, _held_key(params))
         raise InsertRace(_RACE)
 
-    def _notify_params(self, queues: Sequence[str], first_scheduled: datetime | None) -> dict[str, Any]:
+    def _notify_params(
+        self, queues: Sequence[str], first_scheduled: datetime | None, after_commit: bool
+    ) -> dict[str, Any]:
         return {
             "channel": self.channel,
             "queues": list(queues),
             "first_scheduled": first_scheduled,
             "scheduled_prefix": SCHEDULED_PREFIX,
+            "after_commit": after_commit,
         }
 
     async def queue_notify(
-        self, conn: AsyncConnection[Any], queues: Sequence[str], first_scheduled: datetime | None = None
+        self,
+        conn: AsyncConnection[Any],
+        queues: Sequence[str],
+        first_scheduled: datetime | None = None,
+        *,
+        after_commit: bool = False,
     ) -> None:
-        """Wakes the queues' listeners, and promoters for a job scheduled at `first_scheduled`."""
-        await _fetch(conn, self._sql["queue_notify"], self._notify_params(queues, first_scheduled))
+        """Wakes the queues' listeners, and promoters for a job scheduled at `first_scheduled`.
+        `after_commit`: a transaction of its own (only where tenure.db.wakeups.owns_commit),
+        committed without waiting for its flush."""
+        params = self._notify_params(queues, first_scheduled, after_commit)
+        await _fetch(conn, self._sql["queue_notify"], params)
 
     def queue_notify_sync(
-        self, conn: Connection[Any], queues: Sequence[str], first_scheduled: datetime | None = None
+        self,
+        conn: Connection[Any],
+        queues: Sequence[str],
+        first_scheduled: datetime | None = None,
+        *,
+        after_commit: bool = False,
     ) -> None:
-        _fetch_sync(conn, self._sql["queue_notify"], self._notify_params(queues, first_scheduled))
+        params = self._notify_params(queues, first_scheduled, after_commit)
+        _fetch_sync(conn, self._sql["queue_notify"], params)
+
+    async def notify_wakeups(
+        self, conn: AsyncConnection[Any], wakeups: Wakeups, *, after_commit: bool
+    ) -> None:
+        """Sends `wakeups`: in the current transaction, or `after_commit` of the jobs' own."""
+        if wakeups:
+            await self.queue_notify(
+                conn, sorted(wakeups.queues), wakeups.first_scheduled, after_commit=after_commit
+            )
+
+    def notify_wakeups_sync(self, conn: Connection[Any], wakeups: Wakeups, *, after_commit: bool) -> None:
+        if wakeups:
+            self.queue_notify_sync(
+                conn, sorted(wakeups.queues), wakeups.first_scheduled, after_commit=after_commit
+            )
 
     # -- inspection and operators -----------------------------------------------------------
 
@@ -750,10 +821,10 @@ _RACE = (
 )
 
 
-def _holder_params(insert: dict[str, Any]) -> dict[str, Any]:
+def _holder_params(insert: dict[str, Any], key: uuid.UUID) -> dict[str, Any]:
     """job_find_holder's parameters for the one job of `insert` (job_insert_many's)."""
     return {
-        "idempotency_key": insert["idempotency_keys"][0],
+        "idempotency_key": key,
         "unique_key": insert["unique_keys"][0],
         "unique_period": insert["unique_periods"][0],
         "now": insert["now"],

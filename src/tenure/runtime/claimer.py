@@ -9,6 +9,7 @@ import time
 
 import psycopg
 
+from tenure.db import wakeups
 from tenure.db.control_queries import ControlQueries
 from tenure.db.queries import TaskLeasePolicy
 from tenure.runtime.executor import Executor
@@ -23,6 +24,11 @@ log = logging.getLogger("tenure.worker")
 REFILL_DELAY = 0.005
 #: How often the claimer reads which queues are limited (seconds).
 LIMITS_REFRESH = 2.0
+#: After a claim that found some jobs but fewer than it asked for (the queue emptied: jobs are
+#: arriving one by one), how long from its start the next claim waits (seconds). Otherwise
+#: every enqueue's notification would be a claim of one job, and a second empty one by every
+#: other worker; an idle worker (its last claim found nothing) still claims at once.
+TRICKLE_GAP = 0.005
 
 
 class Claimer:
@@ -34,6 +40,9 @@ class Claimer:
         self._wake = asyncio.Event()
         self._refill_at = max(1, min(services.options.claim_batch, services.options.concurrency // 2))
         self._refill_timer: asyncio.TimerHandle | None = None
+        self._follow_up: asyncio.TimerHandle | None = None
+        self._noticed_at = 0.0
+        self._paced_until = 0.0
         self._next_queue = 0
         self.health = services.health.service("claimer")
         #: Queues with a global limit (Q3), as last read; the plain claim takes nothing from a
@@ -55,6 +64,32 @@ class Claimer:
 
     def wake(self) -> None:
         self._wake.set()
+
+    def notified(self) -> None:
+        """A job was enqueued on one of this worker's queues. An idle worker claims at once; a
+        busy one with its next refill (C3): it claims again as slots free anyway, and under load
+        a claim per notification would be a small claim, and a commit, per enqueue.
+
+        Either claims once more NOTIFY_COOLDOWN later, for the jobs whose producers left their
+        notification out because they had just sent this one (tenure.db.wakeups)."""
+        self._claim_for_notice()
+        self._noticed_at = time.monotonic()
+        if self._follow_up is None:
+            cooldown = wakeups.NOTIFY_COOLDOWN  # read at each use: tests lengthen it
+            self._follow_up = asyncio.get_running_loop().call_later(cooldown, self._follow_up_due)
+
+    def _claim_for_notice(self) -> None:
+        if self.executor.running:
+            self._refill_soon()
+        else:
+            self._wake.set()
+
+    def _follow_up_due(self) -> None:
+        self._claim_for_notice()
+        # One follow-up timer at a time: a notification that came while it ran gets its own turn.
+        wait = self._noticed_at + wakeups.NOTIFY_COOLDOWN - time.monotonic()
+        loop = asyncio.get_running_loop()
+        self._follow_up = loop.call_later(wait, self._follow_up_due) if wait > 0 else None
 
     def free_slots(self) -> int:
         return self.services.options.concurrency - len(self.executor.running)
@@ -85,6 +120,7 @@ class Claimer:
         services, options = self.services, self.services.options
         claimed = 0
         saturated_queue = False
+        started = time.monotonic()
         if time.monotonic() - self._limits_read_at >= LIMITS_REFRESH:
             async with services.connection() as conn:
                 self.limited = {r["queue"] for r in await self.control.limits(conn)}
@@ -124,6 +160,8 @@ class Claimer:
                 self.executor.start(job, self._slot_freed, sent_at, traced)
         if saturated_queue:  # there is more where that came from
             self._refill_soon()
+        elif claimed:
+            self._paced_until = started + TRICKLE_GAP
         return claimed
 
     def _slot_freed(self) -> None:
@@ -151,6 +189,8 @@ class Claimer:
         """Claims until `stopping` is set; no exception ends the loop (each is logged, backed
         off and counted in the claimer's health)."""
         while not stopping.is_set():
+            if (pause := self._paced_until - time.monotonic()) > 0:
+                await asyncio.sleep(pause)
             self._wake.clear()
             if self.may_claim():
                 try:

@@ -147,7 +147,7 @@ class Worker:
                 self.options.listen_dsn or dsn,
                 self.schema,
                 set(self.queues),
-                claimer.wake,
+                claimer.notified,
                 health=services.health.service("listener", critical=False),
                 send_probe=lambda payload: self._notify(services, payload),
                 poll_interval=self.options.poll_interval,

@@ -1,0 +1,84 @@
+"""Waking workers for jobs just enqueued: inside the enqueue's own transaction, or after it.
+
+A notification sent inside a transaction is delivered at its commit, which is what a job
+enqueued in the caller's transaction needs. But PostgreSQL serializes the commits of all
+transactions that notify (a lock held through the commit's WAL flush), so enqueues that notify
+commit one at a time, server-wide, where plain inserts share their flushes. When the enqueue's
+statement is a transaction of its own (an autocommit connection outside any transaction, as the
+client's own pool lends), the job's commit needs no notification in it: the workers are told
+right after, in a transaction that commits without waiting for its flush (queue_notify with
+after_commit). The job's durability is the insert's; the notification is only a hint.
+
+Under load that second statement is most of what an enqueue costs the client, and the workers
+are claiming anyway; so a client that notified a queue after a commit of its own lets
+NOTIFY_COOLDOWN pass before it does so again (NotifyLimiter), and a worker claims once more
+NOTIFY_COOLDOWN after each notification it receives. A job whose notification was left out was
+committed before the client decided to leave it out, less than NOTIFY_COOLDOWN after the
+notification it relies on was sent, so before that notification's follow-up claim: it waits
+NOTIFY_COOLDOWN at most, not a poll interval. A notification inside the caller's transaction is
+never left out: its commit may come any time later, after any follow-up.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from psycopg import AsyncConnection, Connection, pq
+
+
+@dataclass(slots=True)
+class Wakeups:
+    """What to notify once jobs are committed: the queues that got jobs due now, and the
+    earliest run time among jobs that went in scheduled."""
+
+    queues: set[str] = field(default_factory=set)
+    first_scheduled: datetime | None = None
+
+    def add(self, queue: str, available_at: datetime, scheduled: bool) -> None:
+        if not scheduled:
+            self.queues.add(queue)
+        elif self.first_scheduled is None or available_at < self.first_scheduled:
+            self.first_scheduled = available_at
+
+    def __bool__(self) -> bool:
+        return bool(self.queues) or self.first_scheduled is not None
+
+
+#: How long a client waits before it notifies a queue again for jobs committed on their own, and
+#: how long after a notification a worker claims once more (seconds).
+NOTIFY_COOLDOWN = 0.005
+
+
+class NotifyLimiter:
+    """Which queues a client notifies after a commit of its own: each at most once per
+    NOTIFY_COOLDOWN. Scheduled jobs' hints always go (rare, and each names its own due time)."""
+
+    def __init__(self) -> None:
+        self._sent_at: dict[str, float] = {}
+
+    def admit(self, wakeups: Wakeups) -> Wakeups:
+        """What of `wakeups` to send now; the queues in it count as notified from this moment,
+        which is before the notification is sent (the bound above needs no later moment)."""
+        now, cooldown = time.monotonic(), NOTIFY_COOLDOWN
+        due = {q for q in wakeups.queues if now - self._sent_at.get(q, -cooldown) >= cooldown}
+        for queue in due:
+            self._sent_at[queue] = now
+        return Wakeups(due, wakeups.first_scheduled)
+
+    def failed(self, wakeups: Wakeups) -> None:
+        """The notification of `wakeups` was not sent: the next commit notifies its queues."""
+        for queue in wakeups.queues:
+            self._sent_at.pop(queue, None)
+
+
+def owns_commit(conn: AsyncConnection[Any] | Connection[Any]) -> bool:
+    """Whether each statement sent on `conn` now commits on its own: autocommit, outside any
+    transaction, not in pipeline mode (where statements share one until the next sync)."""
+    return (
+        conn.autocommit
+        and conn.info.transaction_status == pq.TransactionStatus.IDLE
+        and conn.info.pipeline_status == pq.PipelineStatus.OFF
+    )

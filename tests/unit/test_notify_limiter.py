@@ -1,0 +1,63 @@
+"""The client's limit on wake-up notifications after its own commits (tenure.db.wakeups)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tenure.db import wakeups
+from tenure.db.wakeups import NotifyLimiter, Wakeups
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    fake = Clock()
+    monkeypatch.setattr(wakeups.time, "monotonic", fake)
+    return fake
+
+
+def test_a_queue_is_notified_once_per_cooldown_and_others_are_not_held_back(clock: Clock) -> None:
+    """Within NOTIFY_COOLDOWN of notifying a queue, the limiter leaves that queue out, not others."""
+    limiter = NotifyLimiter()
+    assert limiter.admit(Wakeups({"a"})).queues == {"a"}
+    clock.now += wakeups.NOTIFY_COOLDOWN / 2
+    assert limiter.admit(Wakeups({"a", "b"})).queues == {"b"}
+    clock.now += wakeups.NOTIFY_COOLDOWN / 2
+    assert limiter.admit(Wakeups({"a", "b"})).queues == {"a"}
+
+
+def test_a_failed_notification_lets_the_next_commit_notify(clock: Clock) -> None:
+    """A notification that could not be sent does not count: the next commit's goes out."""
+    limiter = NotifyLimiter()
+    sent = limiter.admit(Wakeups({"a"}))
+    limiter.failed(sent)
+    assert limiter.admit(Wakeups({"a"})).queues == {"a"}
+
+
+def test_scheduled_hints_are_never_left_out(clock: Clock) -> None:
+    """A hint for jobs scheduled later always goes, whatever was sent just before."""
+    limiter = NotifyLimiter()
+    due = datetime.now(UTC) + timedelta(minutes=5)
+    limiter.admit(Wakeups({"a"}))
+    admitted = limiter.admit(Wakeups({"a"}, due))
+    assert admitted.queues == set() and admitted.first_scheduled == due and admitted
+
+
+def test_wakeups_keep_the_earliest_scheduled_time_and_only_due_queues() -> None:
+    """Jobs due now name their queue; scheduled ones only move the earliest due time."""
+    now = datetime.now(UTC)
+    w = Wakeups()
+    assert not w
+    w.add("later", now + timedelta(hours=1), scheduled=True)
+    w.add("later", now + timedelta(minutes=1), scheduled=True)
+    w.add("now", now, scheduled=False)
+    assert w.queues == {"now"} and w.first_scheduled == now + timedelta(minutes=1)
