@@ -85,6 +85,9 @@ def test_smoke_run_writes_a_complete_result(server_dsn: str, tmp_path: Path) -> 
     end_to_end = result["sections"]["endtoend"]
     for kind in ("tenure", "raw"):
         assert end_to_end[kind]["jobs"] == end_to_end["jobs"] and end_to_end[kind]["jobs_per_second"] > 0
+        # Both test servers run on this machine: every side's CPU per job is read.
+        for side in ("producer", "producer_server", "worker", "worker_server"):
+            assert end_to_end[kind][f"{side}_cpu_us_per_job"] > 0, (kind, side)
     for name in peers.PEERS:
         peer = result["sections"]["peers"][name]
         if peers.installed(name):

@@ -74,7 +74,7 @@ class Contenders:
             *("--dsn", dsn, "--jobs", str(jobs // processes), "--connections", str(connections)),
         )
         query = (
-            named_queries(SCHEMA)["job_insert_many"]
+            named_queries(SCHEMA)["job_insert_one"]  # a lone job's enqueue
             if kind == "tenure"
             else bench_queries(SCHEMA)["bench_raw_insert"]
         )

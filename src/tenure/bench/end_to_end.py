@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from tenure.bench.contenders import Contenders
-from tenure.bench.drain import TENURE_WATCH
+from tenure.bench.drain import TENURE_WATCH, BackendCpu
 from tenure.bench.gate import StartGate
 from tenure.bench.procs import ProcessGroup
+from tenure.bench.producer import REPORT_DIR_ENV
 from tenure.bench.queries import fetch
 from tenure.bench.sections import SCHEMA, drain_timeout, reset
 from tenure.db.connect import connect
@@ -28,6 +32,9 @@ POLL_SECONDS = 0.02
 
 async def _run(dsn: str, workers: ProcessGroup, producers: ProcessGroup, jobs: int) -> dict[str, Any]:
     await reset(dsn)
+    reports = Path(tempfile.mkdtemp(prefix="tenure-bench-producers-"))
+    producers.env[REPORT_DIR_ENV] = str(reports)
+    worker_backends = BackendCpu(workers)
     async with await connect(dsn) as conn, contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(workers.stop)
         stack.push_async_callback(producers.stop)
@@ -35,6 +42,7 @@ async def _run(dsn: str, workers: ProcessGroup, producers: ProcessGroup, jobs: i
         workers.start()
         producers.start()
         startup = await gate.wait_ready(conn, [workers, producers])
+        await worker_backends.start(conn)
         cpu_before = workers.cpu_seconds()
         started = await gate.open()
         enqueued_at: float | None = None
@@ -50,9 +58,12 @@ async def _run(dsn: str, workers: ProcessGroup, producers: ProcessGroup, jobs: i
                 raise TimeoutError(f"end to end: not done after {now - started:.0f}s")
             await asyncio.sleep(POLL_SECONDS)
         seconds = now - started
+        worker_server_cpu = await worker_backends.used(conn)
         await workers.stop()
         done = int((await fetch(conn, SCHEMA, "bench_succeeded"))[0]["n"])
     worker_cpu = sum(workers.cpu_seconds_at_stop) - sum(cpu_before)
+    producer_cpu, producer_server_cpu = _producer_cpu(reports)
+    per_job = 1e6 / max(done, 1)
     return {
         "jobs": done,
         "seconds": round(seconds, 3),
@@ -60,8 +71,28 @@ async def _run(dsn: str, workers: ProcessGroup, producers: ProcessGroup, jobs: i
         "enqueue_seconds": round(enqueued_at - started, 3),
         "enqueue_jobs_per_second": round(done / (enqueued_at - started), 3),
         "startup_seconds": round(max(startup.values()), 3),
-        "worker_cpu_us_per_job": round(worker_cpu * 1e6 / max(done, 1), 3),
+        "worker_cpu_us_per_job": round(worker_cpu * per_job, 3),
+        # Where the machine's CPU went per job (None: the server is not on this machine).
+        "worker_server_cpu_us_per_job": _scaled(worker_server_cpu, per_job),
+        "producer_cpu_us_per_job": _scaled(producer_cpu, per_job),
+        "producer_server_cpu_us_per_job": _scaled(producer_server_cpu, per_job),
     }
+
+
+def _producer_cpu(reports: Path) -> tuple[float | None, float | None]:
+    """CPU seconds the producers and their backends spent sending, from each one's report."""
+    found = [json.loads(p.read_text(encoding="ascii")) for p in sorted(reports.glob("*.json"))]
+    for path in reports.iterdir():
+        path.unlink()
+    reports.rmdir()
+    if not found:
+        return None, None
+    servers = [r["server_cpu_seconds"] for r in found]
+    return sum(r["cpu_seconds"] for r in found), None if None in servers else sum(servers)
+
+
+def _scaled(seconds: float | None, per_job: float) -> float | None:
+    return None if seconds is None else round(seconds * per_job, 3)
 
 
 async def end_to_end(

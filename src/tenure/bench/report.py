@@ -14,6 +14,29 @@ from tenure.bench.rows import Row, at_least, at_most, fmt, row
 from tenure.bench.targets import print_targets
 from tenure.bench.throughput_rows import cost_rows, peer_rows, throughput_rows
 
+#: Where the machine's CPU goes per job end to end, in the order a job meets it.
+END_TO_END_CPU = (
+    ("producer_cpu_us_per_job", "producers' CPU"),
+    ("producer_server_cpu_us_per_job", "server CPU for the producers (their backends)"),
+    ("worker_cpu_us_per_job", "workers' CPU"),
+    ("worker_server_cpu_us_per_job", "server CPU for the workers (their backends)"),
+)
+
+
+def end_to_end_rows(e2e: dict[str, Any]) -> list[Row]:
+    """The end-to-end rates and, per job, the CPU each side spent, Tenure against raw SQL."""
+    tenure, raw = e2e["tenure"], e2e["raw"]
+    baseline = f"raw SQL (claim {e2e['raw_claim_batch']})"
+    rows = [
+        row("endtoend", "producers' enqueue rate, tenure", tenure["enqueue_jobs_per_second"], "jobs/s",
+            baseline, raw["enqueue_jobs_per_second"]),
+    ]  # fmt: skip
+    for key, label in END_TO_END_CPU:
+        rows.append(
+            row("endtoend", f"{label} per job, tenure", tenure.get(key), "us", baseline, raw.get(key))
+        )
+    return rows
+
 
 def figure_rows(result: dict[str, Any]) -> list[Row]:
     s = result["sections"]
@@ -24,6 +47,8 @@ def figure_rows(result: dict[str, Any]) -> list[Row]:
     rows += peer_rows(tp, s.get("peers", {}))
     if tp:
         rows += cost_rows(tp)
+    if s.get("endtoend"):
+        rows += end_to_end_rows(s["endtoend"])
     lat = s.get("latency")
     if lat:
         pgq = s.get("peers", {}).get("pgqueuer", {}).get("idle_latency", {})

@@ -188,6 +188,12 @@ def idempotency_key_of(spec: JobSpec) -> uuid.UUID:
     return uuid.uuid5(IDEMPOTENCY_NAMESPACE, given)
 
 
+def _lone(spec: JobSpec) -> bool:
+    """Whether `spec` alone goes through job_insert_one: no key that could meet a stored job
+    or that orders it behind others (those need job_insert_many's arbiters and locks)."""
+    return spec.ordering_key is None and not _keyed(spec)
+
+
 def _keyed(spec: JobSpec) -> bool:
     """Whether an insert of `spec` can meet a stored key (unique, or the caller's own key)."""
     return spec.idempotency_key is not None or (spec.unique is not None and spec.unique is not False)
@@ -218,6 +224,27 @@ class Queries:
         self._claim_columns_checked: set[str] = set()
 
     # -- producers --------------------------------------------------------------------------
+
+    def _insert_one_params(
+        self, spec: JobSpec, key: uuid.UUID, now: datetime | None, wakeups: Wakeups | None
+    ) -> dict[str, Any]:
+        """job_insert_one's parameters: the columns job_insert_many would store for `spec`."""
+        return {
+            "queue": spec.queue or "default",
+            "task": spec.task,
+            "payload": payload_json(spec.payload),
+            "priority": DEFAULT_PRIORITY if spec.priority is None else spec.priority,
+            "max_attempts": DEFAULT_MAX_ATTEMPTS if spec.max_attempts is None else spec.max_attempts,
+            "idempotency_key": key,
+            "result_wanted": spec.result_wanted,
+            "run_at": spec.run_at,
+            "delay": None if spec.delay is None else float(spec.delay),
+            "trace_context": None if spec.trace_context is None else Jsonb(spec.trace_context),
+            "channel": self.channel,
+            "scheduled_prefix": SCHEDULED_PREFIX,
+            "notify": wakeups is None,
+            "now": now,
+        }
 
     def _insert_params(
         self,
@@ -276,6 +303,12 @@ class Queries:
 
         The statements notify the jobs' queues, unless `wakeups` is given: then they notify
         nothing and add what to notify to it, for the caller to send once it has committed."""
+        if len(specs) == 1 and _lone(specs[0]):
+            key = idempotency_key_of(specs[0])
+            rows = await _fetch(
+                conn, self._sql["job_insert_one"], self._insert_one_params(specs[0], key, now, wakeups)
+            )
+            return [self._inserted(rows[0], key, specs[0], wakeups)]
         out: list[EnqueuedJob | None] = [None] * len(specs)
         plain = [i for i, s in enumerate(specs) if not _keyed(s)]
         if plain:
@@ -318,6 +351,12 @@ class Queries:
         now: datetime | None = None,
         wakeups: Wakeups | None = None,
     ) -> list[EnqueuedJob]:
+        if len(specs) == 1 and _lone(specs[0]):
+            key = idempotency_key_of(specs[0])
+            rows = _fetch_sync(
+                conn, self._sql["job_insert_one"], self._insert_one_params(specs[0], key, now, wakeups)
+            )
+            return [self._inserted(rows[0], key, specs[0], wakeups)]
         out: list[EnqueuedJob | None] = [None] * len(specs)
         plain = [i for i, s in enumerate(specs) if not _keyed(s)]
         if plain:

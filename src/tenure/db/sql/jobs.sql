@@ -65,6 +65,39 @@ SELECT inserted.id, inserted.available_at, inserted.available_at > clock.now AS 
 FROM inserted CROSS JOIN notified CROSS JOIN clock
 ORDER BY inserted.id;
 
+-- name: job_insert_one
+-- One job without keys (no ordering key, unique key or caller's idempotency key): the usual
+-- enqueue, a job per transaction. The same row as job_insert_many's, from scalar parameters:
+-- no JSON document to take apart, no ordering locks or conflict arbiters, nothing to sort, so
+-- the server spends about a third less on it (docs/performance.md, "End to end"). Notifies as
+-- job_insert_many does when %(notify)s, else says whether the job went in scheduled.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), timed AS (
+    SELECT coalesce(%(run_at)s::timestamptz,
+                    clock.now + make_interval(secs => coalesce(%(delay)s::float8, 0))) AS at,
+           clock.now
+    FROM clock
+), inserted AS (
+    INSERT INTO __schema__.jobs (queue, task, payload, priority, available_at, state, max_attempts,
+                                 created_at, idempotency_key, result_wanted, trace_context)
+    SELECT %(queue)s::text, %(task)s::text, %(payload)s::jsonb, %(priority)s::smallint, t.at,
+           CASE WHEN t.at > t.now THEN 'scheduled' ELSE 'pending' END::__schema__.job_state,
+           %(max_attempts)s::integer, t.now, %(idempotency_key)s::uuid, %(result_wanted)s::boolean,
+           %(trace_context)s::jsonb
+    FROM timed t
+    RETURNING id, available_at, state = 'scheduled' AS scheduled
+), notified AS (
+    SELECT count(pg_notify(%(channel)s,
+                           CASE WHEN i.scheduled
+                                THEN %(scheduled_prefix)s || extract(epoch FROM i.available_at)::text
+                                ELSE %(queue)s::text END)) AS n
+    FROM inserted i
+    WHERE %(notify)s::boolean
+)
+SELECT inserted.id, inserted.available_at, inserted.scheduled
+FROM inserted CROSS JOIN notified;
+
 -- name: job_find_holder
 -- The stored job that kept one job out of job_insert_many: the one with its idempotency key,
 -- else the one holding its unique key now (both computed as the insert did, through functions
