@@ -86,17 +86,18 @@ WITH clock AS (
            %(max_attempts)s::integer, t.now, %(idempotency_key)s::uuid, %(result_wanted)s::boolean,
            %(trace_context)s::jsonb
     FROM timed t
-    RETURNING id, available_at, state = 'scheduled' AS scheduled
+    -- The producer role may read back only these two columns (not state).
+    RETURNING id, available_at
 ), notified AS (
     SELECT count(pg_notify(%(channel)s,
-                           CASE WHEN i.scheduled
+                           CASE WHEN i.available_at > t.now
                                 THEN %(scheduled_prefix)s || extract(epoch FROM i.available_at)::text
                                 ELSE %(queue)s::text END)) AS n
-    FROM inserted i
+    FROM inserted i CROSS JOIN timed t
     WHERE %(notify)s::boolean
 )
-SELECT inserted.id, inserted.available_at, inserted.scheduled
-FROM inserted CROSS JOIN notified;
+SELECT inserted.id, inserted.available_at, inserted.available_at > timed.now AS scheduled
+FROM inserted CROSS JOIN timed CROSS JOIN notified;
 
 -- name: job_find_holder
 -- The stored job that kept one job out of job_insert_many: the one with its idempotency key,
