@@ -89,15 +89,18 @@ WITH clock AS (
     -- The producer role may read back only these two columns (not state).
     RETURNING id, available_at
 ), notified AS (
+    -- The clock's expression again (now() is the transaction's time: the same value), so that
+    -- each CTE is referenced once and folded into the plan.
     SELECT count(pg_notify(%(channel)s,
-                           CASE WHEN i.available_at > t.now
+                           CASE WHEN i.available_at > coalesce(%(now)s::timestamptz, now())
                                 THEN %(scheduled_prefix)s || extract(epoch FROM i.available_at)::text
                                 ELSE %(queue)s::text END)) AS n
-    FROM inserted i CROSS JOIN timed t
+    FROM inserted i
     WHERE %(notify)s::boolean
 )
-SELECT inserted.id, inserted.available_at, inserted.available_at > timed.now AS scheduled
-FROM inserted CROSS JOIN timed CROSS JOIN notified;
+SELECT inserted.id, inserted.available_at,
+       inserted.available_at > coalesce(%(now)s::timestamptz, now()) AS scheduled
+FROM inserted CROSS JOIN notified;
 
 -- name: job_find_holder
 -- The stored job that kept one job out of job_insert_many: the one with its idempotency key,
