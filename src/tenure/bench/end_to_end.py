@@ -32,10 +32,10 @@ POLL_SECONDS = 0.02
 
 async def _run(dsn: str, workers: ProcessGroup, producers: ProcessGroup, jobs: int) -> dict[str, Any]:
     await reset(dsn)
-    reports = Path(tempfile.mkdtemp(prefix="tenure-bench-producers-"))
-    producers.env[REPORT_DIR_ENV] = str(reports)
     worker_backends = BackendCpu(workers)
     async with await connect(dsn) as conn, contextlib.AsyncExitStack() as stack:
+        reports = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tenure-bench-producers-")))
+        producers.env[REPORT_DIR_ENV] = str(reports)
         stack.push_async_callback(workers.stop)
         stack.push_async_callback(producers.stop)
         gate = await stack.enter_async_context(StartGate(dsn, TENURE_WATCH.gate))
@@ -61,8 +61,9 @@ async def _run(dsn: str, workers: ProcessGroup, producers: ProcessGroup, jobs: i
         worker_server_cpu = await worker_backends.used(conn)
         await workers.stop()
         done = int((await fetch(conn, SCHEMA, "bench_succeeded"))[0]["n"])
+        await producers.stop()  # every report written before the folder goes
+        producer_cpu, producer_server_cpu = _producer_cpu(reports)
     worker_cpu = sum(workers.cpu_seconds_at_stop) - sum(cpu_before)
-    producer_cpu, producer_server_cpu = _producer_cpu(reports)
     per_job = 1e6 / max(done, 1)
     return {
         "jobs": done,
@@ -82,9 +83,6 @@ async def _run(dsn: str, workers: ProcessGroup, producers: ProcessGroup, jobs: i
 def _producer_cpu(reports: Path) -> tuple[float | None, float | None]:
     """CPU seconds the producers and their backends spent sending, from each one's report."""
     found = [json.loads(p.read_text(encoding="ascii")) for p in sorted(reports.glob("*.json"))]
-    for path in reports.iterdir():
-        path.unlink()
-    reports.rmdir()
     if not found:
         return None, None
     servers = [r["server_cpu_seconds"] for r in found]

@@ -194,6 +194,20 @@ def _lone(spec: JobSpec) -> bool:
     return spec.ordering_key is None and not _keyed(spec)
 
 
+def _columns(spec: JobSpec) -> dict[str, Any]:
+    """The columns both insert statements take from `spec` as they are. The client hands over
+    complete specs (resolved against the task registry; an unknown task refused without a
+    queue); a spec written here directly, as tests and internal tools do, takes the 'default'
+    queue and the columns' defaults."""
+    return {
+        "queue": spec.queue or "default",
+        "task": spec.task,
+        "priority": DEFAULT_PRIORITY if spec.priority is None else spec.priority,
+        "max_attempts": DEFAULT_MAX_ATTEMPTS if spec.max_attempts is None else spec.max_attempts,
+        "result_wanted": spec.result_wanted,
+    }
+
+
 def _keyed(spec: JobSpec) -> bool:
     """Whether an insert of `spec` can meet a stored key (unique, or the caller's own key)."""
     return spec.idempotency_key is not None or (spec.unique is not None and spec.unique is not False)
@@ -225,18 +239,19 @@ class Queries:
 
     # -- producers --------------------------------------------------------------------------
 
-    def _insert_one_params(
-        self, spec: JobSpec, key: uuid.UUID, now: datetime | None, wakeups: Wakeups | None
-    ) -> dict[str, Any]:
-        """job_insert_one's parameters: the columns job_insert_many would store for `spec`."""
-        return {
-            "queue": spec.queue or "default",
-            "task": spec.task,
+    def _lone_insert(
+        self, specs: Sequence[JobSpec], now: datetime | None, wakeups: Wakeups | None
+    ) -> tuple[uuid.UUID, dict[str, Any]] | None:
+        """The key and job_insert_one's parameters when `specs` is one job without keys (the
+        usual enqueue: one job per transaction), else None: job_insert_many's turn."""
+        if len(specs) != 1 or not _lone(specs[0]):
+            return None
+        spec = specs[0]
+        key = idempotency_key_of(spec)
+        return key, {
+            **_columns(spec),
             "payload": payload_json(spec.payload),
-            "priority": DEFAULT_PRIORITY if spec.priority is None else spec.priority,
-            "max_attempts": DEFAULT_MAX_ATTEMPTS if spec.max_attempts is None else spec.max_attempts,
             "idempotency_key": key,
-            "result_wanted": spec.result_wanted,
             "run_at": spec.run_at,
             "delay": None if spec.delay is None else float(spec.delay),
             "trace_context": None if spec.trace_context is None else Jsonb(spec.trace_context),
@@ -253,21 +268,10 @@ class Queries:
         now: datetime | None,
         wakeups: Wakeups | None = None,
     ) -> dict[str, Any]:
-        # The client hands over complete specs (it resolves them against the task registry and
-        # refuses an unknown task without a queue). A spec written here directly, as tests and
-        # internal tools do, takes the 'default' queue and the columns' defaults.
         unique = _unique_params(specs)
         jobs = []
         for i, spec in enumerate(specs):
-            job: dict[str, Any] = {
-                "queue": spec.queue or "default",
-                "task": spec.task,
-                "payload": spec.payload,
-                "priority": DEFAULT_PRIORITY if spec.priority is None else spec.priority,
-                "max_attempts": DEFAULT_MAX_ATTEMPTS if spec.max_attempts is None else spec.max_attempts,
-                "idempotency_key": str(keys[i]),
-                "result_wanted": spec.result_wanted,
-            }
+            job: dict[str, Any] = {**_columns(spec), "payload": spec.payload, "idempotency_key": str(keys[i])}
             # Absent rather than null: ->> reads either as NULL, but -> reads null as JSON null.
             optional = {
                 "run_at": None if spec.run_at is None else spec.run_at.isoformat(),
@@ -303,12 +307,9 @@ class Queries:
 
         The statements notify the jobs' queues, unless `wakeups` is given: then they notify
         nothing and add what to notify to it, for the caller to send once it has committed."""
-        if len(specs) == 1 and _lone(specs[0]):
-            key = idempotency_key_of(specs[0])
-            rows = await _fetch(
-                conn, self._sql["job_insert_one"], self._insert_one_params(specs[0], key, now, wakeups)
-            )
-            return [self._inserted(rows[0], key, specs[0], wakeups)]
+        if lone := self._lone_insert(specs, now, wakeups):
+            rows = await _fetch(conn, self._sql["job_insert_one"], lone[1])
+            return [self._inserted(rows[0], lone[0], specs[0], wakeups)]
         out: list[EnqueuedJob | None] = [None] * len(specs)
         plain = [i for i, s in enumerate(specs) if not _keyed(s)]
         if plain:
@@ -351,12 +352,9 @@ class Queries:
         now: datetime | None = None,
         wakeups: Wakeups | None = None,
     ) -> list[EnqueuedJob]:
-        if len(specs) == 1 and _lone(specs[0]):
-            key = idempotency_key_of(specs[0])
-            rows = _fetch_sync(
-                conn, self._sql["job_insert_one"], self._insert_one_params(specs[0], key, now, wakeups)
-            )
-            return [self._inserted(rows[0], key, specs[0], wakeups)]
+        if lone := self._lone_insert(specs, now, wakeups):
+            rows = _fetch_sync(conn, self._sql["job_insert_one"], lone[1])
+            return [self._inserted(rows[0], lone[0], specs[0], wakeups)]
         out: list[EnqueuedJob | None] = [None] * len(specs)
         plain = [i for i, s in enumerate(specs) if not _keyed(s)]
         if plain:

@@ -69,7 +69,7 @@ ORDER BY inserted.id;
 -- One job without keys (no ordering key, unique key or caller's idempotency key): the usual
 -- enqueue, a job per transaction. The same row as job_insert_many's, from scalar parameters:
 -- no JSON document to take apart, no ordering locks or conflict arbiters, nothing to sort, so
--- the server spends about a third less on it (docs/performance.md, "End to end"). Notifies as
+-- the server spends a fifth to a third less on it (docs/performance.md, third round). Notifies as
 -- job_insert_many does when %(notify)s, else says whether the job went in scheduled.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
