@@ -26,6 +26,7 @@ from tenure.demo.database import check_database_name, prepare, recreate_database
 from tenure.demo.queries import BankQueries
 from tenure.demo.workload import make_workload
 from tenure.errors import ConfigurationError, TenureError
+from tenure.jobs import EnqueuedJob, JobSpec
 from tenure.soak import ordered_effects
 from tenure.soak.app import LIMITED_MAX, LIMITED_QUEUE, SNOOZES, TICK_SCHEDULE, Kind, app
 from tenure.soak.attempts import host_clock, overlaps, read_intervals
@@ -297,14 +298,20 @@ async def _produce(
 
     An enqueue that fails (the server restarting) is not retried: whether it committed is
     unknown to the producer, so its jobs are neither counted as enqueued nor as lost.
+
+    Every other tick sends its jobs one enqueue each, as an application enqueuing in its own
+    transactions does (a job without keys then takes job_insert_one), and the rest as one batch
+    (job_insert_many): both statements meet every fault.
     """
     mixer = Mixer(args.accounts, args.lease, args.seed)
     queries = SoakQueries(args.schema)
     client = Client(producer_dsn, schema=args.schema, registry=app.registry)
     next_report = time.monotonic() + args.report_every
     owed = 0.0
+    one_by_one = False
     try:
         while time.monotonic() - started < args.duration:
+            one_by_one = not one_by_one
             owed += args.rate * TICK
             size, owed = int(owed), owed - int(owed)
             if size:
@@ -318,11 +325,9 @@ async def _produce(
                     )
                     for kind, payload in batch
                 ]
-                try:
-                    jobs = await client.enqueue_many(specs)
-                except (TenureError, OSError):
-                    jobs = []
-                for (kind, _), job in zip(batch, jobs, strict=False):
+                for (kind, _), job in zip(batch, await _enqueue(client, specs, one_by_one), strict=True):
+                    if job is None:
+                        continue
                     acked[kind.value].append(job.id)
                     if kind in RESULT_WANTED:
                         waiters.watch(job.id)
@@ -340,6 +345,18 @@ async def _produce(
             await asyncio.sleep(TICK)
     finally:
         await client.close()
+
+
+async def _enqueue(client: Client, specs: list[JobSpec], one_by_one: bool) -> list[EnqueuedJob | None]:
+    """Each spec's job, or None where its enqueue failed (then unknown whether it committed)."""
+    groups = [[spec] for spec in specs] if one_by_one else [specs]
+    jobs: list[EnqueuedJob | None] = []
+    for group in groups:
+        try:
+            jobs.extend(await client.enqueue_many(group))
+        except (TenureError, OSError):
+            jobs.extend([None] * len(group))
+    return jobs
 
 
 async def _recover_everything(dsn: str, args: argparse.Namespace) -> int:
