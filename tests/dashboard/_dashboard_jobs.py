@@ -8,6 +8,10 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+#: Where the tests reach a dashboard without a token: by a loopback name, as the browser on the
+#: operator's machine does (it answers no other name).
+LOCAL = "http://127.0.0.1"
+
 
 @dataclass(frozen=True)
 class Seeded:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 
 import psycopg
 from psycopg_pool import PoolTimeout
@@ -18,7 +18,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from tenure.dashboard import actions, blocked, dead, fleet, jobs, login, overview, schedules, uncertain
-from tenure.dashboard.security import LOCAL_USER, Authenticator, SecurityHeaders
+from tenure.dashboard.security import LOCAL_USER, Authenticator, SameOrigin, SecurityHeaders
 from tenure.dashboard.state import Dashboard
 from tenure.errors import ConfigurationError, DatabaseUnavailable
 from tenure.validation import check_schema_name
@@ -89,11 +89,16 @@ def create_app(
     schema: str = "tenure",
     read_only: bool = False,
     auth: Authenticator | None = None,
+    hosts: Collection[str] = (),
 ) -> Starlette:
     """The dashboard over `dsn` (default $TENURE_DSN, else the embedded server).
 
     `auth` decides who is let in (see `token_auth`); None lets everyone in, which is right only
-    on a loopback address. With `read_only`, no action is shown or accepted.
+    on a loopback address. Without `auth`, a request must name a loopback host (localhost,
+    127.x.x.x, [::1]) or one of `hosts` in its Host header: any web page can point a name of its
+    own at 127.0.0.1 and read the answers. Give `hosts` the names a host app that authenticates
+    before the mount is reached by ("*": any). Every POST must come from the dashboard's own
+    pages, with `auth` or without. With `read_only`, no action is shown or accepted.
     """
     board = Dashboard(dsn=dsn, schema=check_schema_name(schema), read_only=read_only)
 
@@ -144,7 +149,15 @@ def create_app(
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[Middleware(SecurityHeaders), Middleware(RequireLogin, authenticate=auth)],
+        middleware=[
+            Middleware(SecurityHeaders),
+            Middleware(
+                SameOrigin,
+                loopback_only=auth is None,
+                hosts=(hosts,) if isinstance(hosts, str) else tuple(hosts),
+            ),
+            Middleware(RequireLogin, authenticate=auth),
+        ],
     )
     app.state.dashboard = board
     app.state.authenticate = auth
