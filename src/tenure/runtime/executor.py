@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
 import traceback
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +40,34 @@ SHUTDOWN = "worker shutting down"
 MAX_RUNTIME = "max runtime reached"
 #: How long a failure write whose lease ended at the job's deadline keeps being retried.
 DEADLINE_WRITE_WINDOW = 5.0
+
+ThreadHook = Callable[[], AbstractContextManager[Any]]
+#: Entered around every plain-function handler, in the thread that runs it, by every worker of
+#: this process: per-thread resources (a framework's thread-local database connections) can only
+#: be put right from the thread that holds them.
+_thread_hooks: list[ThreadHook] = []
+
+
+def around_thread_handlers(hook: ThreadHook) -> Callable[[], None]:
+    """Registers `hook`, a context manager factory, to be entered around each plain-function
+    handler of every worker in this process, in the handler's own thread: it is entered before the
+    handler and exited after it, even when it raises. An error it raises counts as the handler's.
+    Registering the same hook again does nothing. Returns a function that removes it."""
+    if hook not in _thread_hooks:
+        _thread_hooks.append(hook)
+
+    def remove() -> None:
+        if hook in _thread_hooks:
+            _thread_hooks.remove(hook)
+
+    return remove
+
+
+def _within_hooks(hooks: tuple[ThreadHook, ...], call: Callable[[], Any]) -> Any:
+    with contextlib.ExitStack() as stack:
+        for hook in hooks:
+            stack.enter_context(hook())
+        return call()
 
 
 @dataclass
@@ -253,6 +283,8 @@ class Executor:
                 value = await task(ctx, **payload)
             else:
                 call = functools.partial(task, ctx, **payload)
+                if _thread_hooks:
+                    call = functools.partial(_within_hooks, tuple(_thread_hooks), call)
                 execution.thread = asyncio.get_running_loop().run_in_executor(self.threads, call)
                 # Shielded: cancelling this task must not forget the thread, which runs on.
                 value = await asyncio.shield(execution.thread)

@@ -13,9 +13,13 @@ class TenureConfig(AppConfig):
 
     def ready(self) -> None:
         from tenure.contrib.django.configured import tenure_app
+        from tenure.contrib.django.connections import fresh_connections
         from tenure.contrib.django.migrations_hook import after_django_migrate
         from tenure.contrib.django.settings import tenure_settings
+        from tenure.runtime.executor import around_thread_handlers
 
         tenure_app()  # imports the app, so its tasks are registered, and fails early on bad settings
+        # Every worker of this process, whichever app it runs: any thread handler may use the ORM.
+        around_thread_handlers(fresh_connections)
         if tenure_settings().migrate:
             post_migrate.connect(after_django_migrate, sender=self, dispatch_uid="tenure-migrate")
