@@ -12,6 +12,7 @@ import psycopg
 from tenure.db import wakeups
 from tenure.db.control_queries import ControlQueries
 from tenure.db.queries import TaskLeasePolicy
+from tenure.jobs import ClaimedJob
 from tenure.runtime.executor import Executor
 from tenure.runtime.oldest_share import OldestShare
 from tenure.runtime.services import WorkerServices
@@ -24,6 +25,9 @@ log = logging.getLogger("tenure.worker")
 REFILL_DELAY = 0.005
 #: How often the claimer reads which queues are limited (seconds).
 LIMITS_REFRESH = 2.0
+#: After one queue's claim failed n times in a row, that queue is left out of claim passes for
+#: min(QUEUE_BACKOFF_CAP, 0.1 * 2**n) seconds; the other queues go on being claimed meanwhile.
+QUEUE_BACKOFF_CAP = 5.0
 #: After a claim that found some jobs but fewer than it asked for (the queue emptied: jobs are
 #: arriving one by one), how long from its start the next claim waits (seconds). Otherwise
 #: every enqueue's notification would be a claim of one job, and a second empty one by every
@@ -50,6 +54,8 @@ class Claimer:
         self.limited: set[str] = set()
         self._limits_read_at = -LIMITS_REFRESH
         self.oldest_share = OldestShare(services.options.oldest_every)
+        #: Queues whose last claims failed: (failures in a row, monotonic time to try again).
+        self.failing_queues: dict[str, tuple[int, float]] = {}
         #: Only tasks this worker can run are claimed: a job of a task registered elsewhere (a
         #: mixed-version deploy) is left for a worker that has it, with no attempt spent.
         self.tasks = sorted(t.name for t in executor.registry)
@@ -128,41 +134,81 @@ class Claimer:
         plan = self.claim_plan()
         below_share = [(q, room) for q, room in plan if room > 0]
         at_share = [(q, options.concurrency) for q, room in plan if room <= 0]
+        failure: Exception | None = None
+        tried = failed = 0
         for queue, room in below_share + at_share:
             free = self.free_slots()
             if free <= 0:
                 break
+            if self._resting(queue, started):
+                continue
             want = min(free, options.claim_batch, room)
-            with batch_span("claim", queue) as span:
-                async with services.connection() as conn:
-                    sent_at = time.monotonic()
-                    claim_started = time.perf_counter()
-                    jobs = await services.queries.job_claim(
-                        conn,
-                        queue=queue,
-                        owner=services.owner,
-                        limit=want,
-                        default_lease_seconds=options.lease_seconds,
-                        default_runtime_seconds=options.max_runtime_seconds,
-                        policies=self.policies,
-                        tasks=self.tasks,
-                        oldest=self.oldest_share.take(queue, want),
-                        limited=queue in self.limited,
-                    )
-                set_batch_size(span, len(jobs))
-            self.oldest_share.record(queue, len(jobs))
-            services.events.claimed(queue, jobs, time.perf_counter() - claim_started)
-            services.stats.claimed += len(jobs)
+            tried += 1
+            try:
+                jobs = await self._claim_queue(queue, want)
+            except Exception as exc:
+                # One queue's claim failing (a lock it timed out on, a row it could not read)
+                # costs only that queue: it rests for a backoff while the others are claimed.
+                failure, failed = exc, failed + 1
+                self._queue_failed(queue, exc)
+                continue
+            self.failing_queues.pop(queue, None)
             claimed += len(jobs)
             saturated_queue = saturated_queue or len(jobs) == want
-            traced = tracing_on()
-            for job in jobs:
-                self.executor.start(job, self._slot_freed, sent_at, traced)
+        if failure is not None and failed == tried:
+            raise failure  # every queue it tried failed: the claimer itself is failing
         if saturated_queue:  # there is more where that came from
             self._refill_soon()
         elif claimed:
             self._paced_until = started + TRICKLE_GAP
         return claimed
+
+    async def _claim_queue(self, queue: str, want: int) -> list[ClaimedJob]:
+        services, options = self.services, self.services.options
+        with batch_span("claim", queue) as span:
+            async with services.connection() as conn:
+                sent_at = time.monotonic()
+                claim_started = time.perf_counter()
+                jobs = await services.queries.job_claim(
+                    conn,
+                    queue=queue,
+                    owner=services.owner,
+                    limit=want,
+                    default_lease_seconds=options.lease_seconds,
+                    default_runtime_seconds=options.max_runtime_seconds,
+                    policies=self.policies,
+                    tasks=self.tasks,
+                    oldest=self.oldest_share.take(queue, want),
+                    limited=queue in self.limited,
+                )
+            set_batch_size(span, len(jobs))
+        self.oldest_share.record(queue, len(jobs))
+        services.events.claimed(queue, jobs, time.perf_counter() - claim_started)
+        services.stats.claimed += len(jobs)
+        traced = tracing_on()
+        for job in jobs:
+            self.executor.start(job, self._slot_freed, sent_at, traced)
+        return jobs
+
+    def _resting(self, queue: str, now: float) -> bool:
+        failing = self.failing_queues.get(queue)
+        return failing is not None and now < failing[1]
+
+    def _queue_failed(self, queue: str, exc: Exception) -> None:
+        failures = self.failing_queues.get(queue, (0, 0.0))[0] + 1
+        rest = min(QUEUE_BACKOFF_CAP, 0.1 * 2.0 ** min(failures, 10))
+        self.failing_queues[queue] = (failures, time.monotonic() + rest)
+        self.services.stats.claim_errors += 1
+        log.warning(
+            "claim of queue %s failed (%s in a row; the other queues go on, this one rests %.1fs): %s",
+            queue,
+            failures,
+            rest,
+            describe_error(exc),
+            exc_info=failures == 1 and not isinstance(exc, psycopg.Error),
+        )
+        if failures == 1:
+            self._refill_soon()  # the slots this queue did not fill may go to the others now
 
     def _slot_freed(self) -> None:
         # Refill in batches, not one claim per finished job: claim at once when enough slots are

@@ -90,8 +90,13 @@ RETURNING j.id, j.queue, j.task, j.payload, j.priority, j.attempt_count, j.max_a
 
 -- name: limit_lock
 -- First statement of a limited queue's claim transaction: claims of that queue, from every
--- worker, then run one at a time, each seeing the running count the one before left.
-SELECT pg_advisory_xact_lock(hashtext(%(lock_space)s), hashtext(%(queue)s));
+-- worker, then run one at a time, each seeing the running count the one before left. Tried, not
+-- waited for: a claimer that holds the turn and stalls (paused, partitioned) must not stall every
+-- other worker's claims of the queue, nor their claim passes. The answer is kept in a
+-- transaction-local setting that job_claim_limited reads, so the two statements still go out in
+-- one round trip and the claim takes nothing when the turn was not had.
+SELECT set_config('tenure.limit_turn',
+                  pg_try_advisory_xact_lock(hashtext(%(lock_space)s), hashtext(%(queue)s))::text, true);
 
 -- name: job_claim_limited
 -- The claim of a limited queue (Q3), after limit_lock in the same transaction. How many it may
@@ -102,10 +107,16 @@ SELECT pg_advisory_xact_lock(hashtext(%(lock_space)s), hashtext(%(queue)s));
 -- The window is a preference, like every order here: when its first %(window)s due jobs all
 -- belong to keys at their limit, this claim takes nothing, though a job deeper in the queue
 -- could run (docs/limits.md).
+-- Nothing here waits on a lock held elsewhere: without the claim turn (limit_lock) there is no
+-- limits row to read; a limits row locked elsewhere is skipped, so the queue takes nothing this
+-- time (its bucket cannot be spent); and a chosen job locked elsewhere is skipped, the rest of
+-- the choice taken.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), lim AS (
-    SELECT * FROM __schema__.queue_limits WHERE queue = %(queue)s
+    SELECT * FROM __schema__.queue_limits
+    WHERE queue = %(queue)s AND current_setting('tenure.limit_turn', true) = 'true'
+    FOR UPDATE SKIP LOCKED
 ), paused AS (
     SELECT EXISTS (
         SELECT 1 FROM __schema__.queue_pauses p
@@ -143,8 +154,7 @@ WITH clock AS (
       AND (SELECT n FROM budget) > 0
     ORDER BY c.priority DESC, c.available_at, c.id
     -- Without a per-key limit the batch's own size is the window. No row locks here: claims of
-    -- this queue run one at a time (limit_lock), and the UPDATE below checks each row is still
-    -- pending, so the window costs reads only.
+    -- this queue run one at a time (limit_lock), and only the jobs taken are locked (locked).
     LIMIT (SELECT CASE WHEN l.key_field IS NULL THEN %(limit)s ELSE %(window)s END FROM lim l)
 ), held AS (
     SELECT v.payload ->> l.key_field AS k, count(*) AS n
@@ -155,12 +165,20 @@ WITH clock AS (
     SELECT c.*, row_number() OVER (PARTITION BY c.k ORDER BY c.priority DESC, c.available_at, c.id) AS rn
     FROM candidates c
 ), chosen AS (
-    SELECT r.id
+    -- Every job the limits allow, best first; the claim takes the first the budget allows of
+    -- those it can lock, so a job locked elsewhere costs only itself, not its place in the batch.
+    SELECT r.id, row_number() OVER (ORDER BY r.rn, r.priority DESC, r.available_at, r.id) AS ord
     FROM ranked r CROSS JOIN lim l
     LEFT JOIN held h ON h.k IS NOT DISTINCT FROM r.k
     WHERE l.key_field IS NULL OR coalesce(h.n, 0) + r.rn <= l.max_running_per_key
-    ORDER BY r.rn, r.priority DESC, r.available_at, r.id
+), locked AS (
+    SELECT j.id
+    FROM unnest(ARRAY(SELECT id FROM chosen ORDER BY ord)) WITH ORDINALITY AS c(id, ord)
+    JOIN __schema__.jobs j ON j.id = c.id
+    WHERE j.state = 'pending'
+    ORDER BY c.ord
     LIMIT (SELECT n FROM budget)
+    FOR UPDATE OF j SKIP LOCKED
 ), policy AS (
     SELECT *
     FROM unnest(%(policy_tasks)s::text[], %(policy_leases)s::float8[], %(policy_runtimes)s::float8[])
@@ -178,7 +196,7 @@ WITH clock AS (
             coalesce((SELECT p.lease_seconds FROM policy p WHERE p.task = j.task), %(default_lease_seconds)s::float8),
             coalesce((SELECT p.runtime_seconds FROM policy p WHERE p.task = j.task), %(default_runtime_seconds)s::float8)))
     FROM clock
-    WHERE j.id = ANY(ARRAY(SELECT id FROM chosen))
+    WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
       AND j.state = 'pending'
     RETURNING j.id, j.queue, j.task, j.payload, j.priority, j.attempt_count, j.max_attempts,
               j.lease_token, j.lease_expires_at, j.lease_deadline, j.progress, j.idempotency_key,
