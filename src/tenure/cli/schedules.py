@@ -14,6 +14,7 @@ import socket
 from typing import Any
 
 import psycopg
+from cronsim import CronSim, CronSimError
 from rich.markup import escape
 from rich.table import Table
 
@@ -23,19 +24,51 @@ from tenure.cli._render import facts, plain, relative, when
 from tenure.db.connect import connect
 from tenure.db.migrate import require_current_schema
 from tenure.db.schedule_queries import ScheduleQueries
-from tenure.schedules import DEFAULT_STALE_AFTER, next_fire, schedule_status
+from tenure.errors import ConfigurationError
+from tenure.schedules import DEFAULT_STALE_AFTER, next_fire, schedule_status, zone_of
 
 EXIT_REFUSED = 1
 MAX_REASON_CHARS = 2000
 
 
+def schedule_problem(row: dict[str, Any]) -> str | None:
+    """Why this host cannot plan a listed schedule (a cron it cannot parse, a time zone it does
+    not know), or None. Such a row was written by another version of the app or by hand; the
+    scheduler skips it, and a listing shows it as broken instead of failing as a whole."""
+    try:
+        zone = zone_of(row["timezone"])
+    except ConfigurationError:
+        return f"unknown time zone {row['timezone']} on this host"
+    try:
+        CronSim(row["cron"], row["db_now"].astimezone(zone))
+    except CronSimError as exc:
+        text = str(exc) or "cronsim cannot parse it"
+        return f"invalid cron: {text[:1].lower()}{text[1:]}"
+    return None
+
+
+def planned(row: dict[str, Any], stale_after: float = DEFAULT_STALE_AFTER) -> dict[str, Any]:
+    """A schedule_list row with its `problem`, `next_fire` (None when broken or paused) and
+    `status`: 'broken' for one that would be active but cannot be planned, as it never fires."""
+    row["problem"] = schedule_problem(row)
+    row["next_fire"] = None if row["problem"] else next_fire(row)
+    row["status"] = schedule_status(row, stale_after)
+    if row["problem"] and row["status"] == "active":
+        row["status"] = "broken"
+    return row
+
+
+def next_fire_text(row: dict[str, Any]) -> str:
+    """The list's next-fire cell: when it fires, or what keeps it from being planned."""
+    if row["problem"]:
+        return escape(row["problem"])
+    return "-" if row["status"] != "active" else relative(row["next_fire"], row["db_now"])
+
+
 async def cmd_list(args: argparse.Namespace) -> int:
     async with await connect(resolve(args).dsn, name="tenure-cli") as conn:
         await require_current_schema(conn, args.schema)
-        rows = await ScheduleQueries(args.schema).list_all(conn)
-    for row in rows:
-        row["next_fire"] = next_fire(row)
-        row["status"] = schedule_status(row, args.stale_after)
+        rows = [planned(row, args.stale_after) for row in await ScheduleQueries(args.schema).list_all(conn)]
     if args.json:
         emit_json([{k: v for k, v in r.items() if k != "db_now"} for r in rows])
         return 0
@@ -49,7 +82,9 @@ async def cmd_list(args: argparse.Namespace) -> int:
         table.add_column(column, no_wrap=column in ("name", "cron"))
     for r in rows:
         status = escape(r["status"])
-        if r["status"] == "paused":
+        if r["status"] == "broken":
+            status = "[bold red]broken[/bold red]"
+        elif r["status"] == "paused":
             status = (
                 f"[bold]paused[/bold] {relative(r['paused_at'], r['db_now'])} by {escape(r['paused_by'])}"
             )
@@ -62,7 +97,7 @@ async def cmd_list(args: argparse.Namespace) -> int:
             r["missed"],
             status,
             relative(r["last_fired_slot"], r["db_now"]),
-            "-" if r["status"] != "active" else relative(r["next_fire"], r["db_now"]),
+            next_fire_text(r),
         )
     out.print(table)
     return 0
@@ -76,13 +111,16 @@ async def cmd_show(args: argparse.Namespace) -> int:
         if not found:
             return _unknown(args.name)
         fires = await sq.fires(conn, args.name, limit=args.limit)
-    [row] = found
-    row["next_fire"] = next_fire(row)
-    row["status"] = schedule_status(row, args.stale_after)
+    row = planned(found[0], args.stale_after)
     if args.json:
         emit_json({"schedule": {k: v for k, v in row.items() if k != "db_now"}, "fires": fires})
         return 0
     now = row["db_now"]
+    upcoming = "-"
+    if row["problem"]:
+        upcoming = row["problem"]
+    elif row["status"] == "active":
+        upcoming = when(row["next_fire"], now)
     status = row["status"]
     if status == "paused":
         status = f"paused {relative(row['paused_at'], now)} by {row['paused_by']}: {row['pause_reason']}"
@@ -98,7 +136,7 @@ async def cmd_show(args: argparse.Namespace) -> int:
                 ("missed slots", row["missed"]),
                 ("status", status),
                 ("last fire", when(row["last_fired_slot"], now)),
-                ("next fire", when(row["next_fire"], now) if row["status"] == "active" else "-"),
+                ("next fire", upcoming),
                 ("declared", when(row["declared_at"], now)),
                 ("created", when(row["created_at"], now)),
             ],

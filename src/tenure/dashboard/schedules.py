@@ -5,10 +5,10 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
+from tenure.cli.schedules import planned
 from tenure.control import ControlRefused
 from tenure.dashboard.actions import Form, run_act
 from tenure.dashboard.state import Dashboard, dashboard_of
-from tenure.schedules import next_fire, schedule_status
 
 RECENT_FIRES = 5
 
@@ -16,10 +16,8 @@ RECENT_FIRES = 5
 async def schedules_page(request: Request) -> HTMLResponse:
     board = dashboard_of(request)
     async with board.pool.connection() as conn:
-        rows = await board.schedules.list_all(conn)
+        rows = [planned(row) for row in await board.schedules.list_all(conn)]
         for row in rows:
-            row["next_fire"] = next_fire(row)
-            row["status"] = schedule_status(row)
             row["fires"] = await board.schedules.fires(conn, row["name"], limit=RECENT_FIRES)
     done = {"paused": "The schedule is paused.", "resumed": "The schedule fires again from its next slot."}
     return board.render(
