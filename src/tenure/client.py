@@ -12,7 +12,8 @@ import difflib
 import logging
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -40,6 +41,7 @@ from tenure.control import (
 )
 from tenure.db._sqlfiles import named_queries
 from tenure.db.connect import (
+    DSN_ENV,
     LISTEN_DSN_ENV,
     check_before_pool_sync,
     open_pool,
@@ -83,6 +85,28 @@ _MISSING_SCHEMA = (
     psycopg.errors.InvalidSchemaName,
     psycopg.errors.UndefinedObject,
 )
+
+#: Given a SyncClient, yields the connection whose open transaction a blocking enqueue without
+#: `conn` must join, or None when there is none (the client's pool then commits the job at once);
+#: raises rather than let the job commit on its own while such a transaction is open.
+OpenTransaction = Callable[["SyncClient"], AbstractContextManager["Connection[Any] | None"]]
+#: Frameworks whose transactions are opened out of Tenure's sight register one here (the Django
+#: contrib: a view's atomic() block), so a plain `task.enqueue_sync(...)` is not a dual write.
+_open_transactions: list[OpenTransaction] = []
+
+
+def join_open_transactions(provider: OpenTransaction) -> Callable[[], None]:
+    """Registers `provider` for every SyncClient of this process: each blocking enqueue given no
+    `conn` asks it for the transaction to join. Registering it again does nothing. Returns a
+    function that removes it."""
+    if provider not in _open_transactions:
+        _open_transactions.append(provider)
+
+    def remove() -> None:
+        if provider in _open_transactions:
+            _open_transactions.remove(provider)
+
+    return remove
 
 
 class JobBuilder:
@@ -596,6 +620,26 @@ class SyncClient:
             self._pool.close()
             self._pool = None
 
+    @property
+    def dsn(self) -> str | None:
+        """The DSN this client connects with: its own, else $TENURE_DSN; None for the embedded server."""
+        return self._dsn or os.environ.get(DSN_ENV)
+
+    @contextlib.contextmanager
+    def _joined(self, conn: Connection[Any] | None) -> Iterator[Connection[Any] | None]:
+        """`conn`, else the connection of a transaction a registered provider says this enqueue
+        joins, else None (the pool)."""
+        if conn is not None or not _open_transactions:
+            yield conn
+            return
+        with contextlib.ExitStack() as stack:
+            for provider in list(_open_transactions):
+                joined = stack.enter_context(provider(self))
+                if joined is not None:
+                    yield joined
+                    return
+            yield None
+
     def __enter__(self) -> SyncClient:
         return self
 
@@ -633,7 +677,7 @@ class SyncClient:
     def _insert(self, checked: list[JobSpec], conn: Connection[Any] | None) -> list[EnqueuedJob]:
         if not checked:
             return []
-        with enqueue_span(checked) as traced, self._conn(conn) as c:
+        with self._joined(conn) as joined, enqueue_span(checked) as traced, self._conn(joined) as c:
             wakeups = Wakeups() if owns_commit(c) else None  # as Client._insert
             if len(traced) == 1:
                 jobs = self.queries.job_insert_many_sync(c, traced, wakeups=wakeups)
@@ -658,7 +702,7 @@ class SyncClient:
         if not specs:
             return 0
         sql = named_queries(self.schema)
-        with self._conn(None) as c:
+        with self._joined(None) as joined, self._conn(joined) as c:
             after_commit = owns_commit(c)
             with c.transaction():
                 row = c.execute(sql["clock_now"].encode()).fetchone()

@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import psycopg.conninfo
 from django.core.management import call_command
 from django.db import connection, transaction
 from django.test import Client, SimpleTestCase, TransactionTestCase, override_settings
 
+import tenure
 from shop.models import Order
 from shop.tasks import send_receipt
 from tenure.contrib.django import django_connection, enqueue, tenure_app, tenure_dsn
@@ -101,6 +103,58 @@ class JoinedTransactionTests(ShopTestCase):
             transaction.set_rollback(True)
             with self.assertRaises(TransactionManagementError):
                 enqueue(send_receipt, order_id=4)
+        self.assertEqual(committed_jobs(), [])
+
+
+class BlockingEnqueueTests(ShopTestCase):
+    """`task.enqueue_sync(...)` and `app.enqueue_sync(...)`, given no connection, join the
+    atomic() block open on Django's connection, as `enqueue` does."""
+
+    def tearDown(self) -> None:
+        tenure_app().close_sync()  # its pool's connections would keep the test database from being dropped
+
+    def test_enqueue_sync_in_atomic_rolls_back_with_the_block(self) -> None:
+        """enqueue_sync inside atomic(), then an exception: neither the order nor its job remains."""
+        with self.assertRaises(RuntimeError), transaction.atomic():
+            order = Order.objects.create(email="f@example.com")
+            send_receipt.enqueue_sync(order_id=order.pk)
+            raise RuntimeError("card declined")
+        self.assertFalse(Order.objects.exists())
+        self.assertEqual(committed_jobs(), [])
+
+    def test_enqueue_sync_in_atomic_commits_with_the_block(self) -> None:
+        """enqueue_sync inside atomic() is invisible until the block commits, then committed with it."""
+        with transaction.atomic():
+            order = Order.objects.create(email="g@example.com")
+            job = send_receipt.enqueue_sync(order_id=order.pk)
+            self.assertEqual(committed_jobs(), [])
+        self.assertEqual([j["id"] for j in committed_jobs()], [job.id])
+        self.assertTrue(connection.connection.autocommit)
+
+    def test_app_enqueue_sync_joins_too(self) -> None:
+        """The README's form, app.enqueue_sync(task, payload), and the sync client join atomic() as well."""
+        app = tenure_app()
+        with self.assertRaises(RuntimeError), transaction.atomic():
+            app.enqueue_sync(send_receipt, {"order_id": 1})
+            app.sync_client.enqueue(send_receipt, {"order_id": 2})
+            raise RuntimeError("rolled back")
+        self.assertEqual(committed_jobs(), [])
+
+    def test_enqueue_sync_outside_atomic_commits_at_once(self) -> None:
+        """Outside any atomic() block the job is committed at once, by Tenure's own client."""
+        job = send_receipt.enqueue_sync(order_id=5)
+        self.assertEqual([j["id"] for j in committed_jobs()], [job.id])
+
+    def test_client_on_another_database_is_refused_inside_atomic(self) -> None:
+        """A client on another database refuses inside atomic(), naming the fix, and writes nothing."""
+        params = psycopg.conninfo.conninfo_to_dict(tenure_dsn())
+        elsewhere = psycopg.conninfo.make_conninfo(**{**params, "dbname": "postgres"})
+        with tenure.SyncClient(elsewhere) as client, transaction.atomic():
+            with self.assertRaisesRegex(
+                ConfigurationError, r"cannot join its transaction.*/postgres.*TENURE\['DSN'\].*on_commit"
+            ):
+                client.enqueue(send_receipt, {"order_id": 6})
+            self.assertIsNone(client._pool, "the refused client connected")
         self.assertEqual(committed_jobs(), [])
 
 

@@ -12,8 +12,10 @@ class TenureConfig(AppConfig):
     verbose_name = "Tenure"
 
     def ready(self) -> None:
+        from tenure.client import join_open_transactions
         from tenure.contrib.django.configured import tenure_app
         from tenure.contrib.django.connections import fresh_connections
+        from tenure.contrib.django.joined import open_transaction
         from tenure.contrib.django.migrations_hook import after_django_migrate
         from tenure.contrib.django.settings import tenure_settings
         from tenure.runtime.executor import around_thread_handlers
@@ -21,5 +23,7 @@ class TenureConfig(AppConfig):
         tenure_app()  # imports the app, so its tasks are registered, and fails early on bad settings
         # Every worker of this process, whichever app it runs: any thread handler may use the ORM.
         around_thread_handlers(fresh_connections)
+        # A plain `task.enqueue_sync(...)` in a view's atomic() joins it, as `enqueue` does.
+        join_open_transactions(open_transaction)
         if tenure_settings().migrate:
             post_migrate.connect(after_django_migrate, sender=self, dispatch_uid="tenure-migrate")

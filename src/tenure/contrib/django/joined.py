@@ -9,13 +9,18 @@ insert in which a crash loses the job.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic
 
 import psycopg
 from django.db import connections, transaction
+from psycopg import conninfo
 
-from tenure.contrib.django.settings import tenure_settings
+from tenure.client import SyncClient
+from tenure.contrib.django.settings import dsn_from_database, tenure_settings
+from tenure.db.connect import describe_dsn
 from tenure.errors import ConfigurationError
 from tenure.jobs import EnqueuedJob
 from tenure.tasks import P, Task
@@ -58,6 +63,55 @@ def django_connection(using: str | None = None) -> psycopg.Connection[Any]:
     wrapper.ensure_connection()
     wrapper.validate_no_broken_transaction()
     return psycopg_connection_of(wrapper.connection, alias)
+
+
+CANNOT_JOIN = (
+    "a blocking enqueue inside Django's atomic() on database {alias!r} cannot join its transaction: "
+    "{why}, so the job would commit on its own even if the block rolled back. {fix}, or enqueue "
+    "after the commit with transaction.on_commit(lambda: task.enqueue_sync(...)), which loses the "
+    "job if the process dies between the commit and the enqueue"
+)
+
+
+def _server_and_database(dsn: str) -> tuple[str, str, str]:
+    parts = conninfo.conninfo_to_dict(dsn)
+    host = str(parts.get("host") or "localhost")
+    return host, str(parts.get("port") or "5432"), str(parts.get("dbname") or parts.get("user") or "")
+
+
+@contextlib.contextmanager
+def open_transaction(client: SyncClient) -> Iterator[psycopg.Connection[Any] | None]:
+    """What a blocking enqueue given no `conn` joins (`tenure.client.join_open_transactions`,
+    registered when Django starts): inside an atomic() block on `TENURE["DATABASE"]`, that block's
+    transaction, on Django's connection and in a savepoint of its own, as `enqueue` does; outside
+    any, nothing, so the client commits the job at once as the ORM would its writes. A client
+    whose database is not Django's is refused inside atomic() rather than commit on its own."""
+    alias = tenure_settings().database
+    if not connections[alias].in_atomic_block:
+        yield None
+        return
+    try:
+        django_dsn = dsn_from_database(alias, connections[alias].settings_dict)
+    except ConfigurationError:
+        raise ConfigurationError(
+            CANNOT_JOIN.format(
+                alias=alias,
+                why="that database is not PostgreSQL, where Tenure's jobs live",
+                fix="Set TENURE['DATABASE'] to a PostgreSQL entry of DATABASES",
+            )
+        ) from None
+    if client.dsn is None or _server_and_database(client.dsn) != _server_and_database(django_dsn):
+        tenure_db = "the embedded server" if client.dsn is None else describe_dsn(client.dsn)
+        raise ConfigurationError(
+            CANNOT_JOIN.format(
+                alias=alias,
+                why=f"Tenure's client uses {tenure_db}, not Django's {describe_dsn(django_dsn)}",
+                fix="Point TENURE['DSN'] (or the client's DSN) at Django's database, or leave it out "
+                "to use DATABASES[TENURE['DATABASE']]",
+            )
+        )
+    with transaction.atomic(using=alias):
+        yield django_connection(alias)
 
 
 @dataclass(frozen=True)
