@@ -1,9 +1,13 @@
-"""Versioned, idempotent migrations (S4), safe when several processes run them at once."""
+"""Versioned, idempotent migrations, safe when several processes run them at once, and online:
+no statement of an upgrade holds a lock that stops enqueues, claims or completions for longer
+than LOCK_TIMEOUT while it waits, and none scans or rewrites `jobs` under such a lock."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import random
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -13,9 +17,11 @@ from psycopg import AsyncConnection
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 
-from tenure.db._sqlfiles import migration_files, named_queries, quote_schema, schema_file
+from tenure.db._sqlfiles import migration_files, named_queries, plain_queries, quote_schema, schema_file
 from tenure.db.pooler import behind_pooler
 from tenure.errors import ConfigurationError, MigrationFailed, SchemaNotMigrated
+
+log = logging.getLogger("tenure.migrate")
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,20 @@ MIGRATE_BEHIND_POOLER = (
 )
 #: How long a waiting `tenure migrate` sleeps between tries of the lock (seconds, doubling).
 LOCK_POLL = (0.02, 0.5)
+#: A line that splits a migration into steps, each committed on its own (in autocommit, one
+#: implicit transaction per step), with the version recorded after the last. A step that adds a
+#: constraint NOT VALID, a step that backfills in batches (a DO block that COMMITs between
+#: batches), a step that VALIDATEs: so that no step holds ACCESS EXCLUSIVE on a table while it
+#: scans it. Each step must be safe to run again: a failure keeps the steps before it.
+STEP = "-- tenure: step"
+#: How long one DDL step waits for its locks before it gives up, lets the statements queued
+#: behind it through, and tries again (seconds). Waiting is what stalls a queue: an ALTER TABLE
+#: queued behind one long reader makes every enqueue queue behind the ALTER.
+LOCK_TIMEOUT = 0.5
+#: How many times a step that timed out on its lock is tried, with a growing pause in between
+#: (0.1 s doubling to LOCK_RETRY_PAUSE_CAP, jittered): about two minutes of trying in all.
+LOCK_TRIES = 60
+LOCK_RETRY_PAUSE_CAP = 2.0
 
 
 def latest_version() -> int:
@@ -57,9 +77,12 @@ def statements_of(text: str) -> list[str]:
     return [part.strip() for part in re.split(r";[ \t]*(?:\n|$)", body) if part.strip()]
 
 
-async def migrate(conn: AsyncConnection[Any], schema: str, *, fresh_snapshot: bool = True) -> MigrationReport:
-    """Brings `schema` to the latest version. On an empty schema the current snapshot
-    (schema.sql) is applied in one step unless `fresh_snapshot` is False.
+async def migrate(
+    conn: AsyncConnection[Any], schema: str, *, fresh_snapshot: bool = True, up_to: int | None = None
+) -> MigrationReport:
+    """Brings `schema` to the latest version, or to version `up_to` (an older schema, for
+    upgrade tests). On an empty schema the current snapshot (schema.sql) is applied in one step
+    unless `fresh_snapshot` is False or `up_to` is given.
 
     Each migration commits on its own with its version record, so a failure keeps what came
     before it. Concurrent callers take turns on a session advisory lock, which waiters poll
@@ -79,7 +102,7 @@ async def migrate(conn: AsyncConnection[Any], schema: str, *, fresh_snapshot: bo
         await _lock(conn, schema)
         unlock = named_queries(schema)["migrations_unlock"]
         try:
-            applied = await _apply(conn, schema, fresh_snapshot)
+            applied = await _apply(conn, schema, fresh_snapshot and up_to is None, up_to)
         except BaseException:
             with contextlib.suppress(psycopg.Error):  # a lost connection has released it anyway
                 await conn.execute(unlock, {"schema": schema})
@@ -88,7 +111,7 @@ async def migrate(conn: AsyncConnection[Any], schema: str, *, fresh_snapshot: bo
     finally:
         if restore_autocommit:
             await conn.set_autocommit(False)
-    return MigrationReport(schema, applied, latest_version())
+    return MigrationReport(schema, applied, up_to or latest_version())
 
 
 async def _lock(conn: AsyncConnection[Any], schema: str) -> None:
@@ -102,13 +125,15 @@ async def _lock(conn: AsyncConnection[Any], schema: str) -> None:
         pause = min(longest, pause * 2)
 
 
-async def _apply(conn: AsyncConnection[Any], schema: str, fresh_snapshot: bool) -> list[int]:
+async def _apply(
+    conn: AsyncConnection[Any], schema: str, fresh_snapshot: bool, up_to: int | None
+) -> list[int]:
     q = named_queries(schema)
     await conn.execute(q["migrations_table_create"])
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(q["migrations_applied"])
         done = {r["version"] for r in await cur.fetchall()}
-    files = migration_files()
+    files = [f for f in migration_files() if up_to is None or f[0] <= up_to]
     if not done and fresh_snapshot:
         async with conn.transaction():
             await conn.execute(schema_file("schema.sql", schema).encode())
@@ -120,19 +145,75 @@ async def _apply(conn: AsyncConnection[Any], schema: str, fresh_snapshot: bool) 
         if version in done:
             continue
         text = schema_file(path, schema)
+        record = {"version": version, "name": name}
         try:
-            if text.startswith(NO_TRANSACTION):
-                for statement in statements_of(text):
-                    await conn.execute(statement.encode())
-                await conn.execute(q["migration_record"], {"version": version, "name": name})
+            steps = steps_of(text)
+            if steps is None:
+                await _with_lock_retries(conn, text, record=(q["migration_record"], record))
             else:
-                async with conn.transaction():
-                    await conn.execute(text.encode())
-                    await conn.execute(q["migration_record"], {"version": version, "name": name})
+                for step in steps:
+                    await _with_lock_retries(conn, step)
+                await conn.execute(q["migration_record"], record)
         except psycopg.Error as exc:
             raise MigrationFailed(version, name, exc, applied) from exc
         applied.append(version)
     return applied
+
+
+def steps_of(text: str) -> list[str] | None:
+    """The steps of a migration committed one at a time, or None for a migration that is one
+    transaction with its version record."""
+    if text.startswith(NO_TRANSACTION):
+        return statements_of(text)
+    if re.search(rf"^{re.escape(STEP)}\s*$", text, re.MULTILINE):
+        parts = re.split(rf"^{re.escape(STEP)}\s*$", text, flags=re.MULTILINE)
+        return [part.strip() for part in parts if _has_statement(part)]
+    return None
+
+
+def _has_statement(part: str) -> bool:
+    return any(line.strip() and not line.lstrip().startswith("--") for line in part.splitlines())
+
+
+async def _with_lock_retries(
+    conn: AsyncConnection[Any], text: str, *, record: tuple[str, dict[str, Any]] | None = None
+) -> None:
+    """Runs `text` (with the version `record`, in one transaction, when given) under a lock
+    timeout, trying again after a pause each time the timeout ends the wait. Statements that
+    build or drop an index CONCURRENTLY run without it: they block no writer while they wait, and
+    one cut short leaves an invalid index behind that the statement cannot simply be run over."""
+    bounded = "CONCURRENTLY" not in text
+    pause = 0.1
+    for attempt in range(1, LOCK_TRIES + 1):
+        try:
+            if record is None:
+                if bounded:
+                    await conn.execute(plain_queries()["lock_timeout_set"], {"timeout": f"{LOCK_TIMEOUT}s"})
+                try:
+                    await conn.execute(text.encode())
+                finally:
+                    if bounded:
+                        await conn.execute(plain_queries()["lock_timeout_reset"])
+            else:
+                async with conn.transaction():
+                    await conn.execute(
+                        plain_queries()["lock_timeout_set_local"], {"timeout": f"{LOCK_TIMEOUT}s"}
+                    )
+                    await conn.execute(text.encode())
+                    await conn.execute(record[0], record[1])
+            return
+        except psycopg.errors.LockNotAvailable:
+            if not bounded or attempt == LOCK_TRIES:
+                raise
+            log.info(
+                "a migration step waited %.1fs for a lock held elsewhere (a long transaction?): "
+                "trying again, %s of %s",
+                LOCK_TIMEOUT,
+                attempt,
+                LOCK_TRIES,
+            )
+            await asyncio.sleep(pause * random.uniform(0.5, 1.0))
+            pause = min(LOCK_RETRY_PAUSE_CAP, pause * 2)
 
 
 async def applied_versions(conn: AsyncConnection[Any], schema: str) -> list[int]:

@@ -22,3 +22,13 @@ INSERT INTO __schema__.schema_migrations (version, name) VALUES (%(version)s, %(
 
 -- name: migrations_table_exists
 SELECT to_regclass(%(table)s) IS NOT NULL AS present;
+
+-- name: lock_timeout_set
+-- How long each statement of a migration step may wait for a lock (migrate.py, LOCK_TIMEOUT).
+SELECT set_config('lock_timeout', %(timeout)s, false);
+
+-- name: lock_timeout_set_local
+SELECT set_config('lock_timeout', %(timeout)s, true);
+
+-- name: lock_timeout_reset
+RESET lock_timeout;
