@@ -59,3 +59,24 @@ def test_a_schedule_with_an_invalid_cron_is_marked_and_the_others_are_shown(
     assert '<span class="badge dead">broken</span>' in broken
     good = row_of(page.text, "a.good")
     assert "03:00:00 UTC" in good and "invalid" not in good and "broken" not in good
+
+
+def test_resuming_a_schedule_records_who_when_and_why_and_the_page_shows_it(
+    http: TestClient, dsn: str
+) -> None:
+    """A resume from the dashboard is kept on the schedule as its pause is (the dashboard actor,
+    the time, the reason), and the Schedules page shows it where it shows a pause."""
+    add_schedule(dsn, "nightly", "0 3 * * *")
+    token = CSRF.search(http.get("/schedules").text)
+    assert token
+    form = {"csrf": token.group(1)}
+    assert http.post("/schedules/nightly/pause", data={**form, "reason": "month end"}).status_code == 200
+    assert http.post("/schedules/nightly/resume", data={**form, "reason": "books closed"}).status_code == 200
+    [(by, why, recorded)] = sql(
+        dsn,
+        "SELECT resumed_by, resume_reason, resumed_at IS NOT NULL FROM tenure.schedules "
+        "WHERE name = 'nightly'",
+    )
+    assert (by, why, recorded) == ("dashboard:local", "books closed", True)
+    row = row_of(http.get("/schedules").text, "nightly")
+    assert "resumed" in row and "by dashboard:local: books closed" in row and "UTC" in row

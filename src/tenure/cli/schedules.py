@@ -58,6 +58,14 @@ def planned(row: dict[str, Any], stale_after: float = DEFAULT_STALE_AFTER) -> di
     return row
 
 
+def resumed(row: dict[str, Any]) -> str:
+    """Who last resumed the schedule, when and why; '-' when it never was."""
+    if row["resumed_at"] is None:
+        return "-"
+    said = f": {row['resume_reason']}" if row["resume_reason"] else ""
+    return f"{when(row['resumed_at'], row['db_now'])} by {row['resumed_by']}{said}"
+
+
 def next_fire_text(row: dict[str, Any]) -> str:
     """The list's next-fire cell: when it fires, or what keeps it from being planned."""
     if row["problem"]:
@@ -88,6 +96,8 @@ async def cmd_list(args: argparse.Namespace) -> int:
             status = (
                 f"[bold]paused[/bold] {relative(r['paused_at'], r['db_now'])} by {escape(r['paused_by'])}"
             )
+        if not r["paused"] and r["resumed_at"] is not None:
+            status += f", resumed {relative(r['resumed_at'], r['db_now'])} by {escape(r['resumed_by'])}"
         table.add_row(
             escape(r["name"]),
             escape(r["cron"]),
@@ -135,6 +145,7 @@ async def cmd_show(args: argparse.Namespace) -> int:
                 ("max attempts", str(row["max_attempts"])),
                 ("missed slots", row["missed"]),
                 ("status", status),
+                ("last resumed", resumed(row)),
                 ("last fire", when(row["last_fired_slot"], now)),
                 ("next fire", upcoming),
                 ("declared", when(row["declared_at"], now)),
@@ -217,10 +228,16 @@ async def cmd_pause(args: argparse.Namespace) -> int:
 
 
 async def cmd_resume(args: argparse.Namespace) -> int:
+    reason = (args.reason or "").strip() or None
+    if reason is not None and len(reason) > MAX_REASON_CHARS:
+        err.print(f"error: --reason is {len(reason)} characters; keep it under {MAX_REASON_CHARS}")
+        return EXIT_USAGE
     async with await connect(resolve(args).dsn, name="tenure-cli") as conn:
         await require_current_schema(conn, args.schema)
         try:
-            result = await ScheduleQueries(args.schema).resume(conn, args.name)
+            result = await ScheduleQueries(args.schema).resume(
+                conn, args.name, actor=args.actor or _default_actor(), reason=reason
+            )
         except psycopg.errors.InsufficientPrivilege:
             return _not_allowed("resume")
     if result is None:
@@ -269,3 +286,5 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     q.set_defaults(handler=cmd_resume)
     q.add_argument("name", help="the schedule")
+    q.add_argument("--reason", default=None, help="why; kept with the resume")
+    q.add_argument("--actor", default=None, help="who; kept with the resume (default: user@host)")

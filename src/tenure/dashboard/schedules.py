@@ -48,7 +48,7 @@ async def resume_schedule(request: Request) -> Response:
 
     async def act(board: Dashboard, actor: str, reason: str, form: Form) -> str:
         async with board.pool.connection() as conn:
-            row = await board.schedules.resume(conn, name)
+            row = await board.schedules.resume(conn, name, actor=actor, reason=reason)
         if row is None:
             raise ControlRefused(f"there is no schedule {name!r}; nothing was resumed")
         if row["outcome"] != "resumed":

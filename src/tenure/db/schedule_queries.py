@@ -11,6 +11,7 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
+from tenure.control import default_actor
 from tenure.db._sqlfiles import named_queries
 from tenure.db.queries import Row, _fetch, notify_channel
 from tenure.db.text import storable_text
@@ -136,9 +137,24 @@ class ScheduleQueries:
         rows = await _fetch(conn, self._sql["schedule_pause"], params)
         return rows[0] if rows else None
 
-    async def resume(self, conn: AsyncConnection[Any], name: str, now: datetime | None = None) -> Row | None:
-        """{'outcome': 'resumed' | 'not_paused', 'skipped_until'}; None: no such schedule."""
-        rows = await _fetch(conn, self._sql["schedule_resume"], {"name": name, "now": now})
+    async def resume(
+        self,
+        conn: AsyncConnection[Any],
+        name: str,
+        now: datetime | None = None,
+        *,
+        actor: str | None = None,
+        reason: str | None = None,
+    ) -> Row | None:
+        """{'outcome': 'resumed' | 'not_paused', 'skipped_until'}; None: no such schedule. The
+        resume is recorded on the schedule as `actor` (default user@host) with `reason`."""
+        params = {
+            "name": name,
+            "actor": storable_text(actor or default_actor(), 200),
+            "reason": storable_text(reason, 2000) if reason and reason.strip() else None,
+            "now": now,
+        }
+        rows = await _fetch(conn, self._sql["schedule_resume"], params)
         return rows[0] if rows else None
 
     async def prune_fires(

@@ -279,6 +279,10 @@ CREATE TABLE __schema__.schedules (
     created_at      timestamptz NOT NULL DEFAULT now(),
     updated_at      timestamptz NOT NULL DEFAULT now(),
     declared_at     timestamptz NOT NULL DEFAULT now(),
+    -- The last resume (migration 0016): kept as the pause is, until the next resume.
+    resumed_at      timestamptz,
+    resumed_by      text,
+    resume_reason   text,
     CONSTRAINT schedules_name_length CHECK (char_length(name) BETWEEN 1 AND 200),
     CONSTRAINT schedules_task_length CHECK (char_length(task) BETWEEN 1 AND 200),
     CONSTRAINT schedules_queue_format CHECK (queue ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$'),
@@ -291,7 +295,11 @@ CREATE TABLE __schema__.schedules (
         (paused AND paused_at IS NOT NULL AND paused_by IS NOT NULL AND pause_reason IS NOT NULL)
         OR (NOT paused AND paused_at IS NULL AND paused_by IS NULL AND pause_reason IS NULL)),
     CONSTRAINT schedules_pause_bounded CHECK (
-        char_length(pause_reason) BETWEEN 1 AND 2000 AND char_length(paused_by) BETWEEN 1 AND 200)
+        char_length(pause_reason) BETWEEN 1 AND 2000 AND char_length(paused_by) BETWEEN 1 AND 200),
+    CONSTRAINT schedules_resume_recorded CHECK (
+        (resumed_at IS NULL) = (resumed_by IS NULL) AND (resume_reason IS NULL OR resumed_at IS NOT NULL)),
+    CONSTRAINT schedules_resume_bounded CHECK (
+        char_length(resumed_by) BETWEEN 1 AND 200 AND char_length(resume_reason) BETWEEN 1 AND 2000)
 );
 
 -- One row per fired slot: the schedule's history, kept when the schedule is no longer declared.

@@ -125,8 +125,8 @@ WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 )
 SELECT s.name, s.task, s.queue, s.cron, s.timezone, s.payload, s.priority, s.max_attempts, s.missed,
-       s.paused, s.paused_at, s.paused_by, s.pause_reason, s.last_slot, s.last_fired_slot,
-       s.created_at, s.updated_at, s.declared_at,
+       s.paused, s.paused_at, s.paused_by, s.pause_reason, s.resumed_at, s.resumed_by, s.resume_reason,
+       s.last_slot, s.last_fired_slot, s.created_at, s.updated_at, s.declared_at,
        extract(epoch FROM clock.now - s.declared_at)::float8 AS undeclared_seconds,
        clock.now AS db_now
 FROM __schema__.schedules s CROSS JOIN clock
@@ -164,6 +164,7 @@ SELECT 'already', t.paused_at, t.paused_by, t.pause_reason FROM target t WHERE t
 -- name: schedule_resume
 -- Ends a schedule's pause. Slots that fell due while it was paused are skipped (last_slot moves
 -- to now): a pause means "fire nothing", and a resume does not fire what the operator held back.
+-- Who resumed it, when and why replace the pause's record on the row, as the pause's did.
 -- Outcome 'resumed', 'not_paused' (nothing changed) or no row (no such schedule).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
@@ -172,6 +173,7 @@ WITH clock AS (
 ), moved AS (
     UPDATE __schema__.schedules s
     SET paused = false, paused_at = NULL, paused_by = NULL, pause_reason = NULL,
+        resumed_at = clock.now, resumed_by = %(actor)s, resume_reason = %(reason)s,
         last_slot = greatest(s.last_slot, clock.now)
     FROM target t CROSS JOIN clock
     WHERE s.name = t.name AND t.paused
