@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -19,6 +19,8 @@ MAX_PAYLOAD_DEPTH = 64
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 PRIORITY_RANGE = (-32768, 32767)
 MAX_ATTEMPTS_LIMIT = 1000
+#: Run times the database accepts (the jobs_times_in_range constraint): every worker can read them.
+RUN_AT_RANGE = (datetime(1900, 1, 1, tzinfo=UTC), datetime(9000, 1, 1, tzinfo=UTC))
 MAX_DELAY_SECONDS = 100 * 366 * 86400  # far enough for any schedule, well inside PostgreSQL's range
 
 
@@ -179,6 +181,11 @@ def check_spec_json(spec: JobSpec, *, max_payload_bytes: int = DEFAULT_MAX_PAYLO
     if spec.run_at is not None and (not isinstance(spec.run_at, datetime) or spec.run_at.tzinfo is None):
         raise ValidationError(
             f"run_at {spec.run_at!r} must be a timezone-aware datetime (for example datetime.now(UTC))"
+        )
+    if spec.run_at is not None and not (RUN_AT_RANGE[0] <= spec.run_at < RUN_AT_RANGE[1]):
+        raise ValidationError(
+            f"run_at {spec.run_at.isoformat()} is out of range: give a time from "
+            f"{RUN_AT_RANGE[0].year} up to {RUN_AT_RANGE[1].year} (the database refuses others)"
         )
     if spec.ordering_key is not None and (
         not isinstance(spec.ordering_key, str) or not 1 <= len(spec.ordering_key) <= 200

@@ -235,3 +235,36 @@ async def test_token_never_decreases_under_a_random_walk_of_public_queries(
             assert attempts <= token_now
             last[job_id] = token_now
     assert sum(claims.values()) > 20  # the walk really exercised the claim path
+
+
+UNREADABLE_VALUES = [
+    ("available_at", "'infinity'", "jobs_times_in_range"),
+    ("available_at", "'-infinity'", "jobs_times_in_range"),
+    ("available_at", "'10000-01-01'", "jobs_times_in_range"),
+    ("created_at", "'infinity'", "jobs_times_in_range"),
+    ("created_at", "'0500-01-01'", "jobs_times_in_range"),
+    ("max_attempts", "1001", "jobs_attempts_bounded"),
+]
+
+
+@pytest.mark.parametrize(("column", "value", "constraint"), UNREADABLE_VALUES)
+async def test_a_value_no_worker_can_read_or_run_is_refused(
+    db: AsyncConnection[Any], column: str, value: str, constraint: str
+) -> None:
+    """A raw insert of a run or creation time outside 1900-9000, or a budget over 1000, is refused."""
+    for state in ("pending", "scheduled"):
+        with pytest.raises(psycopg.errors.CheckViolation, match=constraint):
+            async with db.transaction():
+                await db.execute(
+                    f"INSERT INTO tenure.jobs (queue, task, state, {column})"
+                    f" VALUES ('q', 't', '{state}', {value})"
+                )
+
+
+async def test_a_job_may_not_hold_another_tasks_unique_key(db: AsyncConnection[Any]) -> None:
+    """A job's unique key must start with its own task's name: no job can squat another task's key."""
+    with pytest.raises(psycopg.errors.CheckViolation, match="jobs_unique_key_of_its_task"):
+        await db.execute(
+            "INSERT INTO tenure.jobs (queue, task, unique_key, unique_states) VALUES"
+            " ('q', 'noop.never', 'billing.refund:{\"order\":1}', '{scheduled,pending,running,dead}')"
+        )

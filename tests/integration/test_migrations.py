@@ -397,3 +397,44 @@ async def test_an_upgrade_behind_a_long_reader_never_queues_enqueues_behind_it(
         report_done = await upgrading
         assert report_done.applied == [v for v in ALL_VERSIONS if v > 13]
         assert await fetch(conn, "SELECT count(*) FROM tenure.jobs") == [(40,)]
+
+
+async def test_the_upgrade_sets_aside_rows_no_worker_could_read_and_releases_squatted_keys(
+    empty_dsn: str,
+) -> None:
+    """Rows written before the bounds existed (a job due at 'infinity', one created past year 9999,
+    a budget of 5000, another task's unique key) are set aside as dead with INVALID_ROW and an
+    audit record, a finished one is only brought inside the bounds, and the squatted key is free."""
+    async with await AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
+        await migrate(conn, "tenure", up_to=14)
+        await conn.execute(
+            "INSERT INTO tenure.jobs (queue, task, state, available_at, created_at, max_attempts, unique_key,"
+            " unique_states, finished_at) VALUES"
+            " ('q', 'due.never', 'scheduled', 'infinity', now(), 20, NULL, NULL, NULL),"
+            " ('q', 'made.later', 'pending', now(), '12000-01-01', 20, NULL, NULL, NULL),"
+            " ('q', 'many.tries', 'pending', now(), now(), 5000, NULL, NULL, NULL),"
+            " ('q', 'noop.never', 'pending', now(), now(), 20, 'billing.refund:k',"
+            "  '{scheduled,pending,running,dead,succeeded}', NULL),"
+            " ('q', 'old.done', 'succeeded', '-infinity', now(), 20, NULL, NULL, now()),"
+            " ('q', 'fine', 'pending', now(), now(), 20, 'fine:k', '{scheduled,pending,running}', NULL)"
+        )
+        await migrate(conn, "tenure")
+        rows = await fetch(
+            conn,
+            "SELECT task, state::text, last_error_code, unique_key IS NULL, available_at > '1899-12-31'"
+            " FROM tenure.jobs ORDER BY id",
+        )
+        assert rows == [
+            ("due.never", "dead", "INVALID_ROW", True, True),
+            ("made.later", "dead", "INVALID_ROW", True, True),
+            ("many.tries", "dead", "INVALID_ROW", True, True),
+            ("noop.never", "dead", "INVALID_ROW", True, True),
+            ("old.done", "succeeded", None, True, True),
+            ("fine", "pending", None, False, True),
+        ]
+        events = await fetch(conn, "SELECT count(*) FROM tenure.job_events WHERE error_code = 'INVALID_ROW'")
+        assert events == [(4,)]
+        await conn.execute(
+            "INSERT INTO tenure.jobs (queue, task, unique_key, unique_states)"
+            " VALUES ('q', 'billing.refund', 'billing.refund:k', '{scheduled,pending,running}')"
+        )

@@ -132,6 +132,8 @@ def test_invalid_schema_names_are_rejected(schema: Any) -> None:
         ({"delay": 5, "run_at": datetime.now(UTC)}, "give either run_at or delay, not both"),
         ({"run_at": datetime(2030, 1, 1)}, "must be a timezone-aware datetime"),
         ({"run_at": "2030-01-01T00:00:00Z"}, "must be a timezone-aware datetime"),
+        ({"run_at": datetime(9999, 12, 31, tzinfo=UTC)}, "run_at 9999-12-31T00:00:00+00:00 is out of range"),
+        ({"run_at": datetime(1, 1, 1, tzinfo=UTC)}, "is out of range: give a time from 1900 up to 9000"),
         ({"queue": "bad queue"}, "invalid queue name"),
         ({"task": ""}, "invalid task name"),
         ({"payload": [1]}, "payload must be a JSON object"),

@@ -7,6 +7,7 @@ takes ``now``: None means the database clock, a datetime lets tests move time wi
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from datetime import UTC, datetime
 from operator import itemgetter
 from typing import Any
 
+import psycopg
 from psycopg import AsyncConnection, AsyncCursor, Connection
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
@@ -33,6 +35,8 @@ from tenure.jobs import (
     Lease,
 )
 from tenure.unique import unique_from
+
+log = logging.getLogger("tenure.worker")
 
 Row = dict[str, Any]
 
@@ -169,6 +173,11 @@ def _fetch_sync(conn: Connection[Any], query: str, params: dict[str, Any]) -> li
 def _job(row: Row) -> Job:
     return Job(**{**row, "state": JobState(row["state"])})
 
+
+#: What reading one claimed row can raise when a value in it cannot be read by this client.
+UNREADABLE = (psycopg.DataError, ValueError, RecursionError)
+#: The error code of a claimed job whose row could not be read, set aside as dead unrun.
+UNREADABLE_ROW = "UNREADABLE_ROW"
 
 #: The fewest due jobs a limited claim looks at to find ones whose keys have room (Q3).
 LIMITED_CLAIM_WINDOW = 100
@@ -546,10 +555,12 @@ class Queries:
             # Pipelined: BEGIN, the lock and the claim go out together, in one round trip.
             async with conn.pipeline(), conn.transaction(), conn.cursor() as cur:
                 await cur.execute(self._sql["limit_lock"], lock)
-                rows = await self._claim_rows(cur, "job_claim_limited", params)
+                rows, unreadable = await self._claim_rows(cur, "job_claim_limited", params)
         else:
             async with conn.cursor() as cur:
-                rows = await self._claim_rows(cur, "job_claim", params)
+                rows, unreadable = await self._claim_rows(cur, "job_claim", params)
+        if unreadable:
+            await self._set_aside(conn, owner, unreadable)
         # Tuples in CLAIM_COLUMNS order: the claim is on every job's path, and a dict per row
         # costs more than the positions.
         rows.sort(key=itemgetter(0))
@@ -594,13 +605,49 @@ class Queries:
             ) in rows
         ]
 
-    async def _claim_rows(self, cur: AsyncCursor[Any], name: str, params: dict[str, Any]) -> list[Any]:
+    async def _claim_rows(
+        self, cur: AsyncCursor[Any], name: str, params: dict[str, Any]
+    ) -> tuple[list[Any], list[tuple[int, int, str]]]:
+        """The claimed rows this client could read, and (id, token, why) of those it could not."""
         await cur.execute(self._sql[name], params)
-        rows = await cur.fetchall()
         if name not in self._claim_columns_checked:  # the statement's text never changes
             _check_claim_columns(cur.description)
             self._claim_columns_checked.add(name)
-        return rows
+        try:
+            return await cur.fetchall(), []
+        except UNREADABLE as exc:
+            first = exc
+        # One row's value cannot be read here (a payload nested deeper than Python's recursion
+        # limit, written past the client's checks): read the rows one by one, so that the batch
+        # beside it still runs, and name the ones that cannot be read from their raw id and token.
+        result = cur.pgresult
+        assert result is not None
+        rows: list[Any] = []
+        unreadable: list[tuple[int, int, str]] = []
+        for i in range(result.ntuples):
+            await cur.scroll(i, mode="absolute")
+            try:
+                rows.append(await cur.fetchone())
+            except UNREADABLE as exc:
+                job_id, token = (int(bytes(result.get_value(i, col) or b"0")) for col in (0, 7))
+                unreadable.append((job_id, token, f"{type(exc).__name__}: {exc}"[:500] or str(first)))
+        return rows, unreadable
+
+    async def _set_aside(
+        self, conn: AsyncConnection[Any], owner: str, unreadable: Sequence[tuple[int, int, str]]
+    ) -> None:
+        """Claimed jobs whose rows this client cannot read go dead alone, fenced like any failure."""
+        for job_id, token, why in unreadable:
+            log.warning("job %s cannot be read by this worker and is set aside as dead: %s", job_id, why)
+            await self.job_fail(
+                conn,
+                job_id=job_id,
+                owner=owner,
+                token=token,
+                error_code=UNREADABLE_ROW,
+                error=f"this worker could not read the job's row, so it never ran: {why}",
+                retry_delay=None,
+            )
 
     def _complete_params(
         self,

@@ -62,6 +62,17 @@ ALTER TABLE __schema__.jobs ADD CONSTRAINT jobs_trace_context_bounded CHECK (
     OR (jsonb_typeof(trace_context) = 'object' AND octet_length(trace_context::text) <= 2048)
 ) NOT VALID;
 
+-- Values every worker can read and run (migration 0015): run and creation times a client can
+-- load, an attempt budget within the client's bound, and a unique key of the job's own task.
+ALTER TABLE __schema__.jobs ADD CONSTRAINT jobs_times_in_range CHECK (
+    available_at >= '1900-01-01 00:00:00+00' AND available_at < '9000-01-01 00:00:00+00'
+    AND created_at >= '1900-01-01 00:00:00+00' AND created_at < '9000-01-01 00:00:00+00'
+);
+ALTER TABLE __schema__.jobs ADD CONSTRAINT jobs_attempts_bounded CHECK (max_attempts <= 1000);
+ALTER TABLE __schema__.jobs ADD CONSTRAINT jobs_unique_key_of_its_task CHECK (
+    unique_key IS NULL OR starts_with(unique_key, task || ':')
+);
+
 -- Matches the claim's ORDER BY exactly, so the claim is an ordered index scan at any backlog.
 -- Only due jobs are pending: jobs waiting for a later run time are `scheduled`, outside it.
 CREATE INDEX jobs_claimable_idx ON __schema__.jobs (queue, priority DESC, available_at, id)
