@@ -50,6 +50,7 @@ from tenure.db.connect import (
     unavailable,
 )
 from tenure.db.control_queries import CancelFilter, ControlQueries
+from tenure.db.migrate_hint import migrate_hint
 from tenure.db.queries import Queries
 from tenure.db.wakeups import NotifyLimiter, Wakeups, owns_commit
 from tenure.errors import SchemaNotMigrated, UnknownTask, ValidationError
@@ -322,7 +323,7 @@ def _listen_dsn(pool: AsyncConnectionPool[Any] | ConnectionPool[Any]) -> str | N
 
 def _not_migrated(schema: str) -> SchemaNotMigrated:
     return SchemaNotMigrated(
-        f"the Tenure schema {schema!r} is missing from this database: run `tenure migrate --schema {schema}`"
+        f"the Tenure schema {schema!r} is missing from this database: {migrate_hint(schema)}"
     )
 
 

@@ -18,6 +18,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 
 from tenure.db._sqlfiles import migration_files, named_queries, plain_queries, quote_schema, schema_file
+from tenure.db.migrate_hint import migrate_hint
 from tenure.db.pooler import behind_pooler
 from tenure.errors import ConfigurationError, MigrationFailed, SchemaNotMigrated
 
@@ -243,12 +244,11 @@ async def require_current_schema(conn: AsyncConnection[Any], schema: str) -> Non
         return  # a least-privilege role may not read the migrations table; queries will tell
     if version is None:
         raise SchemaNotMigrated(
-            f"the Tenure schema {schema!r} does not exist in this database: "
-            f"run `tenure migrate --schema {schema}` (with the same --dsn) first"
+            f"the Tenure schema {schema!r} does not exist in this database: {migrate_hint(schema)} first"
         )
     missing = sorted(set(known_versions()) - set(await applied_versions(conn, schema)))
     if missing:
         raise SchemaNotMigrated(
             f"the Tenure schema {schema!r} lacks migrations {missing} that this code needs: "
-            "run `tenure migrate` to upgrade it"
+            f"{migrate_hint(schema)} to upgrade it"
         )

@@ -15,9 +15,11 @@ class TenureConfig(AppConfig):
         from tenure.client import join_open_transactions
         from tenure.contrib.django.configured import tenure_app
         from tenure.contrib.django.connections import fresh_connections
+        from tenure.contrib.django.hints import django_migrate_hint
         from tenure.contrib.django.joined import open_transaction
         from tenure.contrib.django.migrations_hook import after_django_migrate
         from tenure.contrib.django.settings import tenure_settings
+        from tenure.db.migrate_hint import set_migrate_hint
         from tenure.runtime.executor import around_thread_handlers
 
         tenure_app()  # imports the app, so its tasks are registered, and fails early on bad settings
@@ -25,5 +27,7 @@ class TenureConfig(AppConfig):
         around_thread_handlers(fresh_connections)
         # A plain `task.enqueue_sync(...)` in a view's atomic() joins it, as `enqueue` does.
         join_open_transactions(open_transaction)
+        # Errors name `manage.py tenure_migrate`: `tenure migrate` would migrate another database.
+        set_migrate_hint(django_migrate_hint)
         if tenure_settings().migrate:
             post_migrate.connect(after_django_migrate, sender=self, dispatch_uid="tenure-migrate")
