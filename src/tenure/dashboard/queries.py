@@ -80,12 +80,6 @@ class DashboardQueries:
         }
         return await self._rows(conn, "dashboard_jobs_list", params)
 
-    async def queue_counts(self, conn: AsyncConnection[Any]) -> dict[str, dict[str, int]]:
-        counts: dict[str, dict[str, int]] = {}
-        for r in await self._rows(conn, "dashboard_queue_counts"):
-            counts.setdefault(r["queue"], {})[r["state"]] = int(r["jobs"])
-        return counts
-
     async def trouble_recent(self, conn: AsyncConnection[Any], minutes: int) -> list[Row]:
         return await self._rows(conn, "dashboard_trouble_recent", {"minutes": minutes})
 

@@ -24,13 +24,6 @@ WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
 ORDER BY id DESC
 LIMIT %(limit)s;
 
--- name: dashboard_queue_counts
--- Every state per queue, finished ones included, for the overview's table.
-SELECT queue, state::text AS state, count(*)::bigint AS jobs
-FROM __schema__.jobs
-GROUP BY queue, state
-ORDER BY queue, state;
-
 -- name: dashboard_trouble_recent
 -- Retries, lease expiries and fenced writes in each of the last %(minutes)s minutes (minute 0 is
 -- the current one), from the audit log: what went wrong as the database saw it.
