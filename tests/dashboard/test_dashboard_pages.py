@@ -113,11 +113,43 @@ def test_a_bulk_reprocess_whose_count_changed_meanwhile_is_refused_and_changes_n
     assert row is not None
     refused = http.post("/dead/reprocess", data={**fields, "reason": "retry all"})
     assert refused.status_code == 409
-    assert "more than 1 dead jobs match" in refused.text and "Nothing was reprocessed" in refused.text
+    assert "2 dead jobs match this filter now, not the 1 the page showed" in refused.text
+    assert "Nothing was reprocessed" in refused.text
     assert state_of(dsn, jobs.dead) == "dead" and state_of(dsn, int(row[0])) == "dead"
     no_count = {k: v for k, v in fields.items() if k != "expect"}
     assert http.post("/dead/reprocess", data={**no_count, "reason": "x"}).status_code == 400
     assert state_of(dsn, jobs.dead) == "dead"
+
+
+def test_a_refused_bulk_reprocess_counts_what_matches_now_up_to_the_cap(
+    http: TestClient, dsn: str, seeded: tuple[Seeded, Attention]
+) -> None:
+    """When fewer jobs match than the page showed, the refusal gives the number; when more than
+    one act may move have died since, it says "more than 10,000" rather than counting them all."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO tenure.jobs (queue, task, state, finished_at) "
+            "SELECT 'bulk', 'bulk.t', 'dead', now() FROM generate_series(1, 2)"
+        )
+    fields = hidden_fields(http.get("/dead", params={"queue": "bulk"}).text, "bulk")
+    assert fields["expect"] == "2"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE tenure.jobs SET state = 'cancelled' WHERE id = (SELECT min(id) FROM tenure.jobs "
+            "WHERE queue = 'bulk')"
+        )
+    fewer = http.post("/dead/reprocess", data={**fields, "reason": "retry all"})
+    assert fewer.status_code == 409
+    assert "1 dead job matches this filter now, not the 2 the page showed" in fewer.text
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO tenure.jobs (queue, task, state, finished_at) "
+            "SELECT 'bulk', 'bulk.t', 'dead', now() FROM generate_series(1, 10000)"
+        )
+    many = http.post("/dead/reprocess", data={**fields, "reason": "retry all"})
+    assert many.status_code == 409
+    assert "more than 10,000 dead jobs match this filter now, not the 2 the page showed" in many.text
+    assert one(dsn, "SELECT count(*) FROM tenure.jobs WHERE queue = 'bulk' AND state = 'dead'") == (10_001,)
 
 
 def test_skipping_a_blocked_head_cancels_it_in_the_audit_log_and_a_second_skip_is_refused(

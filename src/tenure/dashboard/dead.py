@@ -51,6 +51,19 @@ def _done(request: Request) -> str | None:
     return f"{int(text)} dead job(s) are pending again, with their ids and history kept."
 
 
+class _CountChanged(Exception):
+    """Not as many dead jobs match as the page showed: the moves are to be rolled back."""
+
+
+def _matching(count: int, expected: int) -> str:
+    if count > MAX_BULK:
+        return f"more than {MAX_BULK:,} dead jobs match"
+    if count == expected:
+        # Moved on again between the act and the count: say only that it moves.
+        return "a changing number of dead jobs match"
+    return f"{count:,} dead job matches" if count == 1 else f"{count:,} dead jobs match"
+
+
 def _expected(form: Form) -> int:
     text = form.get("expect", "")
     if not text.isdigit() or len(text) > 9 or int(text) < 1:
@@ -81,17 +94,31 @@ async def reprocess_matching(request: Request) -> Response:
                 "use `tenure dead reprocess` with --limit"
             )
         attempts = _attempts(form)
-        async with board.pool.connection() as conn, conn.transaction():
-            moved = await board.ops.dead_reprocess_many(
-                conn, actor=actor, reason=reason, attempts=attempts, limit=expected + 1, **where.params()
-            )
-            if len(moved) != expected:
-                now = f"more than {expected}" if len(moved) > expected else str(len(moved))
-                # Raised inside the transaction, so the moves above are rolled back.
+        moved: list[int] = []
+        async with board.pool.connection() as conn:
+            try:
+                async with conn.transaction():
+                    moved = await board.ops.dead_reprocess_many(
+                        conn,
+                        actor=actor,
+                        reason=reason,
+                        attempts=attempts,
+                        limit=expected + 1,
+                        **where.params(),
+                    )
+                    if len(moved) != expected:
+                        # Raised inside the transaction, so the moves above are rolled back.
+                        raise _CountChanged
+            except _CountChanged:
+                # Fewer than the limit: that is all of them. More: count again, once the moves are
+                # undone, but no further than one act may move.
+                matching = len(moved)
+                if matching > expected:
+                    matching = await board.pages.dead_count_upto(conn, where, cap=MAX_BULK + 1)
                 raise ControlRefused(
-                    f"{now} dead jobs match this filter now, not the {expected} the page showed: "
-                    "something changed meanwhile; look again. Nothing was reprocessed"
-                )
+                    f"{_matching(matching, expected)} this filter now, not the {expected:,} the page "
+                    "showed: something changed meanwhile; look again. Nothing was reprocessed"
+                ) from None
         kept = {k: v for k, v in form.items() if k in DEAD_FIELDS and v}
         return f"{request.url_for('dead')}?{urlencode({'reprocessed': len(moved), **kept})}"
 

@@ -87,5 +87,10 @@ class DashboardQueries:
         [row] = await self._rows(conn, "dashboard_dead_count", where.params())
         return int(row["jobs"])
 
+    async def dead_count_upto(self, conn: AsyncConnection[Any], where: DeadFilter, cap: int) -> int:
+        """How many dead jobs `where` matches, counting no further than `cap`."""
+        [row] = await self._rows(conn, "dashboard_dead_count_upto", {**where.params(), "cap": cap})
+        return int(row["jobs"])
+
     async def dead_by_error(self, conn: AsyncConnection[Any], limit: int = 20) -> list[Row]:
         return await self._rows(conn, "dashboard_dead_by_error", {"limit": limit})

@@ -51,6 +51,22 @@ WHERE state = 'dead'
   AND (%(older_than)s::float8 IS NULL
        OR finished_at <= statement_timestamp() - make_interval(secs => %(older_than)s::float8));
 
+-- name: dashboard_dead_count_upto
+-- How many dead jobs a filter matches, counting no further than %(cap)s: what a refused bulk
+-- reprocess says matches now, at a bounded cost however many have died.
+SELECT count(*)::bigint AS jobs
+FROM (
+    SELECT 1
+    FROM __schema__.jobs
+    WHERE state = 'dead'
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+      AND (%(task)s::text IS NULL OR task = %(task)s::text)
+      AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s::text)
+      AND (%(older_than)s::float8 IS NULL
+           OR finished_at <= statement_timestamp() - make_interval(secs => %(older_than)s::float8))
+    LIMIT %(cap)s
+) matching;
+
 -- name: dashboard_dead_by_error
 -- The dead jobs grouped by queue, task and error code, largest group first: where to look.
 SELECT queue, task, last_error_code, count(*)::bigint AS jobs, min(finished_at) AS first_dead,
