@@ -439,6 +439,10 @@ class Client:
             return 0
         sql = named_queries(self.schema)
         async with self._conn(None) as c:
+            if not await self.queries.may_insert(c):
+                # A role that may not write jobs (the producer role) enqueues through the
+                # database's enqueue() only: the same jobs, all or none, without COPY's speed.
+                return len(await self.enqueue_many(specs, conn=c))
             after_commit = owns_commit(c)
             async with c.transaction():
                 row = await (await c.execute(sql["clock_now"].encode())).fetchone()
@@ -704,6 +708,8 @@ class SyncClient:
             return 0
         sql = named_queries(self.schema)
         with self._joined(None) as joined, self._conn(joined) as c:
+            if not self.queries.may_insert_sync(c):  # as Client.enqueue_copy
+                return len(self.enqueue_many(specs, conn=c))
             after_commit = owns_commit(c)
             with c.transaction():
                 row = c.execute(sql["clock_now"].encode()).fetchone()

@@ -94,24 +94,33 @@ class Unique:
 
     def key_for(self, task: str, payload: dict[str, Any]) -> str:
         """The key a job of `task` with `payload` holds."""
+        return held_key(task, self.part_for(task, payload))
+
+    def part_for(self, task: str, payload: dict[str, Any]) -> str:
+        """The key's own part, before it is scoped to the task (what enqueue() takes in SQL)."""
         if self.key is not None:
-            part = self.key
+            return self.key
+        if self.fields is None:
+            chosen = payload
         else:
-            if self.fields is None:
-                chosen = payload
-            else:
-                missing = [f for f in self.fields if f not in payload]
-                if missing:
-                    raise ValidationError(
-                        f"task {task!r} is unique by {list(self.fields)}, but the payload has no "
-                        f"{', '.join(map(repr, missing))}: include them, or give the key (unique=...)"
-                    )
-                chosen = {f: payload[f] for f in self.fields}
-            part = json.dumps(chosen, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        key = f"{task}:{part}"
-        if len(key) > MAX_PLAIN_KEY:
-            key = f"{task[:200]}:sha256:{hashlib.sha256(part.encode()).hexdigest()}"
-        return key
+            missing = [f for f in self.fields if f not in payload]
+            if missing:
+                raise ValidationError(
+                    f"task {task!r} is unique by {list(self.fields)}, but the payload has no "
+                    f"{', '.join(map(repr, missing))}: include them, or give the key (unique=...)"
+                )
+            chosen = {f: payload[f] for f in self.fields}
+        return json.dumps(chosen, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def held_key(task: str, part: str) -> str:
+    """The key a job of `task` holds for key part `part`: scoped to its task, so no task's job
+    can hold another task's key (the database checks the prefix), and a digest when long. The
+    database's unique_held_key() says the same."""
+    key = f"{task}:{part}"
+    if len(key) > MAX_PLAIN_KEY:
+        key = f"{task[:200]}:sha256:{hashlib.sha256(part.encode()).hexdigest()}"
+    return key
 
 
 def unique_from(value: Unique | str | bool | None) -> Unique | None:

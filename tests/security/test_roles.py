@@ -210,61 +210,48 @@ def test_roles_command_prints_grants_for_the_chosen_schema(capsys: pytest.Captur
     printed = capsys.readouterr().out
     assert 'GRANT USAGE ON SCHEMA "billing" TO "jobs_worker";' in printed
     assert 'REVOKE ALL ON ALL TABLES IN SCHEMA "billing" FROM "tenure_producer";' in printed
-    assert "GRANT INSERT (queue, task, payload, priority, available_at, state, max_attempts" in printed
-    assert 'GRANT SELECT (id, available_at) ON "billing".jobs TO "tenure_producer";' in printed
+    assert 'REVOKE ALL ON ALL FUNCTIONS IN SCHEMA "billing" FROM "tenure_producer";' in printed
+    assert 'GRANT EXECUTE ON FUNCTION "billing".enqueue(' in printed
+    assert 'ON "billing".jobs TO "tenure_producer"' not in printed
     assert '"tenure"' not in printed
 
 
-# -- the producer cannot forge jobs or read their keys (issue 9, finding 7) --------------------
+# -- the producer cannot forge jobs, squat keys or read their keys -----------------------------
 
-#: States a producer may name (it writes `state`, so that a job due later is `scheduled`) but that
-#: the CHECK constraints refuse without the lease or finish columns it may not write.
-FORGED_STATES = ["'running'", "'succeeded'", "'dead'", "'cancelled'"]
 FORGED_INSERTS = [
+    ("state", "'running'"),
+    ("state", "'succeeded'"),
     ("lease_token", "7"),
-    ("attempt_count", "1"),
     ("lease_owner", "'worker-b'"),
-    ("lease_expires_at", "now() + interval '1 hour'"),
-    ("lease_deadline", "now() + interval '1 hour'"),
     ("finished_at", "now()"),
-    ("attempted_at", "now()"),
-    ("progress", "'{}'"),
-    ("last_error", "'forged'"),
-    ("last_error_code", "'FORGED'"),
+    ("unique_key", "'billing.refund:k'"),
+    ("available_at", "'8999-01-01'"),
 ]
 
 
-async def test_producer_cannot_insert_a_job_in_any_state_but_pending_or_set_lease_columns(
+async def test_producer_may_not_write_jobs_itself_only_through_enqueue(
     dsn: str, roles: dict[Role, str]
 ) -> None:
-    """A raw INSERT by the producer role naming a running or finished state (the CHECKs), a lease,
-    an attempt count, an owner, a finish time or any other column an enqueue does not set (the
-    grants) is refused; nothing is written."""
+    """Every raw INSERT, UPDATE or DELETE on jobs by the producer role is refused, whatever its
+    columns, as are the key look-up functions; nothing is written."""
     async with await psycopg.AsyncConnection.connect(
         as_role(dsn, roles[Role.PRODUCER]), autocommit=True
     ) as conn:
-        for state in FORGED_STATES:
-            with pytest.raises(errors.CheckViolation):
-                await conn.execute(
-                    f"INSERT INTO {SCHEMA}.jobs (queue, task, state) VALUES ('sec', 't', {state})"
-                )
-        for column, value in FORGED_INSERTS:
-            with pytest.raises(errors.InsufficientPrivilege):
-                await conn.execute(
-                    f"INSERT INTO {SCHEMA}.jobs (queue, task, {column}) VALUES ('sec', 't', {value})"
-                )
-        forged_running = (
-            f"INSERT INTO {SCHEMA}.jobs (queue, task, state, lease_owner, lease_token, lease_expires_at, "
-            "lease_deadline, attempt_count, attempted_at) VALUES ('sec', 't', 'running', 'worker-b', 3, "
-            "now() + interval '1 hour', now() + interval '2 hours', 1, now())"
-        )
-        with pytest.raises(errors.InsufficientPrivilege):
-            await conn.execute(forged_running)
+        await conn.execute("SET lock_timeout = '5s'")
         for statement in (
+            f"INSERT INTO {SCHEMA}.jobs (queue, task) VALUES ('sec', 't')",
+            *(
+                f"INSERT INTO {SCHEMA}.jobs (queue, task, {column}) VALUES ('sec', 't', {value})"
+                for column, value in FORGED_INSERTS
+            ),
             f"INSERT INTO {SCHEMA}.jobs (id, queue, task) OVERRIDING SYSTEM VALUE VALUES (4242, 'sec', 't')",
             f"UPDATE {SCHEMA}.jobs SET state = 'succeeded'",
             f"DELETE FROM {SCHEMA}.jobs",
             f"INSERT INTO {SCHEMA}.job_events (job_id, event, token) VALUES (1, 'retry', 1)",
+            f"SELECT * FROM {SCHEMA}.job_holding_unique_key('billing.refund:k')",
+            f"SELECT * FROM {SCHEMA}.job_by_idempotency_key(gen_random_uuid())",
+            f"INSERT INTO {SCHEMA}.task_policies (task, queue, priority, max_attempts, declared_by)"
+            " VALUES ('t', 'q', 0, 1, 'x')",
         ):
             with pytest.raises(errors.InsufficientPrivilege):
                 await conn.execute(statement)
@@ -272,80 +259,103 @@ async def test_producer_cannot_insert_a_job_in_any_state_but_pending_or_set_leas
         assert admin.execute(f"SELECT count(*) FROM {SCHEMA}.jobs").fetchone() == (0,)
 
 
-async def test_every_row_the_producer_can_write_is_an_unclaimed_pending_job(
+async def test_every_job_the_producer_enqueues_is_an_unclaimed_waiting_job_of_its_task(
     dsn: str, roles: dict[Role, str]
 ) -> None:
-    """With every column it may insert set, the producer's row is pending, unclaimed, token 0, no
-    owner; the CHECK constraints refuse a budget that a pending job cannot have."""
+    """Through enqueue() with every argument set, the producer's job is pending (or scheduled),
+    unclaimed, token 0, no owner, its unique key scoped to its own task; out-of-bounds arguments
+    are refused with the fix named, and nothing is written for them."""
     async with await psycopg.AsyncConnection.connect(
         as_role(dsn, roles[Role.PRODUCER]), autocommit=True
     ) as conn:
         await conn.execute(
-            f"INSERT INTO {SCHEMA}.jobs (queue, task, payload, priority, available_at, max_attempts, "
-            "created_at, ordering_key, idempotency_key) VALUES ('sec', 't', '{\"a\": 1}', 5, "
-            "now() - interval '1 day', 1, now() - interval '1 year', 'k', gen_random_uuid())"
+            f"SELECT * FROM {SCHEMA}.enqueue('noop.never', '{{\"a\": 1}}', queue => 'sec', priority => 5,"
+            " max_attempts => 1, ordering_key => 'k', unique_key => 'billing.refund:k',"
+            " unique_states => '{scheduled,pending,running,dead,succeeded,cancelled}')"
         )
-        with pytest.raises(errors.CheckViolation):
-            await conn.execute(
-                f"INSERT INTO {SCHEMA}.jobs (queue, task, max_attempts) VALUES ('sec', 't', 0)"
-            )
+        await conn.execute(f"SELECT * FROM {SCHEMA}.enqueue('t', delay_seconds => 3600)")
+        for call, message in (
+            ("max_attempts => 0", "max_attempts 0 is invalid"),
+            ("max_attempts => 5000", "max_attempts 5000 is invalid"),
+            ("run_at => 'infinity'", "run_at infinity is out of range"),
+            ("run_at => '-infinity'", "out of range"),
+            ("priority => 40000", "priority 40000 is out of range"),
+            ("payload => '[1]'", "payload must be a JSON object"),
+            ("queue => 'bad queue'", "jobs_queue_format"),
+            ("unique_states => '{pending}'", "go with a unique key"),
+        ):
+            with pytest.raises(errors.DatabaseError, match=message):
+                await conn.execute(f"SELECT * FROM {SCHEMA}.enqueue('t', {call})")
     with psycopg.connect(dsn) as admin:
-        row = admin.execute(
-            f"SELECT state::text, lease_token, attempt_count, lease_owner, lease_expires_at, finished_at "
-            f"FROM {SCHEMA}.jobs"
+        rows = admin.execute(
+            f"SELECT state::text, lease_token, attempt_count, lease_owner, lease_expires_at, finished_at,"
+            f" unique_key FROM {SCHEMA}.jobs ORDER BY id"
         ).fetchall()
-    assert row == [("pending", 0, 0, None, None, None)]
+    assert rows == [
+        ("pending", 0, 0, None, None, None, "noop.never:billing.refund:k"),
+        ("scheduled", 0, 0, None, None, None, None),
+    ]
 
 
-async def test_producer_reads_no_idempotency_key_payload_or_error(dsn: str, roles: dict[Role, str]) -> None:
-    """The producer role cannot SELECT jobs' keys, payloads or errors, nor get a key back through
-    RETURNING; it reads only id and available_at."""
+async def test_a_producer_cannot_squat_another_tasks_unique_key(dsn: str, roles: dict[Role, str]) -> None:
+    """A producer's job of task noop.never given billing.refund's key holds a key of its own task;
+    billing.refund's real enqueue stores its job, and a second one meets the first."""
+    async with Client(as_role(dsn, roles[Role.PRODUCER]), schema=SCHEMA) as client:
+        await client.enqueue_many([JobSpec(task="noop.never", queue="sec", unique="billing.refund:order-1")])
+        await client.enqueue_many([JobSpec(task="noop.never", queue="sec", unique="order-1")])
+        real = await client.enqueue_many([JobSpec(task="billing.refund", queue="sec", unique="order-1")])
+        again = await client.enqueue_many([JobSpec(task="billing.refund", queue="sec", unique="order-1")])
+    assert not real[0].existing
+    assert again[0].existing and again[0].id == real[0].id
+
+
+async def test_producer_reads_no_job_and_learns_only_of_the_jobs_it_enqueues(
+    dsn: str, roles: dict[Role, str]
+) -> None:
+    """The producer role cannot SELECT jobs at all: its only answers are enqueue()'s, for the job
+    it asked to enqueue (the new one, or the one holding its key)."""
     await _enqueue(dsn, 2)
     async with await psycopg.AsyncConnection.connect(
         as_role(dsn, roles[Role.PRODUCER]), autocommit=True
     ) as conn:
         for statement in (
             f"SELECT idempotency_key FROM {SCHEMA}.jobs",
-            f"SELECT * FROM {SCHEMA}.jobs",
-            f"SELECT id FROM {SCHEMA}.jobs WHERE idempotency_key IS NOT NULL",
+            f"SELECT id, available_at FROM {SCHEMA}.jobs",
             f"SELECT last_error, payload FROM {SCHEMA}.jobs",
-            f"INSERT INTO {SCHEMA}.jobs (queue, task) VALUES ('sec', 't') RETURNING idempotency_key",
+            f"SELECT * FROM {SCHEMA}.task_policies",
         ):
             with pytest.raises(errors.InsufficientPrivilege):
                 await conn.execute(statement)
-        cur = await conn.execute(f"SELECT id, available_at FROM {SCHEMA}.jobs")
-        assert len(await cur.fetchall()) == 2
 
 
 async def test_producer_enqueues_with_keys_it_made_and_cannot_reuse_one(
     dsn: str, roles: dict[Role, str]
 ) -> None:
-    """Through the client the producer enqueues (one statement and COPY); each returned key is the
-    stored one, every job's key differs, and a second job with a key already taken is refused."""
+    """Through the client the producer enqueues (one by one, in batches, and COPY, which becomes
+    enqueue() calls for it); each returned key is the stored one, and a second job with a key
+    already taken comes back as the first."""
     producer = as_role(dsn, roles[Role.PRODUCER])
     async with Client(producer, schema=SCHEMA) as client:
         specs = [JobSpec(task="sec.task", queue="sec", payload={"n": n}) for n in range(40)]
         enqueued = await client.enqueue_many(specs)
         assert await client.enqueue_copy(specs[:5]) == 5
+        keyed = await client.enqueue_many([JobSpec(task="sec.task", queue="sec", idempotency_key="k-1")])
+        again = await client.enqueue_many([JobSpec(task="sec.task", queue="sec", idempotency_key="k-1")])
     with psycopg.connect(dsn) as admin:
         stored = admin.execute(
             f"SELECT id, idempotency_key, payload FROM {SCHEMA}.jobs ORDER BY id"
         ).fetchall()
-    assert [(j.id, j.idempotency_key) for j in enqueued] == [(i, k) for i, k, _ in stored[:40]]
+    assert [j.id for j in enqueued] == [i for i, _, _ in stored[:40]]
     assert [p for _, _, p in stored[:40]] == [{"n": n} for n in range(40)]
-    assert len({k for _, k, _ in stored}) == 45
-    taken = enqueued[0].idempotency_key
-    async with await psycopg.AsyncConnection.connect(producer, autocommit=True) as conn:
-        with pytest.raises(errors.UniqueViolation):
-            await conn.execute(
-                f"INSERT INTO {SCHEMA}.jobs (queue, task, idempotency_key) VALUES ('sec', 't', %s)", [taken]
-            )
+    assert len({k for _, k, _ in stored}) == 46
+    assert keyed[0].idempotency_key == stored[-1][1] and not keyed[0].existing
+    assert again[0].existing and again[0].id == keyed[0].id
 
 
 async def test_applying_the_grants_again_tightens_an_older_broad_grant(
     dsn: str, roles: dict[Role, str]
 ) -> None:
-    """A producer granted INSERT on every column and SELECT of keys (the old GRANTs) loses both
+    """A producer granted INSERT on every column and SELECT of keys (older GRANTs) loses both
     when today's `tenure roles` output is applied."""
     name = roles[Role.PRODUCER]
     with psycopg.connect(dsn, autocommit=True) as admin:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -34,7 +35,7 @@ from tenure.jobs import (
     JobState,
     Lease,
 )
-from tenure.unique import unique_from
+from tenure.unique import held_key, unique_from
 
 log = logging.getLogger("tenure.worker")
 
@@ -245,6 +246,8 @@ class Queries:
         self.results_channel = results_channel(schema)
         self._sql = named_queries(schema)
         self._claim_columns_checked: set[str] = set()
+        #: Per connection: whether its role may insert jobs itself, asked once.
+        self._insert_allowed: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
     # -- producers --------------------------------------------------------------------------
 
@@ -287,6 +290,7 @@ class Queries:
                 "delay": spec.delay,
                 "ordering_key": spec.ordering_key,
                 "unique_key": unique["unique_keys"][i],
+                "unique_part": unique["unique_parts"][i],
                 "unique_states": unique["unique_states"][i],
                 "unique_period": unique["unique_periods"][i],
                 "trace_context": spec.trace_context,
@@ -315,7 +319,13 @@ class Queries:
         Give `conn` a transaction when `specs` mixes such jobs with others (several statements).
 
         The statements notify the jobs' queues, unless `wakeups` is given: then they notify
-        nothing and add what to notify to it, for the caller to send once it has committed."""
+        nothing and add what to notify to it, for the caller to send once it has committed.
+
+        A role that may not insert jobs itself (the producer role) enqueues through the
+        database's enqueue() instead, which checks and completes each job (docs/sql.md)."""
+        if not await self.may_insert(conn):
+            rows = await _fetch(conn, self._sql["job_enqueue_call"], self._call_params(specs, wakeups))
+            return self._called(rows, specs, wakeups)
         if lone := self._lone_insert(specs, now, wakeups):
             rows = await _fetch(conn, self._sql["job_insert_one"], lone[1])
             return [self._inserted(rows[0], lone[0], specs[0], wakeups)]
@@ -331,6 +341,58 @@ class Queries:
             if out[i] is None:
                 out[i] = await self._insert_keyed(conn, spec, now, wakeups)
         return [job for job in out if job is not None]
+
+    async def task_policies_declare(
+        self, conn: AsyncConnection[Any], tasks: Sequence[Mapping[str, Any]], declared_by: str
+    ) -> None:
+        """Records what enqueue() completes each task's jobs from: dicts of task, queue, priority,
+        max_attempts and, for a unique task, unique_fields or unique_whole, unique_states and
+        unique_period."""
+        if tasks:
+            params = {"tasks": json.dumps(list(tasks)), "declared_by": storable_text(declared_by, 200)}
+            await _fetch(conn, self._sql["task_policies_declare"], params)
+
+    async def may_insert(self, conn: AsyncConnection[Any]) -> bool:
+        """Whether `conn`'s role may insert jobs itself (else it enqueues through enqueue())."""
+        allowed = self._insert_allowed.get(conn)
+        if allowed is None:
+            rows = await _fetch(conn, self._sql["jobs_insert_allowed"], {})
+            allowed = self._insert_allowed[conn] = bool(rows[0]["allowed"])
+        return allowed
+
+    def may_insert_sync(self, conn: Connection[Any]) -> bool:
+        allowed = self._insert_allowed.get(conn)
+        if allowed is None:
+            rows = _fetch_sync(conn, self._sql["jobs_insert_allowed"], {})
+            allowed = self._insert_allowed[conn] = bool(rows[0]["allowed"])
+        return allowed
+
+    def _call_params(self, specs: Sequence[JobSpec], wakeups: Wakeups | None) -> dict[str, Any]:
+        keys = [None if s.idempotency_key is None else idempotency_key_of(s) for s in specs]
+        params = self._insert_params(specs, [k or uuid.UUID(int=0) for k in keys], None, wakeups)
+        jobs = json.loads(params["jobs"])
+        for job, key in zip(jobs, keys, strict=True):
+            if key is None:
+                del job["idempotency_key"]  # the database draws one
+        return {
+            "jobs": json.dumps(jobs, separators=(",", ":"), ensure_ascii=False),
+            "notify": wakeups is None,
+        }
+
+    def _called(
+        self, rows: Sequence[Row], specs: Sequence[JobSpec], wakeups: Wakeups | None
+    ) -> list[EnqueuedJob]:
+        """EnqueuedJobs of enqueue()'s rows. The role reads no idempotency keys: a job gets back
+        only the key its caller gave."""
+        out = []
+        for row, spec in zip(rows, specs, strict=True):
+            unique = unique_from(spec.unique)
+            key = None if spec.idempotency_key is None else idempotency_key_of(spec)
+            held = None if unique is None else unique.key_for(spec.task, spec.payload)
+            if wakeups is not None and not row["existing"]:
+                wakeups.add(spec.queue or "default", row["available_at"], row["scheduled"])
+            out.append(EnqueuedJob(row["id"], key, row["available_at"], row["existing"], held))
+        return out
 
     @staticmethod
     def _inserted(
@@ -361,6 +423,9 @@ class Queries:
         now: datetime | None = None,
         wakeups: Wakeups | None = None,
     ) -> list[EnqueuedJob]:
+        if not self.may_insert_sync(conn):
+            rows = _fetch_sync(conn, self._sql["job_enqueue_call"], self._call_params(specs, wakeups))
+            return self._called(rows, specs, wakeups)
         if lone := self._lone_insert(specs, now, wakeups):
             rows = _fetch_sync(conn, self._sql["job_insert_one"], lone[1])
             return [self._inserted(rows[0], lone[0], specs[0], wakeups)]
@@ -932,19 +997,23 @@ def _existing(row: Row, key: uuid.UUID, unique_key: str | None) -> EnqueuedJob:
 def _unique_params(specs: Sequence[JobSpec]) -> dict[str, list[Any]]:
     """Each spec's unique key (before its period's window is appended), scope and period."""
     keys: list[str | None] = []
+    parts: list[str | None] = []
     states: list[str | None] = []
     periods: list[float | None] = []
     for spec in specs:
         unique = unique_from(spec.unique)
         if unique is None:
             keys.append(None)
+            parts.append(None)
             states.append(None)
             periods.append(None)
             continue
-        keys.append(unique.key_for(spec.task, spec.payload))
+        part = unique.part_for(spec.task, spec.payload)
+        parts.append(part)
+        keys.append(held_key(spec.task, part))
         states.append("{" + ",".join(sorted(s.value for s in unique.states)) + "}")
         periods.append(None if unique.period is None else float(unique.period))
-    return {"unique_keys": keys, "unique_states": states, "unique_periods": periods}
+    return {"unique_keys": keys, "unique_parts": parts, "unique_states": states, "unique_periods": periods}
 
 
 def _result_json(result: Any) -> Jsonb | None:

@@ -30,7 +30,7 @@ from tenure.runtime.scheduler import Scheduler
 from tenure.runtime.services import WorkerServices
 from tenure.runtime.stats import WorkerStats
 from tenure.runtime.supervisor import describe_error
-from tenure.tasks import TaskRegistry
+from tenure.tasks import TaskPolicy, TaskRegistry
 from tenure.validation import check_schema_name
 
 log = logging.getLogger("tenure.worker")
@@ -99,6 +99,9 @@ class Worker:
                 control = ControlQueries(self.schema)
                 for limit in self.registry.limits.values():  # the app's own limits, before any claim
                     await control.declare_limit(conn, limit, self.options.worker_id)
+                await Queries(self.schema).task_policies_declare(
+                    conn, [task_declaration(t.name, t.policy) for t in self.registry], self.options.worker_id
+                )
             return await self._run(pool, dsn, handle_signals)
         finally:
             await pool.close()
@@ -265,3 +268,24 @@ class Worker:
 
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, on_signal, signum)
+
+
+def task_declaration(name: str, policy: TaskPolicy) -> dict[str, Any]:
+    """What the task catalog records of a task, for enqueue() to complete its jobs from. A task
+    unique by one fixed key has no fields to derive a key from: SQL callers give it."""
+    declared: dict[str, Any] = {
+        "task": name,
+        "queue": policy.queue,
+        "priority": policy.priority,
+        "max_attempts": policy.max_attempts,
+    }
+    unique = policy.unique
+    if unique is not None and unique.key is None:
+        if unique.fields is None:
+            declared["unique_whole"] = True
+        else:
+            declared["unique_fields"] = list(unique.fields)
+        declared["unique_states"] = "{" + ",".join(sorted(s.value for s in unique.states)) + "}"
+        if unique.period is not None:
+            declared["unique_period"] = float(unique.period)
+    return declared

@@ -238,3 +238,54 @@ SELECT now() AS now;
 -- the state from it (scheduled when later than that now), as job_insert_many does.
 COPY __schema__.jobs (queue, task, payload, priority, available_at, state, max_attempts, result_wanted)
 FROM STDIN (FORMAT BINARY);
+
+-- name: jobs_insert_allowed
+-- Whether this connection's role may insert jobs itself (the application's own role, the admin),
+-- or must enqueue through enqueue() (the producer role, which may not write jobs).
+SELECT has_column_privilege('__schema__.jobs', 'unique_states', 'INSERT') AS allowed;
+
+-- name: job_enqueue_call
+-- The jobs of %(jobs)s (job_insert_many's JSON array) through enqueue(), in order, for a role
+-- that may not insert jobs itself: each is completed and checked by the database (docs/sql.md).
+-- With %(notify)s false the caller notifies after its commit, as job_insert_many's callers do.
+SELECT e.id, e.available_at, e.existing, e.scheduled
+FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS i(j, ord)
+CROSS JOIN LATERAL __schema__.enqueue(
+    task => i.j->>'task',
+    payload => i.j->'payload',
+    queue => i.j->>'queue',
+    run_at => (i.j->>'run_at')::timestamptz,
+    delay_seconds => (i.j->>'delay')::float8,
+    priority => (i.j->>'priority')::integer,
+    max_attempts => (i.j->>'max_attempts')::integer,
+    ordering_key => i.j->>'ordering_key',
+    idempotency_key => (i.j->>'idempotency_key')::uuid,
+    unique_key => i.j->>'unique_part',
+    unique_states => (i.j->>'unique_states')::__schema__.job_state[],
+    unique_period_seconds => (i.j->>'unique_period')::float8,
+    result_wanted => (i.j->>'result_wanted')::boolean,
+    trace_context => i.j->'trace_context',
+    notify => %(notify)s::boolean) e
+ORDER BY i.ord;
+
+-- name: task_policies_declare
+-- A worker declares its app's tasks (what enqueue() completes a job from); the last declaration
+-- of a task wins, as for queue limits.
+INSERT INTO __schema__.task_policies AS p (task, queue, priority, max_attempts, unique_fields, unique_whole,
+                                           unique_states, unique_period, declared_by, declared_at)
+SELECT t->>'task', t->>'queue', (t->>'priority')::smallint, (t->>'max_attempts')::integer,
+       CASE WHEN t ? 'unique_fields' THEN ARRAY(SELECT jsonb_array_elements_text(t->'unique_fields')) END,
+       coalesce((t->>'unique_whole')::boolean, false),
+       (t->>'unique_states')::__schema__.job_state[], (t->>'unique_period')::float8,
+       %(declared_by)s, statement_timestamp()
+FROM jsonb_array_elements(%(tasks)s::jsonb) AS e(t)
+ON CONFLICT (task) DO UPDATE
+SET queue = EXCLUDED.queue,
+    priority = EXCLUDED.priority,
+    max_attempts = EXCLUDED.max_attempts,
+    unique_fields = EXCLUDED.unique_fields,
+    unique_whole = EXCLUDED.unique_whole,
+    unique_states = EXCLUDED.unique_states,
+    unique_period = EXCLUDED.unique_period,
+    declared_by = EXCLUDED.declared_by,
+    declared_at = EXCLUDED.declared_at;

@@ -3,20 +3,18 @@
 -- what only the fencing protocol enforces, is written down in docs/security.md.
 
 -- name: producer
--- Enqueue only: insert the columns an enqueue sets (also through COPY) and read back the two an
--- insert returns. Every other column takes its default, and the CHECK constraints tie state,
--- lease, attempts and finish time together, so any row this role can write is a waiting job
--- (pending, or scheduled for later) nobody has claimed: it cannot forge a running or finished
--- job, and it reads no payload,
--- error or idempotency key. The REVOKE first makes applying this again tighten an older grant.
+-- Enqueue only, through enqueue() alone (docs/sql.md): a SECURITY DEFINER function that checks
+-- and completes each job the way the Python client does (its task's declared policy, a unique key
+-- scoped to its own task, the bounds) and answers only for the job it was asked to enqueue. The
+-- role may not write or read jobs itself, so it cannot choose a job's state, hold another task's
+-- unique key, or ask whether a job with some payload exists without enqueuing one. The REVOKEs
+-- first make applying this again take back what an older version granted (raw INSERT columns,
+-- the key look-up functions).
 REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role};
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA {schema} FROM {role};
 GRANT USAGE ON SCHEMA {schema} TO {role};
-GRANT INSERT (queue, task, payload, priority, available_at, state, max_attempts, created_at,
-              ordering_key, idempotency_key, result_wanted, unique_key, unique_states, trace_context)
-    ON {schema}.jobs TO {role};
-GRANT SELECT (id, available_at) ON {schema}.jobs TO {role};
--- Which stored job an idempotent or unique enqueue met: answered only for the one key given.
-GRANT EXECUTE ON FUNCTION {schema}.job_by_idempotency_key(uuid), {schema}.job_holding_unique_key(text)
+GRANT EXECUTE ON FUNCTION {schema}.enqueue(text, jsonb, text, timestamptz, float8, integer, integer, text, uuid,
+                                           text, {schema}.job_state[], float8, boolean, jsonb, boolean)
     TO {role};
 GRANT SELECT ON {schema}.schema_migrations TO {role};
 
@@ -27,6 +25,7 @@ GRANT SELECT ON {schema}.schema_migrations TO {role};
 -- fresh waiting job has, as the producer's grant: the CHECK constraints make any such row a job
 -- nobody claimed yet). No DDL: no CREATE on the schema, no ownership.
 REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role};
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA {schema} FROM {role};
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.jobs TO {role};
 GRANT UPDATE (state, available_at, attempt_count, lease_owner, lease_token, lease_expires_at,
@@ -41,6 +40,12 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.workers TO {role};
 GRANT SELECT ON {schema}.queue_pauses TO {role};
 -- Limits: a worker writes its app's declaration at start, and a limited claim its bucket.
 GRANT SELECT, INSERT, UPDATE ON {schema}.queue_limits TO {role};
+-- The task catalog: a worker declares its app's tasks at start (what enqueue() completes from).
+GRANT SELECT, INSERT, UPDATE ON {schema}.task_policies TO {role};
+-- A handler enqueues follow-up jobs through enqueue(), as a producer does.
+GRANT EXECUTE ON FUNCTION {schema}.enqueue(text, jsonb, text, timestamptz, float8, integer, integer, text, uuid,
+                                           text, {schema}.job_state[], float8, boolean, jsonb, boolean)
+    TO {role};
 GRANT SELECT ON {schema}.schema_migrations TO {role};
 -- The scheduler (docs/schedules.md): it registers its app's schedules, fires their slots as jobs
 -- and records each fired slot. It may not pause or resume a schedule (the pause columns are the
