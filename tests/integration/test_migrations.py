@@ -438,3 +438,38 @@ async def test_the_upgrade_sets_aside_rows_no_worker_could_read_and_releases_squ
             "INSERT INTO tenure.jobs (queue, task, unique_key, unique_states)"
             " VALUES ('q', 'billing.refund', 'billing.refund:k', '{scheduled,pending,running}')"
         )
+
+
+async def test_workers_run_on_the_oldest_schema_they_accept_and_through_the_upgrade(
+    empty_dsn: str,
+) -> None:
+    """A worker starts on a schema at the oldest version it runs on, jobs go on being enqueued and
+    run while `migrate` upgrades it to the last version, and every job succeeds once."""
+    from _inprocess import running
+
+    from tenure.db.migrate import WORKER_SCHEMA_FLOOR
+
+    async with await AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
+        await migrate(conn, "tenure", up_to=WORKER_SCHEMA_FLOOR)
+        app = tenure.Tenure(empty_dsn)
+        ran: list[int] = []
+
+        @app.task(name="upgrade.job")
+        def job(ctx: tenure.JobContext, n: int) -> None:
+            ran.append(n)
+
+        async with running(app, concurrency=4):
+            for n in range(20):
+                await app.enqueue(job, {"n": n})
+            upgrading = asyncio.create_task(migrate(conn, "tenure"))
+            for n in range(20, 60):
+                await app.enqueue(job, {"n": n})
+                await asyncio.sleep(0.01)
+            report = await upgrading
+            assert report.applied == [v for v in ALL_VERSIONS if v > WORKER_SCHEMA_FLOOR]
+            for _ in range(400):
+                done = await fetch(conn, "SELECT count(*) FROM tenure.jobs WHERE state = 'succeeded'")
+                if done == [(60,)]:
+                    break
+                await asyncio.sleep(0.05)
+        assert sorted(ran) == list(range(60))

@@ -236,8 +236,19 @@ async def schema_version(conn: AsyncConnection[Any], schema: str) -> int | None:
     return max(versions) if versions else None
 
 
-async def require_current_schema(conn: AsyncConnection[Any], schema: str) -> None:
-    """Refuses to run on a schema that was never migrated or is behind this code."""
+#: The oldest schema a worker of this code runs on. The migrations after it add guards (bounds),
+#: operator records and the SQL way in, which a worker does without until they are applied: so
+#: `tenure migrate` can upgrade a schema while this version's workers run on it
+#: (docs/operations.md, "Upgrading"). Raise it when a migration adds what the worker's own
+#: statements use.
+WORKER_SCHEMA_FLOOR = 14
+
+
+async def require_current_schema(
+    conn: AsyncConnection[Any], schema: str, *, floor: int | None = None
+) -> None:
+    """Refuses to run on a schema that was never migrated or is behind this code: it must have
+    every migration, or with `floor` every one up to that version."""
     try:
         version = await schema_version(conn, schema)
     except psycopg.errors.InsufficientPrivilege:
@@ -246,7 +257,8 @@ async def require_current_schema(conn: AsyncConnection[Any], schema: str) -> Non
         raise SchemaNotMigrated(
             f"the Tenure schema {schema!r} does not exist in this database: {migrate_hint(schema)} first"
         )
-    missing = sorted(set(known_versions()) - set(await applied_versions(conn, schema)))
+    needed = {v for v in known_versions() if floor is None or v <= floor}
+    missing = sorted(needed - set(await applied_versions(conn, schema)))
     if missing:
         raise SchemaNotMigrated(
             f"the Tenure schema {schema!r} lacks migrations {missing} that this code needs: "

@@ -9,11 +9,12 @@ import signal
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from tenure.db.connect import open_pool, resolve_dsn
 from tenure.db.control_queries import ControlQueries
-from tenure.db.migrate import require_current_schema
+from tenure.db.migrate import WORKER_SCHEMA_FLOOR, require_current_schema
 from tenure.db.queries import Queries
 from tenure.maintenance import RetentionPolicy, WorkerPresence
 from tenure.runtime.claimer import Claimer
@@ -95,13 +96,20 @@ class Worker:
         pool = await open_pool(dsn, min_size=2, max_size=self.options.concurrency + 4, name="tenure-worker")
         try:
             async with pool.connection() as conn:
-                await require_current_schema(conn, self.schema)
+                await require_current_schema(conn, self.schema, floor=WORKER_SCHEMA_FLOOR)
                 control = ControlQueries(self.schema)
                 for limit in self.registry.limits.values():  # the app's own limits, before any claim
                     await control.declare_limit(conn, limit, self.options.worker_id)
-                await Queries(self.schema).task_policies_declare(
-                    conn, [task_declaration(t.name, t.policy) for t in self.registry], self.options.worker_id
-                )
+                try:
+                    await Queries(self.schema).task_policies_declare(
+                        conn,
+                        [task_declaration(t.name, t.policy) for t in self.registry],
+                        self.options.worker_id,
+                    )
+                except psycopg.errors.UndefinedTable:
+                    log.info(
+                        "the schema has no task catalog yet: `tenure migrate` adds it, and enqueue() with it"
+                    )
             return await self._run(pool, dsn, handle_signals)
         finally:
             await pool.close()
