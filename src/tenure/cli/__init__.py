@@ -7,6 +7,8 @@ import asyncio
 import inspect
 import sys
 
+import psycopg
+
 from tenure.cli import (
     bench,
     control,
@@ -25,11 +27,13 @@ from tenure.cli import (
 )
 from tenure.cli._common import (
     EXIT_NOT_MIGRATED,
+    EXIT_REFUSED,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
     err,
     log_level,
     logging_options,
+    privilege_refused,
 )
 from tenure.db.connect import DSN_ENV
 from tenure.errors import DatabaseUnavailable, SchemaNotMigrated, TenureError
@@ -90,5 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     except TenureError as exc:
         err.print(f"error: {exc}", markup=False)
         return EXIT_USAGE
+    except psycopg.errors.InsufficientPrivilege as exc:
+        # Anywhere in any command: the fix is the same, another role, and a traceback hides it.
+        err.print(privilege_refused(args, exc), markup=False)
+        return EXIT_REFUSED
     except KeyboardInterrupt:
         return 130

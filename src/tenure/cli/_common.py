@@ -8,6 +8,7 @@ import logging
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from rich.console import Console
 
 from tenure.db.connect import DSN_ENV, ResolvedDsn, resolve_dsn
@@ -15,9 +16,27 @@ from tenure.db.connect import DSN_ENV, ResolvedDsn, resolve_dsn
 out = Console()
 err = Console(stderr=True, soft_wrap=True)
 
+EXIT_REFUSED = 1
 EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 3
 EXIT_NOT_MIGRATED = 4
+
+#: The role a command runs as, where it is not the admin role (docs/security.md): operators' acts
+#: and reports are the admin's.
+ROLE_OF_COMMAND = {"worker": "the worker role", "enqueue": "the producer role (or the admin role)"}
+
+
+def privilege_refused(args: argparse.Namespace, exc: psycopg.errors.InsufficientPrivilege) -> str:
+    """One line for a command the database refused for want of a privilege: what was refused,
+    and the role to run it as."""
+    command = getattr(args, "command", None) or ""
+    words = ["tenure", command, getattr(args, f"{command}_command", None) or ""]
+    said = (exc.diag.message_primary or "permission denied").rstrip(".")
+    return (
+        f"error: the database refused `{' '.join(w for w in words if w)}` to this role ({said}): run "
+        f"it as {ROLE_OF_COMMAND.get(command, 'the admin role')}; `tenure roles` prints each role's "
+        "GRANTs (docs/security.md)"
+    )
 
 
 def _json_default(value: Any) -> Any:
