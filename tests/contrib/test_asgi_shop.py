@@ -3,6 +3,8 @@ at start-up, a worker in-process, both stopped at shutdown."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -22,6 +24,7 @@ from tenure.contrib.asgi import lifespan
 from tenure.errors import SchemaNotMigrated
 
 SHOP = Path(__file__).resolve().parents[2] / "examples" / "fastapi_shop"
+SRC = Path(tenure.__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -64,7 +67,7 @@ def test_endpoint_job_runs_in_process_worker(shop_api: Any, dsn: str) -> None:
 def test_declined_endpoint_leaves_neither_order_nor_job(shop_api: Any, dsn: str) -> None:
     """An endpoint that raises inside its transaction leaves neither its order nor its job."""
     with TestClient(shop_api) as client:
-        response = client.post("/orders/declined", json={"email": "b@example.com"})
+        response = client.post("/orders", json={"email": "b@declined.example"})
         assert response.status_code == 402, response.text
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT count(*) FROM orders").fetchone() == (0,)
@@ -77,3 +80,20 @@ def test_lifespan_start_fails_when_worker_cannot_start(empty_dsn: str) -> None:
     asgi = Starlette(lifespan=lifespan(app, worker=True))
     with pytest.raises(SchemaNotMigrated), TestClient(asgi):
         pass
+
+
+@pytest.mark.slow
+def test_the_examples_own_tests_pass(empty_dsn: str) -> None:
+    """examples/fastapi_shop/test_shop.py, the test docs/fastapi.md shows, passes as a reader runs it."""
+    env = {**os.environ, "TENURE_DSN": empty_dsn, "PYTHONPATH": os.pathsep.join([str(SRC), str(SHOP)])}
+    done = subprocess.run(
+        # This repository's addopts (xdist) and cache are not the reader's.
+        [sys.executable, "-m", "pytest", "-q", "-o", "addopts=", "-p", "no:cacheprovider", "test_shop.py"],
+        cwd=SHOP,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 passed" in done.stdout, done.stdout

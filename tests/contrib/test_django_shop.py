@@ -57,6 +57,7 @@ def run_shop_tests(server_dsn: str, label: str) -> subprocess.CompletedProcess[s
         "shop.tests.PlaceOrderTests",
         "shop.tests.JoinedTransactionTests",
         "shop.tests.BlockingEnqueueTests",
+        "shop.tests.AtomicRequestsTests",
         "shop.tests.CommandTests",
         "shop.tests.SettingsTests",
     ],

@@ -13,12 +13,16 @@ ALLOWED_HOSTS = ["*"]
 USE_TZ = True
 ROOT_URLCONF = "django_shop.urls"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-INSTALLED_APPS = ["shop", "tenure.contrib.django"]
 MIDDLEWARE: list[str] = []
+
+INSTALLED_APPS = [
+    "shop",
+    "tenure.contrib.django",
+]
 
 DATABASES = {
     "default": {
-        "ENGINE": "django.db.backends.postgresql",  # psycopg 3 when installed, as Tenure requires
+        "ENGINE": "django.db.backends.postgresql",  # uses psycopg 3 when it is installed
         "NAME": _db.get("dbname", "shop"),
         "USER": _db.get("user", ""),
         "PASSWORD": _db.get("password", ""),
@@ -27,5 +31,18 @@ DATABASES = {
     }
 }
 
-# Tenure's DSN is derived from DATABASES["default"]; its schema is migrated by `manage.py migrate`.
-TENURE = {"APP": "shop.tasks:app"}
+TENURE = {
+    "APP": "shop.tasks:app",  # required: MODULE or MODULE:ATTRIBUTE of your tenure.Tenure()
+    # "DSN": "postgresql://...",  # default: built from DATABASES[DATABASE]
+    # "SCHEMA": "tenure",         # default: the app's own schema
+    # "DATABASE": "default",      # the Django database whose transactions enqueues join
+    # "MIGRATE": True,            # migrate Tenure's schema after every `manage.py migrate`
+}
+
+# With DEBUG off, Django reports a view's error only by e-mail to ADMINS: print it instead.
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django": {"handlers": ["console"], "level": "INFO", "propagate": False}},
+}

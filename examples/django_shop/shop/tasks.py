@@ -5,11 +5,10 @@ may be called."""
 import tenure
 from shop.models import Order
 
-app = tenure.Tenure()  # DSN and schema come from settings.TENURE (here: Django's own database)
+app = tenure.Tenure()  # DSN and schema come from settings.TENURE
 
 
 @app.task(queue="emails", max_attempts=5)
 def send_receipt(ctx: tenure.JobContext, order_id: int) -> str:
-    # The same job may run twice after a crash: marking the order is safe to repeat.
-    Order.objects.filter(pk=order_id).update(receipt_sent=True)
+    Order.objects.filter(pk=order_id).update(receipt_sent=True)  # safe to repeat after a crash
     return f"receipt for order {order_id}"

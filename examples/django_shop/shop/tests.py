@@ -15,11 +15,14 @@ import psycopg
 import psycopg.conninfo
 from django.core.management import call_command
 from django.db import connection, transaction
+from django.http import HttpRequest, JsonResponse
 from django.test import Client, SimpleTestCase, TransactionTestCase, override_settings
+from django.urls import path
 
 import tenure
 from shop.models import Order
 from shop.tasks import send_receipt
+from shop.views import PaymentDeclined
 from tenure.contrib.django import django_connection, enqueue, tenure_app, tenure_dsn
 from tenure.contrib.django.settings import tenure_settings
 from tenure.errors import ConfigurationError
@@ -43,7 +46,7 @@ class ShopTestCase(TransactionTestCase):
 class PlaceOrderTests(ShopTestCase):
     def test_committed_view_leaves_order_and_job(self) -> None:
         """A view whose atomic() block commits leaves both the order and its receipt's job."""
-        response = Client().post("/orders/", {"email": "a@example.com"}, content_type="application/json")
+        response = Client().post("/orders/", {"email": "a@example.com"})
         self.assertEqual(response.status_code, 201)
         body = response.json()
         self.assertTrue(Order.objects.filter(pk=body["order"]).exists())
@@ -55,12 +58,26 @@ class PlaceOrderTests(ShopTestCase):
         """A view that enqueues and then raises in atomic() leaves no order and no job."""
         before = committed_jobs()
         client = Client(raise_request_exception=False)
-        response = client.post(
-            "/orders/declined/", {"email": "b@example.com"}, content_type="application/json"
-        )
+        response = client.post("/orders/declined/", {"email": "b@example.com"})
         self.assertEqual(response.status_code, 500)
         self.assertFalse(Order.objects.exists())
         self.assertEqual(committed_jobs(), before)
+
+    def test_later_view_schedules_its_job(self) -> None:
+        """with_options(delay=3600) enqueues the receipt's job to run in an hour, with the order."""
+        response = Client().post("/orders/later/", {"email": "h@example.com"})
+        self.assertEqual(response.status_code, 201)
+        [job] = committed_jobs()
+        self.assertEqual((job["id"], job["state"]), (response.json()["job"], "scheduled"))
+
+    def test_json_body_is_a_400_naming_the_form_field(self) -> None:
+        """A post without the form field (JSON, say) is a 400 logged with what to send; nothing is written."""
+        with self.assertLogs("django.request", "WARNING") as logged:
+            response = Client().post("/orders/", {"email": "i@example.com"}, content_type="application/json")
+        self.assertEqual(response.status_code, 400)
+        self.assertIn("post the form field email", logged.output[0])
+        self.assertFalse(Order.objects.exists())
+        self.assertEqual(committed_jobs(), [])
 
 
 class JoinedTransactionTests(ShopTestCase):
@@ -104,6 +121,54 @@ class JoinedTransactionTests(ShopTestCase):
             with self.assertRaises(TransactionManagementError):
                 enqueue(send_receipt, order_id=4)
         self.assertEqual(committed_jobs(), [])
+
+
+def order_in_request(request: HttpRequest) -> JsonResponse:
+    """A view with no atomic() of its own, for the ATOMIC_REQUESTS tests (their ROOT_URLCONF)."""
+    order = Order.objects.create(email=request.POST["email"])
+    job = enqueue(send_receipt, order_id=order.pk)
+    if request.POST.get("decline"):
+        raise PaymentDeclined(f"card declined for order {order.pk}")
+    return JsonResponse({"order": order.pk, "job": job.id}, status=201)
+
+
+urlpatterns = [path("in-request/", order_in_request)]
+
+
+@override_settings(ROOT_URLCONF="shop.tests")
+class AtomicRequestsTests(ShopTestCase):
+    """With ATOMIC_REQUESTS = True the request's transaction is an atomic() block: the job
+    commits with the response's writes, or rolls back with them."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        settings = connection.settings_dict
+        self.addCleanup(settings.__setitem__, "ATOMIC_REQUESTS", settings["ATOMIC_REQUESTS"])
+        settings["ATOMIC_REQUESTS"] = True
+
+    def test_request_that_raises_leaves_neither_order_nor_job(self) -> None:
+        """Under ATOMIC_REQUESTS, a view that enqueues and then raises leaves no order and no job."""
+        client = Client(raise_request_exception=False)
+        response = client.post("/in-request/", {"email": "j@example.com", "decline": "1"})
+        self.assertEqual(response.status_code, 500)
+        self.assertFalse(Order.objects.exists())
+        self.assertEqual(committed_jobs(), [])
+
+    def test_request_that_returns_commits_order_and_job(self) -> None:
+        """Under ATOMIC_REQUESTS, a view that returns commits its order and its job together."""
+        response = Client().post("/in-request/", {"email": "k@example.com"})
+        self.assertEqual(response.status_code, 201)
+        self.assertTrue(Order.objects.filter(pk=response.json()["order"]).exists())
+        self.assertEqual([j["id"] for j in committed_jobs()], [response.json()["job"]])
+
+    def test_without_atomic_requests_each_write_commits_at_once(self) -> None:
+        """Without ATOMIC_REQUESTS the same raising view leaves its order and job, each committed at once."""
+        connection.settings_dict["ATOMIC_REQUESTS"] = False
+        client = Client(raise_request_exception=False)
+        response = client.post("/in-request/", {"email": "l@example.com", "decline": "1"})
+        self.assertEqual(response.status_code, 500)
+        self.assertTrue(Order.objects.filter(email="l@example.com").exists())
+        self.assertEqual(len(committed_jobs()), 1)
 
 
 class BlockingEnqueueTests(ShopTestCase):
@@ -169,7 +234,7 @@ class CommandTests(ShopTestCase):
 
     def test_worker_command_runs_the_job(self) -> None:
         """manage.py tenure_worker, a real process, runs the view's job and stops on SIGTERM with exit 0."""
-        response = Client().post("/orders/", {"email": "d@example.com"}, content_type="application/json")
+        response = Client().post("/orders/", {"email": "d@example.com"})
         order, job = response.json()["order"], response.json()["job"]
         # The worker process reads the same settings: point it at this test database.
         env = {**os.environ, "SHOP_DSN": tenure_dsn()}

@@ -19,9 +19,7 @@ INSERT_ORDER = "INSERT INTO orders (email) VALUES (%s) RETURNING id"
 
 
 @asynccontextmanager
-async def lifespan(_api: FastAPI) -> AsyncIterator[dict[str, Any]]:
-    # A lifespan of its own, to create the shop's table too; with nothing else to do,
-    # FastAPI(lifespan=tenure.contrib.asgi.lifespan(app, worker=True)) is enough.
+async def lifespan(api: FastAPI) -> AsyncIterator[dict[str, Any]]:
     async with running(app, worker=WorkerOptions(concurrency=4), migrate=True) as runtime:
         async with transaction(app) as conn:
             await conn.execute(CREATE_ORDERS)
@@ -35,24 +33,15 @@ class OrderIn(BaseModel):
     email: str
 
 
-async def _place(order: OrderIn, *, declined: bool) -> dict[str, int]:
+@api.post("/orders", status_code=201)
+async def place_order(order: OrderIn) -> dict[str, int]:
     async with transaction(app) as conn:
         row = await (await conn.execute(INSERT_ORDER, (order.email,))).fetchone()
         assert row is not None
         job = await send_receipt.with_options(conn=conn).enqueue(order_id=row[0], email=order.email)
-        if declined:  # raised inside the block: the order and its job roll back together
+        if order.email.endswith("@declined.example"):  # inside the block: the order and its job roll back
             raise HTTPException(status_code=402, detail=f"card declined for order {row[0]}")
     return {"order": row[0], "job": job.id}
-
-
-@api.post("/orders", status_code=201)
-async def place_order(order: OrderIn) -> dict[str, int]:
-    return await _place(order, declined=False)
-
-
-@api.post("/orders/declined", status_code=201)
-async def place_declined_order(order: OrderIn) -> dict[str, int]:
-    return await _place(order, declined=True)
 
 
 @api.get("/jobs/{job_id}")
