@@ -7,6 +7,7 @@ only after it does (NOTIFY is delivered at commit).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import difflib
 import logging
@@ -52,7 +53,7 @@ from tenure.db.connect import (
 from tenure.db.control_queries import CancelFilter, ControlQueries
 from tenure.db.migrate_hint import migrate_hint
 from tenure.db.queries import Queries
-from tenure.db.wakeups import NotifyLimiter, Wakeups, owns_commit
+from tenure.db.wakeups import Admitted, NotifyLimiter, Wakeups, owns_commit
 from tenure.errors import SchemaNotMigrated, UnknownTask, ValidationError
 from tenure.jobs import (
     DEFAULT_MAX_ATTEMPTS,
@@ -297,7 +298,7 @@ def _refuse_ordering_keys(specs: Sequence[JobSpec]) -> None:
         )
 
 
-def _log_lost_wakeup(exc: psycopg.Error) -> None:
+def _log_lost_wakeup(exc: BaseException) -> None:
     log.warning(
         "jobs enqueued, but the notification that wakes workers for them failed (%s): workers "
         "find them at their next poll",
@@ -348,6 +349,8 @@ class Client:
         self._pool = pool
         self._owns_pool = pool is None
         self._notify_limiter = NotifyLimiter()
+        #: Wake-up notifications being sent after commits (_wake); close() lets them finish.
+        self._waking: set[asyncio.Task[None]] = set()
 
     async def pool(self) -> AsyncConnectionPool[Any]:
         """The client's pool: the one it was given, else its own, opened on first use."""
@@ -358,7 +361,10 @@ class Client:
         return self._pool
 
     async def close(self) -> None:
-        """Closes the client's own pool (a pool it was given stays open)."""
+        """Closes the client's own pool (a pool it was given stays open), once the wake-ups of
+        its last enqueues are sent."""
+        if self._waking:
+            await asyncio.wait(self._waking, timeout=2.0)
         if self._pool is not None and self._owns_pool:
             await self._pool.close()
             self._pool = None
@@ -416,20 +422,30 @@ class Client:
                 else:
                     async with c.transaction():  # several statements when keyed jobs are among them
                         jobs = await self.queries.job_insert_many(c, traced, wakeups=wakeups)
-                if wakeups:
-                    await self._wake(c, wakeups)
-                return jobs
+            if wakeups:
+                self._wake(wakeups)
+            return jobs
 
-    async def _wake(self, conn: AsyncConnection[Any], wakeups: Wakeups) -> None:
-        """Notifies for committed jobs, as far as the limiter admits (tenure.db.wakeups). A
-        failure here loses nothing (workers poll) and is not the caller's: the jobs are stored,
-        and raising would invite enqueueing them again."""
+    def _wake(self, wakeups: Wakeups) -> None:
+        """Notifies for committed jobs, as far as the limiter admits (tenure.db.wakeups), in the
+        background on a connection of the client's pool. The enqueue is done once its jobs are
+        committed: a failure or a cancellation of this hint (the caller's own timeout) must not
+        report stored jobs as failed, which would invite enqueueing them again."""
         admitted = self._notify_limiter.admit(wakeups)
+        if not admitted.wakeups:
+            return
+        task = asyncio.get_running_loop().create_task(self._send_wakeups(admitted))
+        self._waking.add(task)
+        task.add_done_callback(self._waking.discard)
+
+    async def _send_wakeups(self, admitted: Admitted) -> None:
         try:
-            await self.queries.notify_wakeups(conn, admitted, after_commit=True)
-        except psycopg.Error as exc:
-            self._notify_limiter.failed(admitted)
-            _log_lost_wakeup(exc)
+            async with (await self.pool()).connection() as conn:
+                await self.queries.notify_wakeups(conn, admitted.wakeups, after_commit=True)
+        except (psycopg.Error, OSError, TimeoutError) as exc:
+            _log_lost_wakeup(exc)  # workers find the jobs at their next poll
+            return
+        self._notify_limiter.sent(admitted)
 
     async def enqueue_copy(self, specs: Iterable[JobSpec]) -> int:
         """Bulk enqueue through COPY, in one transaction: all or none (P4). A job that fails its
@@ -454,8 +470,8 @@ class Client:
                         await copy.write_row(values)
                 if not after_commit:
                     await self.queries.notify_wakeups(c, rows.wakeups, after_commit=False)
-            if after_commit:
-                await self._wake(c, rows.wakeups)
+        if after_commit:
+            self._wake(rows.wakeups)
         return len(specs)
 
     async def get_job(self, job_id: int) -> Job | None:
@@ -695,11 +711,14 @@ class SyncClient:
 
     def _wake(self, conn: Connection[Any], wakeups: Wakeups) -> None:
         admitted = self._notify_limiter.admit(wakeups)
+        if not admitted.wakeups:
+            return
         try:
-            self.queries.notify_wakeups_sync(conn, admitted, after_commit=True)
+            self.queries.notify_wakeups_sync(conn, admitted.wakeups, after_commit=True)
         except psycopg.Error as exc:
-            self._notify_limiter.failed(admitted)
             _log_lost_wakeup(exc)
+            return
+        self._notify_limiter.sent(admitted)
 
     def enqueue_copy(self, specs: Iterable[JobSpec]) -> int:
         """Blocking `Client.enqueue_copy`."""

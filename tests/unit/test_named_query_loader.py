@@ -130,3 +130,22 @@ def test_whole_line_comments_are_dropped_and_the_statement_kept() -> None:
     claim = named_queries("tenure")["job_claim"]
     assert not any(line.lstrip().startswith("--") for line in claim.splitlines())
     assert "FOR UPDATE" in claim and "SKIP LOCKED" in claim
+
+
+def test_no_named_query_holds_text_across_lines() -> None:
+    """The loader strips each line's indentation: safe only while no string literal or dollar
+    quote spans lines, which this checks of every named query (quotes balance on each line)."""
+    from tenure.db._sqlfiles import read_sections
+
+    for package, folder in (
+        ("tenure.db", "sql"),
+        ("tenure.dashboard", "sql"),
+        ("tenure.bench", "sql"),
+        ("tenure.soak", "sql"),
+        ("tenure.demo", "sql"),
+        ("tenure.security", "sql"),
+    ):
+        for name, body in read_sections(package, folder).items():
+            for line in body.splitlines():
+                code = line.split("--", 1)[0] if line.count("'") % 2 == 0 else line
+                assert code.count("'") % 2 == 0 and "$$" not in code, (package, name, line)

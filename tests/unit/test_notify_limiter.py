@@ -26,29 +26,47 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
 
 
 def test_a_queue_is_notified_once_per_cooldown_and_others_are_not_held_back(clock: Clock) -> None:
-    """Within NOTIFY_COOLDOWN of notifying a queue, the limiter leaves that queue out, not others."""
+    """Within NOTIFY_COOLDOWN of a confirmed notification of a queue, the limiter leaves that
+    queue out, not others."""
     limiter = NotifyLimiter()
-    assert limiter.admit(Wakeups({"a"})).queues == {"a"}
+    first = limiter.admit(Wakeups({"a"}))
+    assert first.wakeups.queues == {"a"}
+    limiter.sent(first)
     clock.now += wakeups.NOTIFY_COOLDOWN / 2
-    assert limiter.admit(Wakeups({"a", "b"})).queues == {"b"}
+    second = limiter.admit(Wakeups({"a", "b"}))
+    assert second.wakeups.queues == {"b"}
+    limiter.sent(second)
     clock.now += wakeups.NOTIFY_COOLDOWN / 2
-    assert limiter.admit(Wakeups({"a", "b"})).queues == {"a"}
+    assert limiter.admit(Wakeups({"a", "b"})).wakeups.queues == {"a"}
 
 
-def test_a_failed_notification_lets_the_next_commit_notify(clock: Clock) -> None:
-    """A notification that could not be sent does not count: the next commit's goes out."""
+def test_a_notification_that_failed_or_was_cancelled_holds_nothing_back(clock: Clock) -> None:
+    """A notification never confirmed (its send failed, or was cancelled) does not count: the
+    next commit's goes out, so the job it would have covered waits no poll interval."""
     limiter = NotifyLimiter()
-    sent = limiter.admit(Wakeups({"a"}))
-    limiter.failed(sent)
-    assert limiter.admit(Wakeups({"a"})).queues == {"a"}
+    limiter.admit(Wakeups({"a"}))
+    clock.now += wakeups.NOTIFY_COOLDOWN / 10
+    assert limiter.admit(Wakeups({"a"})).wakeups.queues == {"a"}
+
+
+def test_a_notification_in_flight_holds_nothing_back(clock: Clock) -> None:
+    """Two commits whose notifications overlap both send: the first is not yet confirmed."""
+    limiter = NotifyLimiter()
+    first = limiter.admit(Wakeups({"a"}))
+    second = limiter.admit(Wakeups({"a"}))
+    assert first.wakeups.queues == second.wakeups.queues == {"a"}
+    limiter.sent(second)
+    limiter.sent(first)  # confirmed late: the cooldown still runs from the later admission
+    clock.now += wakeups.NOTIFY_COOLDOWN / 2
+    assert limiter.admit(Wakeups({"a"})).wakeups.queues == set()
 
 
 def test_scheduled_hints_are_never_left_out(clock: Clock) -> None:
     """A hint for jobs scheduled later always goes, whatever was sent just before."""
     limiter = NotifyLimiter()
     due = datetime.now(UTC) + timedelta(minutes=5)
-    limiter.admit(Wakeups({"a"}))
-    admitted = limiter.admit(Wakeups({"a"}, due))
+    limiter.sent(limiter.admit(Wakeups({"a"})))
+    admitted = limiter.admit(Wakeups({"a"}, due)).wakeups
     assert admitted.queues == set() and admitted.first_scheduled == due and admitted
 
 

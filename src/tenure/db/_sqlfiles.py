@@ -39,8 +39,10 @@ def read_sections(package: str, folder: str) -> dict[str, str]:
 def _without_comment_lines(body: str) -> str:
     """The section without its whole-line `--` comments: they are for the reader of the .sql
     file, and psycopg caches the parsing of a query's placeholders only for texts of at most
-    4,096 bytes (its MAX_CACHED_STATEMENT_LENGTH), which the claim's comments took it past."""
-    return "\n".join(line for line in body.splitlines() if not line.lstrip().startswith("--"))
+    4,096 bytes (its MAX_CACHED_STATEMENT_LENGTH), which the claim's comments took it past. Each
+    line's indentation goes too, for the same reason: no named query holds a string literal or a
+    dollar-quoted body that spans lines, where it would matter."""
+    return "\n".join(line.strip() for line in body.splitlines() if not line.lstrip().startswith("--"))
 
 
 def plain_queries() -> dict[str, str]:

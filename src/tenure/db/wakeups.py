@@ -13,10 +13,12 @@ Under load that second statement is most of what an enqueue costs the client, an
 are claiming anyway; so a client that notified a queue after a commit of its own lets
 NOTIFY_COOLDOWN pass before it does so again (NotifyLimiter), and a worker claims once more
 NOTIFY_COOLDOWN after each notification it receives. A job whose notification was left out was
-committed before the client decided to leave it out, less than NOTIFY_COOLDOWN after the
-notification it relies on was sent, so before that notification's follow-up claim: it waits
-NOTIFY_COOLDOWN at most, not a poll interval. A notification inside the caller's transaction is
-never left out: its commit may come any time later, after any follow-up.
+committed before the client decided to leave it out, less than NOTIFY_COOLDOWN after a
+notification that was sent and confirmed, so before that notification's follow-up claim: it
+waits NOTIFY_COOLDOWN at most, not a poll interval. Only a confirmed notification holds others
+back: while one is in flight, or after one failed or was cancelled, the next commit sends its
+own. A notification inside the caller's transaction is never left out: its commit may come any
+time later, after any follow-up.
 """
 
 from __future__ import annotations
@@ -54,24 +56,32 @@ NOTIFY_COOLDOWN = 0.005
 
 class NotifyLimiter:
     """Which queues a client notifies after a commit of its own: each at most once per
-    NOTIFY_COOLDOWN. Scheduled jobs' hints always go (rare, and each names its own due time)."""
+    NOTIFY_COOLDOWN of a notification that was confirmed sent. Scheduled jobs' hints always go
+    (rare, and each names its own due time)."""
 
     def __init__(self) -> None:
         self._sent_at: dict[str, float] = {}
 
-    def admit(self, wakeups: Wakeups) -> Wakeups:
-        """What of `wakeups` to send now; the queues in it count as notified from this moment,
-        which is before the notification is sent (the bound above needs no later moment)."""
+    def admit(self, wakeups: Wakeups) -> Admitted:
+        """What of `wakeups` to send now. Nothing counts as notified until `sent` confirms it:
+        a send that fails or is cancelled holds back no later commit's notification."""
         now, cooldown = time.monotonic(), NOTIFY_COOLDOWN
         due = {q for q in wakeups.queues if now - self._sent_at.get(q, -cooldown) >= cooldown}
-        for queue in due:
-            self._sent_at[queue] = now
-        return Wakeups(due, wakeups.first_scheduled)
+        return Admitted(Wakeups(due, wakeups.first_scheduled), now)
 
-    def failed(self, wakeups: Wakeups) -> None:
-        """The notification of `wakeups` was not sent: the next commit notifies its queues."""
-        for queue in wakeups.queues:
-            self._sent_at.pop(queue, None)
+    def sent(self, admitted: Admitted) -> None:
+        """`admitted` reached the server: its queues count as notified from when it was admitted,
+        which is before the workers received it (the bound above needs no later moment)."""
+        for queue in admitted.wakeups.queues:
+            self._sent_at[queue] = max(self._sent_at.get(queue, admitted.at), admitted.at)
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """What a client was admitted to notify, and when."""
+
+    wakeups: Wakeups
+    at: float
 
 
 def owns_commit(conn: AsyncConnection[Any] | Connection[Any]) -> bool:
