@@ -3,13 +3,16 @@
 A waiter reads the job, and while it is unfinished waits for a notification on the results
 channel (`result_wanted` jobs send one when they finish) or for its poll interval, then reads
 again. Jobs nobody waits for send no notification; a waiter for such a job, or one whose
-LISTEN cannot work (a transaction pooler), simply polls.
+LISTEN cannot work, simply polls at its poll interval. A LISTEN through a transaction pooler
+(PgBouncer) is taken, and never heard: the waiter finds out that its listening connection goes
+through one before it relies on it, and polls instead.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -17,14 +20,22 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from tenure.db.connect import application_name
+from tenure.db.connect import application_name, describe_dsn
 from tenure.db.control_queries import ControlQueries
+from tenure.db.pooler import behind_pooler, behind_pooler_sync
 from tenure.errors import TenureError, ValidationError
+
+log = logging.getLogger("tenure.client")
 
 #: How long after its success a waited-for job's result may still be on its way (its handler
 #: completed in its own transaction; the worker stores the result right after): past this the
 #: worker is presumed gone, and the job has no result.
 RESULT_GRACE_SECONDS = 10.0
+#: Said (at INFO) when a waiter's listening connection turns out to go through a pooler.
+_POOLED = (
+    "waiting for a result by polling: %s goes through a pooler, where a LISTEN hears nothing; "
+    "set TENURE_LISTEN_DSN to the server's own address to be woken at once"
+)
 #: With LISTEN working, the row is still read this many poll intervals apart, in case a
 #: notification was lost (a reconnect, a failover).
 LISTENING_POLL_FACTOR = 5
@@ -94,6 +105,11 @@ async def _listening(dsn: str | None, channel: str) -> AsyncIterator[psycopg.Asy
         conn = await psycopg.AsyncConnection.connect(
             dsn, autocommit=True, **application_name(dsn, "tenure-result")
         )
+        if await behind_pooler(conn):
+            await conn.close()
+            log.info(_POOLED, describe_dsn(dsn))
+            yield None
+            return
         await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
     except psycopg.Error:
         yield None  # polling still answers
@@ -146,6 +162,11 @@ def _listening_sync(dsn: str | None, channel: str) -> Iterator[psycopg.Connectio
         return
     try:
         conn = psycopg.Connection.connect(dsn, autocommit=True, **application_name(dsn, "tenure-result"))
+        if behind_pooler_sync(conn):
+            conn.close()
+            log.info(_POOLED, describe_dsn(dsn))
+            yield None
+            return
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
     except psycopg.Error:
         yield None

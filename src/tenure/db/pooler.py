@@ -73,6 +73,13 @@ async def _backend_pid(conn: AsyncConnection[Any]) -> int:
     return int(row[0])
 
 
+def behind_pooler_sync(conn: psycopg.Connection[Any]) -> bool:
+    """Blocking `behind_pooler`."""
+    row = conn.execute(plain_queries()["backend_pid"], prepare=False).fetchone()
+    assert row is not None
+    return int(row[0]) != conn.info.backend_pid
+
+
 async def behind_pooler(conn: AsyncConnection[Any]) -> bool:
     """Whether `conn` reaches PostgreSQL through a pooler (or another proxy that answers the
     startup itself): its server session is not the one its startup reported."""
