@@ -90,7 +90,7 @@ def seed(name: str, jobs: int) -> None:
 
 def timed(name: str) -> dict[str, float]:
     medians = {}
-    with TestClient(create_app(dsn_of(name))) as http:
+    with TestClient(create_app(dsn_of(name)), base_url="http://127.0.0.1") as http:
         for label, path in PAGES.items():
             times = []
             for _ in range(5):

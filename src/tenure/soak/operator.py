@@ -42,7 +42,7 @@ class DashboardOperator:
     def __init__(self, dsn: str, schema: str) -> None:
         self.app = create_app(dsn, schema=schema)
         self.http = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=self.app), base_url="http://soak", timeout=REQUEST_TIMEOUT
+            transport=httpx.ASGITransport(app=self.app), base_url="http://127.0.0.1", timeout=REQUEST_TIMEOUT
         )
         self.answers: Counter[int] = Counter()
         self.unexpected: list[str] = []
