@@ -161,7 +161,8 @@ async def test_a_thread_handler_learns_of_a_revoke_at_its_next_check(
 
 async def test_requeue_gives_a_running_job_back_under_a_new_token(dsn: str, db: AsyncConnection[Any]) -> None:
     """Revoke with requeue: the job is pending again at once, the revoked attempt not counted,
-    and the next attempt runs under a higher token and succeeds."""
+    and the next attempt runs under a higher token and succeeds, showing no error (the revoke's
+    reason stays in the history)."""
     app = Tenure(dsn)
     first = asyncio.Event()
     tokens: list[int] = []
@@ -180,6 +181,7 @@ async def test_requeue_gives_a_running_job_back_under_a_new_token(dsn: str, db: 
         assert report.revoked == [job.id] and report.requeue
         row = await wait_state(db, job.id, "succeeded")
     assert row["attempt_count"] == 1, "the revoked attempt was counted"
+    assert (row["last_error_code"], row["last_error"]) == (None, None)
     assert tokens[1] > tokens[0] + 1
     assert [e[0] for e in await events(db, job.id)][:1] == ["revoke"]
     with pytest.raises(tenure.ControlRefused, match="requeue gives back running jobs only"):

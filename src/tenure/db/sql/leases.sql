@@ -244,6 +244,10 @@ WITH clock AS (
     SET state = 'succeeded',
         finished_at = clock.now,
         result = l.result,
+        -- A succeeded job shows no error: an earlier attempt's (a retry's, a requeue's) is in
+        -- the job's history, not its outcome.
+        last_error_code = NULL,
+        last_error = NULL,
         lease_owner = NULL,
         lease_expires_at = NULL,
         lease_deadline = NULL
