@@ -46,7 +46,7 @@ async def test_x02_sigkilled_worker_lease_expires_and_job_is_reclaimed(
     final = await wait_until(done, timeout=20, what="the job to be reclaimed and completed")
     assert final["lease_token"] == 2 and final["attempt_count"] == 2
     assert final["lease_owner"] is None and final["finished_at"] is not None
-    assert final["last_error_code"] == "LEASE_EXPIRED"
+    assert final["last_error_code"] is None, "a succeeded job shows no error; its history keeps it"
 
     second = marker(marker_dir, "started-2")
     assert second is not None and second["pid"] == worker_b.pid
