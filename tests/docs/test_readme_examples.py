@@ -188,7 +188,7 @@ def test_readme_runs_all_but_three_blocks() -> None:
     """The README opens with its two set-up commands and `tenure demo`; besides those it skips only
     the transfer fragment, each with its reason, and runs everything else."""
     readme = [b for b in blocks(README) if b.language in CHECKED_LANGUAGES]
-    assert [commands(b) for b in readme[:2]] == [["pip install -e '.[dev]'", "pytest"], ["tenure demo"]]
+    assert [commands(b) for b in readme[:2]] == [["bash scripts/install.sh", "pytest"], ["tenure demo"]]
     skipped = {b.where: b.not_run for b in readme if b.not_run}
     assert len(skipped) == 3 and all(skipped.values()), skipped
     assert "accounts table" in str(skipped[f"README.md:{readme[-1].line}"])
