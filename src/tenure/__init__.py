@@ -1,5 +1,8 @@
 """Tenure: a durable PostgreSQL job queue with leases and fencing tokens."""
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from tenure.app import Tenure
 from tenure.client import Client, SyncClient
 from tenure.context import JobContext
@@ -24,8 +27,6 @@ from tenure.jobs import ClaimedJob, EnqueuedJob, Job, JobEvent, JobSpec, JobStat
 from tenure.outcomes import ResultRefused, Snooze
 from tenure.results import JobFailed, ResultTimeout
 from tenure.retry import Backoff, FailureClass, FailurePolicy
-from tenure.runtime.options import WorkerOptions
-from tenure.runtime.worker import Worker
 from tenure.secrets import (
     CredentialInPayloadWarning,
     CredentialPolicy,
@@ -42,6 +43,23 @@ from tenure.txn import (
     run_transaction_sync,
 )
 from tenure.unique import Unique
+
+if TYPE_CHECKING:
+    from tenure.runtime.options import WorkerOptions
+    from tenure.runtime.worker import Worker
+
+#: Public names of the worker's runtime, imported on first use: `import tenure` in a web process
+#: that only enqueues loads no worker module.
+_LAZY = {"Worker": "tenure.runtime.worker", "WorkerOptions": "tenure.runtime.options"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'tenure' has no attribute {name!r}")
+
 
 __all__ = [
     "AsyncTransaction",

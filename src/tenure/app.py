@@ -14,8 +14,6 @@ from tenure.db.migrate import MigrationReport, migrate
 from tenure.errors import ConfigurationError
 from tenure.jobs import EnqueuedJob
 from tenure.limits import QueueLimit
-from tenure.runtime.options import WorkerOptions
-from tenure.runtime.worker import Worker
 from tenure.schedules import Schedule, declare_schedule
 from tenure.secrets import CredentialPolicy, SecretResolver, check_credentials, credential_policy_from
 from tenure.tasks import AnyTask, Handler, P, R, Task, TaskRegistry
@@ -23,6 +21,8 @@ from tenure.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_schema_name
 
 if TYPE_CHECKING:
     from tenure.context import JobContext
+    from tenure.runtime.options import WorkerOptions
+    from tenure.runtime.worker import Worker
 
 
 class Tenure:
@@ -254,6 +254,10 @@ class Tenure:
 
     def worker(self, options: WorkerOptions | None = None, **option_fields: Any) -> Worker:
         """A worker for this app's tasks, with `options` or `WorkerOptions(**option_fields)`."""
+        # Imported here: a web process that only enqueues never loads the worker's runtime.
+        from tenure.runtime.options import WorkerOptions
+        from tenure.runtime.worker import Worker
+
         opts = options or WorkerOptions(**option_fields)
         return Worker(self.registry, dsn=self.dsn, schema=self.schema, options=opts)
 
