@@ -22,16 +22,31 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tenure.db.effects_queries import EffectQueries, EffectStep
 from tenure.errors import LeaseLost, Permanent, Transient, ValidationError
 
 if TYPE_CHECKING:
-    from tenure.context import JobContext
     from tenure.runtime.services import WorkerServices
+
+
+class EffectContext(Protocol):
+    """What the ledger needs of a running job's context (tenure.JobContext is one): its fence,
+    its keys, and the check that stops a job whose lease is gone."""
+
+    @property
+    def job_id(self) -> int: ...
+    @property
+    def token(self) -> int: ...
+    @property
+    def idempotency_key(self) -> uuid.UUID: ...
+    def step_key(self, step: str) -> str: ...
+    def check(self) -> None: ...
+    def mark_lost(self, reason: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +105,7 @@ def check_effect_name(name: object) -> str:
 class EffectRunner:
     """Drives one effect of one attempt through the ledger."""
 
-    def __init__(self, ctx: JobContext, services: WorkerServices, name: str) -> None:
+    def __init__(self, ctx: EffectContext, services: WorkerServices, name: str) -> None:
         self.ctx = ctx
         self.services = services
         self.name = check_effect_name(name)
@@ -152,7 +167,7 @@ class EffectRunner:
 
 
 async def run_effect(
-    ctx: JobContext, services: WorkerServices, name: str, perform: Perform, reconcile: Reconcile | None
+    ctx: EffectContext, services: WorkerServices, name: str, perform: Perform, reconcile: Reconcile | None
 ) -> Any:
     runner = EffectRunner(ctx, services, name)
     step = await runner.begin()
@@ -176,7 +191,7 @@ async def run_effect(
 
 
 def run_effect_sync(
-    ctx: JobContext, services: WorkerServices, name: str, perform: Perform, reconcile: Reconcile | None
+    ctx: EffectContext, services: WorkerServices, name: str, perform: Perform, reconcile: Reconcile | None
 ) -> Any:
     """`run_effect` for plain-function handlers: ledger writes on the worker's loop, calls here."""
 
