@@ -12,7 +12,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.crash]
 def test_soak_through_pgbouncer_loses_nothing() -> None:
     """Workers and the producer through PgBouncer in transaction mode (LISTEN direct), under
     every fault of the schedule and a PostgreSQL restart behind the pooler: every check holds."""
-    report = run_soak("--topology", "pgbouncer", "--duration", "70", "--fault-gap", "1",
+    report = run_soak("--topology", "pgbouncer", "--duration", "85", "--fault-gap", "1",
                       "--rate", "15", "--drain-timeout", "90", timeout=360)  # fmt: skip
     assert report["setup"]["topology"] == "pgbouncer"
     assert "PgBouncer" in report["setup"]["server"]
@@ -26,7 +26,7 @@ def test_soak_across_switchovers_and_primary_kills_loses_nothing() -> None:
     postmaster: workers on the multi-host DSN follow the new primary by themselves, two of them
     with clocks minutes off, and every check holds; the time to the first completion after each
     failover is reported."""
-    report = run_soak("--topology", "failover", "--duration", "95", "--fault-gap", "1",
+    report = run_soak("--topology", "failover", "--duration", "110", "--fault-gap", "1",
                       "--rate", "15", "--drain-timeout", "90", timeout=600)  # fmt: skip
     assert report["setup"]["topology"] == "failover"
     assert report["fault_counts"]["switchover"] > 0 and report["fault_counts"]["primary_kill"] > 0

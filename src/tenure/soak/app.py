@@ -1,4 +1,4 @@
-"""The soak's Tenure app: the demo bank's transfer plus four other kinds of job.
+"""The soak's Tenure app: the demo bank's transfer and the other kinds of job.
 
 Workers load it like any user app (`tenure worker tenure.soak.app`). Every handler records its
 execution interval in the worker's attempt log, which is how the soak measures X5.
@@ -16,9 +16,11 @@ import psycopg
 from tenure import Backoff, JobContext, Permanent, Snooze, Tenure, Transient
 from tenure.demo.bank import TRANSFER_TXN, bank
 from tenure.demo.bank import transfer as bank_transfer
+from tenure.runtime.executor import around_thread_handlers
+from tenure.soak import orm
 from tenure.soak.attempts import AttemptLog
 from tenure.soak.ordered_effects import make_handlers
-from tenure.soak.queries import SoakQueries
+from tenure.soak.queries import INJECTED_TASK, SoakQueries
 from tenure.txn import SyncTransaction
 
 QUEUE = "soak"
@@ -43,6 +45,9 @@ class Kind(enum.StrEnum):
     THREAD_SNOOZE = "soak.thread_snooze"
     LIMITED = "soak.limited"
     TICK = "soak.tick"
+    ORM = "soak.orm"
+    #: Rows a fault writes with the worst values the database accepts: not the workload's jobs.
+    INJECTED = INJECTED_TASK
 
 
 #: A queue with a global limit: the soak samples its live leases, which must never exceed it.
@@ -172,6 +177,18 @@ async def limited(ctx: JobContext, seconds: float) -> None:
         await asyncio.sleep(seconds)
 
 
+def orm_read(ctx: JobContext, account: int) -> None:
+    """A plain function reading through its thread's own long-lived connection (see soak.orm)."""
+    with attempts.running(ctx):
+        orm.read_balance(account)
+
+
+async def injected(ctx: JobContext, note: str) -> None:
+    """Runs the rows a fault enqueued with the largest values the database accepts."""
+    with attempts.running(ctx):
+        pass
+
+
 async def tick(ctx: JobContext) -> None:
     """Fired by the soak's every-second schedule."""
     with attempts.running(ctx):
@@ -195,4 +212,8 @@ app.task(thread_snooze, name=Kind.THREAD_SNOOZE.value, **_policy)
 app.task(limited, name=Kind.LIMITED.value, queue=LIMITED_QUEUE, max_attempts=MAX_ATTEMPTS)
 app.limit(LIMITED_QUEUE, max_running=LIMITED_MAX)
 app.task(tick, name=TICK_SCHEDULE, **_policy)
+app.task(orm_read, name=Kind.ORM.value, **_policy)
+app.task(injected, name=Kind.INJECTED.value, **_policy)
 app.schedule(TICK_SCHEDULE, "* * * * * *", name=TICK_SCHEDULE, missed=("backfill", TICK_BACKFILL))
+# Around every thread handler of the worker's process, as the Django contrib registers its own.
+around_thread_handlers(orm.fresh_connections)

@@ -27,10 +27,13 @@ from tenure.jobs import JobState
 from tenure.soak.app import QUEUE as SOAK_QUEUE
 from tenure.soak.app import Kind
 from tenure.soak.attempts import host_clock
+from tenure.soak.edge_faults import BadRows, ForgedRequests, PendingLocks, SchemaUpgrade
 from tenure.soak.fleet import SoakFleet
 from tenure.soak.network import WorkerNetwork
 from tenure.soak.operator import DashboardOperator, act_outcome
+from tenure.soak.orm import ORM_SUFFIX
 from tenure.soak.queries import SoakQueries
+from tenure.soak.report import Check
 from tenure.soak.roles import SoakRole, set_read_only
 from tenure.soak.workload import CANCELLABLE_KINDS
 
@@ -59,10 +62,19 @@ class FaultKind(enum.Enum):
     QUEUE_PAUSE = "an operator pauses the queue, then resumes it"
     SWITCHOVER = "planned switchover to the synchronous standby"
     PRIMARY_KILL = "SIGKILL of the primary's postmaster"
+    UPGRADE = "schema upgraded to the latest version under load"
+    PENDING_LOCKS = "foreign session holding pending limited and keyed rows"
+    BAD_ROWS = "rows with the worst values the database accepts"
+    FORGED_REQUESTS = "DNS-rebinding and cross-site requests to the dashboard"
+    ORM_TERMINATE = "pg_terminate_backend of thread handlers' own connections"
 
 
 #: Faults of the server itself: which of them a run injects depends on its topology.
 SERVER_FAULTS = frozenset({FaultKind.RESTART, FaultKind.SWITCHOVER, FaultKind.PRIMARY_KILL})
+#: Faults that run once: once done there is nothing left for them to do, and they leave the
+#: rotation. The upgrade comes first, while the load is young: the dashboard waits for it, and
+#: the worst rows go in through enqueue(), which it brings.
+ONE_SHOT = frozenset({FaultKind.UPGRADE})
 
 
 class ServerFaults(Protocol):
@@ -109,6 +121,8 @@ class FaultSchedule:
         database: str | None = None,
         worker_prefix: str = "soak",
         operator: DashboardOperator | None = None,
+        producer: SoakRole | None = None,
+        acked: dict[str, list[int]] | None = None,
     ) -> None:
         self.fleet = fleet
         self.dsn = dsn
@@ -124,10 +138,19 @@ class FaultSchedule:
         self.worker_prefix = worker_prefix
         self.operator = operator
         self.records: list[FaultRecord] = []
-        #: Every kind this run injects, in rotation: the server's own faults where RESTART stands.
-        self.kinds = [k for k in FaultKind if k not in SERVER_FAULTS]
+        #: Every kind this run injects, in rotation: the upgrade first, the server's own faults
+        #: where RESTART stands.
+        self.kinds = [FaultKind.UPGRADE] + [
+            k for k in FaultKind if k not in SERVER_FAULTS and k is not FaultKind.UPGRADE
+        ]
         at = self.kinds.index(FaultKind.PARTITION) + 1
         self.kinds[at:at] = server.server_faults
+        self.upgrade = SchemaUpgrade(dsn, schema, [r for r in (role, producer) if r is not None])
+        self.pending_locks = PendingLocks(dsn, schema, lease, acked if acked is not None else {})
+        self.bad_rows = BadRows(dsn, schema, lease, producer, operator)
+        self.forged = ForgedRequests(dsn, schema, operator)
+        #: The thread handlers' own connections the ORM_TERMINATE fault killed.
+        self.orm_terminated = 0
         #: When each server fault began, wall clock (the database's, on this one host), and how
         #: many seconds it took.
         self.server_faults_at: list[tuple[FaultKind, datetime, float]] = []
@@ -157,7 +180,8 @@ class FaultSchedule:
                 await asyncio.wait_for(stop.wait(), timeout=gap)
             if stop.is_set():
                 break
-            kind = kinds[n % len(kinds)]
+            while (kind := kinds[n % len(kinds)]) in ONE_SHOT and self._done(kind):
+                n += 1
             started = time.monotonic()
             target, detail, skipped = await self._inject(kind)
             # A fault that found nothing to act on (no running job to revoke, no live worker
@@ -170,6 +194,9 @@ class FaultSchedule:
             )
             self.records.append(record)
             on_fault(record)
+
+    def _done(self, kind: FaultKind) -> bool:
+        return any(r.kind is kind and not r.skipped for r in self.records)
 
     def _victim(self) -> WorkerProcess | None:
         live = [w for w in self.fleet.live() if not w.paused]
@@ -206,6 +233,16 @@ class FaultSchedule:
             return await self._job_revoke()
         if kind is FaultKind.QUEUE_PAUSE:
             return await self._queue_pause()
+        if kind is FaultKind.UPGRADE:
+            return await self.upgrade.inject()
+        if kind is FaultKind.PENDING_LOCKS:
+            return await self.pending_locks.inject()
+        if kind is FaultKind.BAD_ROWS:
+            return await self.bad_rows.inject()
+        if kind is FaultKind.FORGED_REQUESTS:
+            return await self.forged.inject()
+        if kind is FaultKind.ORM_TERMINATE:
+            return await self._orm_terminate()
         return await self._snapshot()
 
     async def _kill(self, victim: WorkerProcess) -> tuple[str, str, bool]:
@@ -228,6 +265,23 @@ class FaultSchedule:
         async with await connect(self.dsn) as conn:
             killed = await self.queries.terminate_worker(conn, victim.owner)
         return victim.name, f"{killed} sessions terminated", False
+
+    async def _orm_terminate(self) -> tuple[str, str, bool]:
+        async with await connect(self.dsn) as conn:
+            killed = await self.queries.terminate_orm(conn, self.worker_prefix, ORM_SUFFIX)
+        if not killed:
+            return "sessions", "no thread handler held a connection of its own", True
+        self.orm_terminated += killed
+        return "sessions", f"{killed} of the thread handlers' own connections terminated", False
+
+    async def checks(self, conn: Any) -> list[Check]:
+        """The verdicts of the faults that judge what they did themselves."""
+        return [
+            *await self.upgrade.checks(conn),
+            *self.pending_locks.checks(),
+            *await self.bad_rows.checks(conn),
+            *self.forged.checks(),
+        ]
 
     async def _network(self, kind: FaultKind) -> tuple[str, str, bool]:
         victim = self.fleet.current("w1")

@@ -127,5 +127,14 @@ class SoakFleet(Fleet):
         self.workers.append(worker)
         return worker
 
+    def exited_on_their_own(self) -> list[str]:
+        """Workers that ended without being killed (a worker gives up when a critical service
+        keeps failing): each with its exit status. Read before the soak stops them."""
+        return [
+            f"{w.name} (exit {w.proc.returncode})"
+            for w in self.workers
+            if not w.alive and "SIGKILL" not in w.fate and "SIGTERM" not in w.fate
+        ]
+
     def slots(self) -> list[str]:
         return sorted({self.slot(w.name) for w in self.workers})

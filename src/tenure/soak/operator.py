@@ -52,6 +52,8 @@ class DashboardOperator:
         #: Jobs the lists linked to: a job's page is read only for a job that exists (the soak
         #: deletes none).
         self._seen: set[int] = set()
+        #: Jobs whose pages a fault reads and judges itself (the rows it injected).
+        self.avoid: set[int] = set()
 
     async def _get(self, path: str) -> int:
         try:
@@ -66,13 +68,22 @@ class DashboardOperator:
             self._seen.update(int(n) for n in JOB_LINK.findall(response.text))
         return response.status_code
 
-    async def watch(self, stop: asyncio.Event, every: float = 1.0) -> None:
-        """Reads the pages in turn, and the page of a job a list showed, until `stop` is set."""
+    async def watch(
+        self, stop: asyncio.Event, ready: asyncio.Event | None = None, every: float = 1.0
+    ) -> None:
+        """Reads the pages in turn, and the page of a job a list showed, until `stop` is set;
+        from when `ready` is set (the dashboard needs the latest schema, which the soak's
+        upgrade brings)."""
+        if ready is not None:
+            waits = [asyncio.create_task(ready.wait()), asyncio.create_task(stop.wait())]
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for waiting in waits:
+                waiting.cancel()
         n = 0
         while not stop.is_set():
             await self._get(PAGES[n % len(PAGES)])
-            if n % 5 == 0 and self._seen:
-                await self._get(f"/jobs/{self._rng.choice(sorted(self._seen))}")
+            if n % 5 == 0 and (readable := sorted(self._seen - self.avoid)):
+                await self._get(f"/jobs/{self._rng.choice(readable)}")
             n += 1
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=every)
@@ -85,9 +96,9 @@ class DashboardOperator:
     async def act(self, path: str, **fields: str) -> int:
         """POSTs a form the way the browser does: the CSRF token from a page, and a reason.
         303: done; 409: refused because the job or queue changed meanwhile; 503: database down."""
-        token = CSRF.search((await self.http.get("/")).text)
-        data = {"csrf": token.group(1) if token else "", **fields}
         try:
+            token = CSRF.search((await self.http.get("/")).text)
+            data = {"csrf": token.group(1) if token else "", **fields}
             response = await self.http.post(path, data=data)
         except Exception as exc:
             self.unexpected.append(f"POST {path}: {type(exc).__name__}: {exc}"[:300])
@@ -96,6 +107,23 @@ class DashboardOperator:
         if response.status_code not in (303, 409, 503):
             self.unexpected.append(f"POST {path}: HTTP {response.status_code}")
         return response.status_code
+
+    async def probe(
+        self, method: str, path: str, headers: dict[str, str] | None = None, **fields: str
+    ) -> str:
+        """One request judged by the fault that makes it, not counted with the operator's own:
+        its status, or the exception the app raised instead of answering. A POST carries the
+        dashboard's CSRF token and `fields`, as the browser's form would."""
+        try:
+            if method == "GET":
+                response = await self.http.get(path, headers=headers)
+            else:
+                token = CSRF.search((await self.http.get("/")).text)
+                data = {"csrf": token.group(1) if token else "", **fields}
+                response = await self.http.post(path, data=data, headers=headers)
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"[:200]
+        return str(response.status_code)
 
     async def close(self) -> None:
         await self.http.aclose()

@@ -25,6 +25,9 @@ class SoakReport:
     setup: dict[str, Any] = field(default_factory=dict)
     #: Per server fault: seconds to the first completion after it, and the longest gap.
     recoveries: list[dict[str, Any]] = field(default_factory=list)
+    #: What the faults at Tenure's guarded edges did: the upgrade, the holds of pending rows, the
+    #: rows injected, the forged requests, the thread handlers' connections killed.
+    edges: dict[str, Any] = field(default_factory=dict)
     wall_seconds: float = 0.0
 
     @property
@@ -62,6 +65,7 @@ class SoakReport:
             "fault_counts": self.fault_counts,
             "faults": self.faults,
             "recoveries": self.recoveries,
+            "edges": self.edges,
             "workers": self.workers,
             "checks": [c.as_dict() for c in self.checks],
             "failures": self.failures,
@@ -96,9 +100,29 @@ def render(report: SoakReport) -> None:
         f"(longest gap {r['longest_gap_s']}s)"
         for r in report.recoveries
     ]
+    lines += _edge_lines(report.edges)
     skipped = {f["fault"]: f["detail"] for f in report.faults if f["skipped"]}
     lines += [f"  skipped {k}: {v}" for k, v in skipped.items()]
     lines.append("  checks:")
     lines += [f"    {'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}" for c in report.checks]
     lines += [f"    FAIL {f}" for f in report.failures]
     print("\n".join(lines), flush=True)
+
+
+def _edge_lines(edges: dict[str, Any]) -> list[str]:
+    lines = []
+    upgrade = edges.get("upgrade") or {}
+    if "applied" in upgrade:
+        lines.append(
+            f"  upgrade                  version {upgrade['from']} -> {upgrade['to']} under load in "
+            f"{upgrade['seconds']}s, applied {upgrade['applied']}"
+        )
+    for hold in edges.get("pending_lock_holds", []):
+        lines.append(
+            f"  pending rows held {hold['seconds']:>5}s  completed meanwhile: {hold['completed_limited']} "
+            f"limited, {hold['completed_elsewhere']} elsewhere ({hold['completed_ordered']} ordered)"
+        )
+    injected = edges.get("injected_rows") or {}
+    if injected:
+        lines.append("  injected rows            " + ", ".join(f"{k} {len(v)}" for k, v in injected.items()))
+    return lines

@@ -21,13 +21,16 @@ from psycopg import AsyncConnection
 
 from tenure.client import Client
 from tenure.db.connect import connect, resolve_dsn
+from tenure.db.migrate import WORKER_SCHEMA_FLOOR, migrate
 from tenure.db.queries import Queries
-from tenure.demo.database import check_database_name, prepare, recreate_database
+from tenure.demo.database import check_database_name, recreate_database
 from tenure.demo.queries import BankQueries
-from tenure.demo.workload import make_workload
+from tenure.demo.workload import Workload, make_workload
 from tenure.errors import ConfigurationError, TenureError
 from tenure.jobs import EnqueuedJob, JobSpec
+from tenure.security.roles import Role
 from tenure.soak import ordered_effects
+from tenure.soak import orm as orm_connections
 from tenure.soak.app import LIMITED_MAX, LIMITED_QUEUE, SNOOZES, TICK_SCHEDULE, Kind, app
 from tenure.soak.attempts import host_clock, overlaps, read_intervals
 from tenure.soak.faults import FaultRecord, FaultSchedule
@@ -85,6 +88,7 @@ async def _run(args: argparse.Namespace) -> int:
     topology: Topology | None = None
     fleet: SoakFleet | None = None
     role: SoakRole | None = None
+    producer: SoakRole | None = None
     operator: DashboardOperator | None = None
     try:
         role_name = f"tenure_soak_worker_{run_id}"
@@ -107,10 +111,12 @@ async def _run(args: argparse.Namespace) -> int:
         _say(args, f"tenure soak: {args.duration:g}s of load on {where}")
         dsn = await recreate_database(server_dsn, args.database)
         workload = make_workload(args.accounts, 0, args.seed)
-        await prepare(dsn, args.schema, workload)
+        await _prepare(dsn, args.schema, workload)
         role = SoakRole(role_name, args.schema)
+        producer = SoakRole(f"tenure_soak_producer_{run_id}", args.schema, Role.PRODUCER)
         async with await connect(dsn) as conn:
             await role.create(conn)
+            await producer.create(conn)
 
         fleet = SoakFleet(
             dsn=dsn,
@@ -127,6 +133,7 @@ async def _run(args: argparse.Namespace) -> int:
         operator = DashboardOperator(dsn, args.schema)
         roles = {w.name: fleet.role(w.name).value for w in fleet.workers}
         _say(args, "workers: " + ", ".join(f"{n} ({r})" for n, r in roles.items()))
+        acked: dict[str, list[int]] = {k.value: [] for k in Kind if k is not Kind.INJECTED}
         faults = FaultSchedule(
             fleet=fleet,
             dsn=dsn,
@@ -140,8 +147,9 @@ async def _run(args: argparse.Namespace) -> int:
             database=args.database,
             worker_prefix=f"{fleet.owner_prefix}-{run_id}-",
             operator=operator,
+            producer=producer,
+            acked=acked,
         )
-        acked: dict[str, list[int]] = {k.value: [] for k in Kind}
         waiting = Client(dsn, schema=args.schema)
         waiters = ResultWaiters(waiting, timeout=args.duration + args.drain_timeout + 60)
         try:
@@ -151,6 +159,7 @@ async def _run(args: argparse.Namespace) -> int:
             await waiters.finish(timeout=30)
         finally:
             await waiting.close()
+        exited = fleet.exited_on_their_own()
         fleet.stop(timeout=max(1.0, args.lease) + 15.0)
         finished = host_clock()
         recovered = await _recover_everything(dsn, args)
@@ -166,6 +175,22 @@ async def _run(args: argparse.Namespace) -> int:
         async with await connect(dsn) as conn:
             report.checks += await _result_checks(conn, args.schema, waiters)
             report.checks += await _limit_and_schedule_checks(conn, args.schema, limited_peak)
+            report.checks += await faults.checks(conn)
+            report.checks += await _orm_checks(conn, args.schema, faults, run_dir)
+        report.checks.append(
+            Check(
+                "no worker exited on its own (none gave up on a failing service)",
+                not exited,
+                ", ".join(exited) or f"{len(fleet.workers)} workers ran until stopped or killed",
+            )
+        )
+        report.edges = {
+            "upgrade": faults.upgrade.result,
+            "pending_lock_holds": faults.pending_locks.holds,
+            "injected_rows": faults.bad_rows.rows,
+            "forged_requests": faults.forged.trials,
+            "orm_connections_terminated": faults.orm_terminated,
+        }
         async with await connect(dsn) as conn:
             report.recoveries = await _recoveries(conn, args.schema, faults)
         report.checks += _recovery_checks(report.recoveries)
@@ -199,6 +224,7 @@ async def _run(args: argparse.Namespace) -> int:
             "accounts": args.accounts,
             "network_faults": network_missing or "network namespace + veth + iptables",
             "clock_skew": "libfaketime" if faketime_available() else "unavailable (no libfaketime)",
+            "schema_at_start": WORKER_SCHEMA_FLOOR,
             "run_dir": str(run_dir),
         }
         report.wall_seconds = time.monotonic() - started
@@ -208,10 +234,11 @@ async def _run(args: argparse.Namespace) -> int:
                 await operator.close()
         if fleet is not None:
             fleet.abandon()
-        if role is not None:
-            with contextlib.suppress(Exception):
-                async with await connect(dsn) as conn:
-                    await role.drop(conn)
+        for made in (role, producer):
+            if made is not None:
+                with contextlib.suppress(Exception):
+                    async with await connect(dsn) as conn:
+                        await made.drop(conn)
         if network is not None:
             network.destroy()
         if topology is not None:
@@ -243,7 +270,7 @@ async def _load_and_drain(
     producer enqueues on `producer_dsn` (through PgBouncer, in that topology)."""
     stop_faults = asyncio.Event()
     drained = asyncio.Event()
-    watching = asyncio.create_task(operator.watch(drained))
+    watching = asyncio.create_task(operator.watch(drained, ready=faults.upgrade.current))
 
     def on_fault(record: FaultRecord) -> None:
         state = "skipped" if record.skipped else "done"
@@ -268,6 +295,17 @@ async def _load_and_drain(
         drained.set()
         await watching
     return failures, await sampling
+
+
+async def _prepare(dsn: str, schema: str, workload: Workload) -> None:
+    """Tenure's schema at the oldest version workers run on (the upgrade fault brings it to the
+    latest under load), and the bank with its accounts opened."""
+    async with await connect(dsn) as conn:
+        await migrate(conn, schema, up_to=WORKER_SCHEMA_FLOOR)
+        async with conn.transaction():
+            bank = BankQueries(schema)
+            await bank.create_bank(conn)
+            await bank.open_accounts(conn, workload.balances)
 
 
 async def _drain(args: argparse.Namespace, dsn: str, fleet: SoakFleet) -> list[str]:
@@ -511,6 +549,26 @@ async def _limit_and_schedule_checks(conn: AsyncConnection[Any], schema: str, pe
             f"{fires['fires']} fires for {fires['span']} seconds ({fires['slots']} distinct slots), "
             f"{fires['succeeded']} succeeded",
         ),
+    ]
+
+
+async def _orm_checks(
+    conn: AsyncConnection[Any], schema: str, faults: FaultSchedule, run_dir: Path
+) -> list[Check]:
+    """Thread handlers on connections of their own (an ORM's) were cut off and went on: a dead
+    connection cost the one attempt that met it (the hook discarded it), never a second, and
+    every such job succeeded."""
+    orm = await SoakQueries(schema).task_retries(conn, Kind.ORM.value)
+    met = orm_connections.dead_met(run_dir)
+    again = sum(1 for n in met.values() if n > 1)
+    return [
+        Check(
+            "thread handlers' own connections, once killed, were replaced (none met dead twice)",
+            faults.orm_terminated > 0 and again == 0 and orm["jobs"] > 0 and orm["succeeded"] == orm["jobs"],
+            f"{faults.orm_terminated} killed by the fault; {len(met)} met dead by a handler, {again} of "
+            f"them more than once; {orm['succeeded']} of {orm['jobs']} jobs succeeded after "
+            f"{orm['retried']} retries",
+        )
     ]
 
 

@@ -1,4 +1,4 @@
-"""What the soak's producer enqueues: a steady mix of the five job kinds, reproducible from a seed."""
+"""What the soak's producer enqueues: a steady mix of the job kinds, reproducible from a seed."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tenure.soak.ordered_effects import ORDERING_KEYS
 
 #: Share of each kind in the mix; transfers dominate, as in the demo.
 MIX = {
-    Kind.TRANSFER: 0.50,
+    Kind.TRANSFER: 0.46,
     Kind.NOOP: 0.08,
     Kind.SLOW: 0.04,
     Kind.THREAD_SLOW: 0.04,
@@ -26,6 +26,7 @@ MIX = {
     Kind.SNOOZE: 0.03,
     Kind.THREAD_SNOOZE: 0.03,
     Kind.LIMITED: 0.03,
+    Kind.ORM: 0.04,
 }
 #: Kinds whose producer waits for the result: their finish notifies.
 RESULT_WANTED = frozenset({Kind.SNOOZE, Kind.THREAD_SNOOZE})
@@ -57,6 +58,8 @@ class Mixer:
             return {"key": f"k{self.rng.randint(1, ORDERING_KEYS)}"}
         if kind is Kind.DOOMED:
             return {"reason": "the payload names an account that never existed"}
+        if kind is Kind.ORM:
+            return {"account": self.rng.randint(1, self.accounts)}
         if kind is Kind.LIMITED:
             return {"seconds": round(self.lease / 4, 3)}
         if kind in (Kind.SNOOZE, Kind.THREAD_SNOOZE):

@@ -11,8 +11,11 @@ WHERE application_name = %(owner)s AND pid <> pg_backend_pid();
 SELECT count(*) AS jobs, txid_current() AS xid FROM __schema__.jobs;
 
 -- name: soak_progress
+-- The rows a fault injected (task %(injected)s) are not the workload's: one of them is due only
+-- in the year 8999, and their own check judges them.
 SELECT count(*) AS stored,
-       count(*) FILTER (WHERE state IN ('scheduled', 'pending', 'running')) AS unfinished,
+       count(*) FILTER (WHERE state IN ('scheduled', 'pending', 'running') AND task <> %(injected)s)
+           AS unfinished,
        count(*) FILTER (WHERE state = 'running') AS running,
        (SELECT count(*) FROM __schema__.job_events WHERE event = 'lease_expired') AS expired,
        (SELECT count(*) FROM __schema__.job_events WHERE event = 'fencing_lost') AS fenced
@@ -27,8 +30,10 @@ FROM __schema__.jobs
 WHERE state = 'running';
 
 -- name: soak_outcomes
+-- The workload's jobs (not the rows a fault injected) by how they ended.
 SELECT task, state::text AS state, coalesce(last_error_code, '') AS code, count(*) AS jobs
 FROM __schema__.jobs
+WHERE task <> %(injected)s
 GROUP BY 1, 2, 3
 ORDER BY 1, 2, 3;
 
@@ -115,3 +120,86 @@ WHERE f.schedule = %(schedule)s;
 SELECT finished_at FROM __schema__.jobs
 WHERE state = 'succeeded' AND finished_at BETWEEN %(since)s AND %(until)s
 ORDER BY finished_at;
+
+-- name: soak_lock_pending_limited
+-- A foreign session takes the row locks of the limited queue's next jobs, in the order its claim
+-- would take them, and holds them while its transaction stays open.
+SELECT id FROM __schema__.jobs
+WHERE state = 'pending' AND queue = %(queue)s
+ORDER BY priority DESC, available_at, id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: soak_lock_pending_keyed
+-- The same for the first waiting job of one ordering key: the head of its key, or the next job
+-- if the head was claimed already.
+SELECT id FROM __schema__.jobs
+WHERE state = 'pending' AND ordering_key = %(key)s
+ORDER BY id
+LIMIT 1
+FOR UPDATE SKIP LOCKED;
+
+-- name: soak_hold_window
+-- Inside the locking transaction: when the hold began (its transaction's start) and now, in
+-- database time, and the jobs besides the held ones that were claimed and succeeded meanwhile,
+-- by queue. Claimed since: jobs already running when the hold began would finish even if every
+-- claim were stuck behind the held rows.
+SELECT now() AS began, clock_timestamp() AS ended,
+       count(j.id) FILTER (WHERE j.queue = %(limited)s) AS limited,
+       count(j.id) FILTER (WHERE j.queue <> %(limited)s) AS elsewhere,
+       count(j.id) FILTER (WHERE j.ordering_key IS NOT NULL) AS ordered
+FROM (SELECT 1) one
+LEFT JOIN __schema__.jobs j
+    ON j.state = 'succeeded' AND j.attempted_at >= now() AND NOT (j.id = ANY(%(held)s::bigint[]));
+
+-- name: soak_terminate_orm
+-- Kills the thread handlers' own connections (an ORM's, one per thread), found by the
+-- application_name they set: their worker's id and a suffix.
+SELECT count(pg_terminate_backend(pid)) AS terminated
+FROM pg_stat_activity
+WHERE datname = current_database() AND application_name LIKE %(prefix)s
+  AND right(application_name, char_length(%(suffix)s)) = %(suffix)s AND pid <> pg_backend_pid();
+
+-- name: soak_enqueue_worst
+-- As the producer role, through the one way in it has: a job with the largest values the
+-- database still accepts.
+SELECT id, existing, scheduled
+FROM __schema__.enqueue(%(task)s, %(payload)s::jsonb, queue => %(queue)s, run_at => %(run_at)s::timestamptz,
+                        priority => 32767, max_attempts => 1000, unique_key => %(unique_key)s);
+
+-- name: soak_insert_unreadable
+-- As the admin, past every client check: a payload nested deeper than Python can decode.
+INSERT INTO __schema__.jobs (queue, task, payload)
+VALUES (%(queue)s, %(task)s, ('{"deep": ' || repeat('[', %(depth)s) || repeat(']', %(depth)s) || '}')::jsonb)
+RETURNING id;
+
+-- name: soak_injected
+-- The rows a fault injected, as they ended. The payload is left out: one of them cannot be read.
+SELECT id, state::text AS state, coalesce(last_error_code, '') AS code, priority, max_attempts,
+       extract(year FROM available_at AT TIME ZONE 'UTC')::int AS run_year,
+       char_length(unique_key) AS key_length
+FROM __schema__.jobs
+WHERE id = ANY(%(ids)s::bigint[])
+ORDER BY id;
+
+-- name: soak_acts_recorded
+-- The audit records of acts on one job and on one queue: a refused request adds none.
+SELECT (SELECT count(*) FROM __schema__.job_events
+        WHERE job_id = %(job)s AND event IN ('cancel', 'revoke')) AS job_acts,
+       (SELECT state::text FROM __schema__.jobs WHERE id = %(job)s) AS job_state,
+       (SELECT count(*) FROM __schema__.queue_events WHERE queue = %(queue)s) AS queue_acts,
+       EXISTS (SELECT 1 FROM __schema__.queue_pauses WHERE queue = %(queue)s) AS paused;
+
+-- name: soak_account_balance
+-- An ORM-style read from a thread handler's own connection.
+SELECT balance FROM bank.accounts WHERE id = %(id)s;
+
+-- name: soak_task_retries
+-- One task's jobs: how many, how many succeeded, and how many of their attempts failed and were
+-- retried.
+SELECT count(*) AS jobs,
+       count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
+       (SELECT count(*) FROM __schema__.job_events e JOIN __schema__.jobs t ON t.id = e.job_id
+        WHERE t.task = %(task)s AND e.event = 'retry') AS retried
+FROM __schema__.jobs
+WHERE task = %(task)s;
