@@ -106,6 +106,9 @@ class Job:
     """The handler's return value, stored when the job succeeded (K2); None otherwise."""
     result_wanted: bool = False
     snoozes: int = 0
+    unreadable: str | None = None
+    """Why some of the row's JSON (payload, progress, result) could not be read here, a payload
+    nested past Python's recursion limit; those values are then empty. None for a normal row."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,3 +73,29 @@ async def test_workers_run_every_job_beside_an_unreadable_one(
     cur = await db.execute("SELECT id FROM tenure.jobs WHERE state = 'dead'")
     [(dead_id,)] = await cur.fetchall()
     assert (await job_row(db, dead_id))["last_error_code"] == "UNREADABLE_ROW"
+
+
+async def test_an_unreadable_job_can_still_be_looked_at(
+    dsn: str, db: psycopg.AsyncConnection[Any], queries: Queries
+) -> None:
+    """The job page, Client.get_job and the blocking client show an unreadable row with its
+    payload empty and the reason, instead of failing."""
+    from starlette.testclient import TestClient
+
+    from tenure.client import Client, SyncClient
+    from tenure.dashboard import create_app
+
+    cur = await db.execute(
+        "INSERT INTO tenure.jobs (queue, task, payload) VALUES ('default', 't', %s::jsonb) RETURNING id",
+        (TOO_DEEP,),
+    )
+    [(job_id,)] = await cur.fetchall()
+    async with Client(dsn, schema="tenure") as client:
+        job = await client.get_job(job_id)
+    assert job is not None and job.payload == {} and "RecursionError" in (job.unreadable or "")
+    with SyncClient(dsn, schema="tenure") as sync_client:
+        same = sync_client.get_job(job_id)
+    assert same is not None and same.unreadable == job.unreadable
+    with TestClient(create_app(dsn, schema="tenure"), base_url="http://127.0.0.1") as browser:
+        page = browser.get(f"/jobs/{job_id}")
+    assert page.status_code == 200 and "cannot be read here" in page.text

@@ -20,6 +20,7 @@ import psycopg
 from psycopg import AsyncConnection, AsyncCursor, Connection
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
+from psycopg.types.string import TextLoader
 
 from tenure.db._sqlfiles import named_queries
 from tenure.db.text import storable_text
@@ -169,6 +170,23 @@ def _fetch_sync(conn: Connection[Any], query: str, params: dict[str, Any]) -> li
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(query, params)
         return cur.fetchall() if cur.description else []
+
+
+def _readable(row: Row) -> Row:
+    """A job row read with its JSON as text: each value decoded where it can be, and emptied,
+    with the reason in `unreadable`, where it cannot."""
+    problems = []
+    for column, empty in (("payload", {}), ("progress", None), ("result", None)):
+        text = row.get(column)
+        if text is None:
+            continue
+        try:
+            row[column] = json.loads(text)
+        except UNREADABLE as exc:
+            row[column] = empty
+            problems.append(f"its {column} ({len(text):,} characters of JSON): {type(exc).__name__}: {exc}")
+    row["unreadable"] = "; ".join(problems) or None
+    return row
 
 
 def _job(row: Row) -> Job:
@@ -510,11 +528,25 @@ class Queries:
     # -- inspection and operators -----------------------------------------------------------
 
     async def job_get(self, conn: AsyncConnection[Any], job_id: int) -> Job | None:
-        rows = await _fetch(conn, self._sql["job_get"], {"id": job_id})
+        """The job as stored. A row whose JSON this client cannot read (set aside by the claim as
+        UNREADABLE_ROW) still comes back, with those values empty and `unreadable` saying why."""
+        try:
+            rows = await _fetch(conn, self._sql["job_get"], {"id": job_id})
+        except UNREADABLE:
+            async with conn.cursor(row_factory=dict_row) as cur:
+                cur.adapters.register_loader("jsonb", TextLoader)
+                await cur.execute(self._sql["job_get"], {"id": job_id})
+                rows = [_readable(r) for r in await cur.fetchall()]
         return _job(rows[0]) if rows else None
 
     def job_get_sync(self, conn: Connection[Any], job_id: int) -> Job | None:
-        rows = _fetch_sync(conn, self._sql["job_get"], {"id": job_id})
+        try:
+            rows = _fetch_sync(conn, self._sql["job_get"], {"id": job_id})
+        except UNREADABLE:  # as job_get
+            with conn.cursor(row_factory=dict_row) as cur:
+                cur.adapters.register_loader("jsonb", TextLoader)
+                cur.execute(self._sql["job_get"], {"id": job_id})
+                rows = [_readable(r) for r in cur.fetchall()]
         return _job(rows[0]) if rows else None
 
     async def job_events_list(self, conn: AsyncConnection[Any], job_id: int) -> list[JobEvent]:
