@@ -392,3 +392,28 @@ def test_revoke_and_run_again_gives_a_running_job_a_new_token_and_a_second_try_i
     ) == ("revoke", "pending", "dashboard:local", "worker is sick")
     again = http.post(f"/jobs/{seeded.running}/requeue", data={"reason": "again", "csrf": token})
     assert again.status_code == 409 and "nothing" in again.text.lower()
+
+
+def test_a_schema_behind_this_version_gets_a_page_saying_what_to_run_and_then_the_dashboard(
+    empty_dsn: str,
+) -> None:
+    """On a schema an upgrade has not reached yet the dashboard answers 503 naming `migrate`,
+    not a server error, and serves its pages once the upgrade ran."""
+    import asyncio
+
+    import psycopg
+    from starlette.testclient import TestClient
+
+    from tenure.dashboard import create_app
+    from tenure.db.migrate import WORKER_SCHEMA_FLOOR, migrate
+
+    async def upgrade(up_to: int | None) -> None:
+        async with await psycopg.AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
+            await migrate(conn, "tenure", up_to=up_to)
+
+    asyncio.run(upgrade(WORKER_SCHEMA_FLOOR))
+    with TestClient(create_app(empty_dsn, schema="tenure"), base_url="http://127.0.0.1") as browser:
+        behind = browser.get("/")
+        assert behind.status_code == 503 and "migrate" in behind.text
+        asyncio.run(upgrade(None))
+        assert browser.get("/").status_code == 200

@@ -20,7 +20,7 @@ from starlette.types import ASGIApp
 from tenure.dashboard import actions, blocked, dead, fleet, jobs, login, overview, schedules, uncertain
 from tenure.dashboard.security import LOCAL_USER, Authenticator, SameOrigin, SecurityHeaders
 from tenure.dashboard.state import Dashboard
-from tenure.errors import ConfigurationError, DatabaseUnavailable
+from tenure.errors import ConfigurationError, DatabaseUnavailable, SchemaNotMigrated
 from tenure.validation import check_schema_name
 
 log = logging.getLogger("tenure.dashboard")
@@ -44,6 +44,11 @@ class RequireLogin(BaseHTTPMiddleware):
         try:
             await board.ensure_open()
             return await self._let_in(board, request, call_next)
+        except SchemaNotMigrated as exc:
+            # A schema behind this version (an upgrade not yet run, or running): say what to run;
+            # the next page checks again.
+            message = {"title": "Schema not up to date", "message": str(exc)}
+            return board.render(request, "message.html", message, status=503)
         except ConfigurationError as exc:
             # Settings the database cannot work with (prepared statements through a pooler that
             # loses them): the message names the fix.
@@ -106,9 +111,10 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
             await board.ensure_open()
-        except (*DATABASE_DOWN, ConfigurationError) as exc:
-            # Serve anyway: each page says the database is unavailable until it answers.
-            log.warning("dashboard: starting while the database is unavailable (%s)", type(exc).__name__)
+        except (*DATABASE_DOWN, ConfigurationError, SchemaNotMigrated) as exc:
+            # Serve anyway: each page says what is wrong (the database does not answer, the
+            # schema is behind) until it is mended.
+            log.warning("dashboard: starting while the database cannot be used (%s)", exc)
         try:
             yield
         finally:

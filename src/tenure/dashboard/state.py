@@ -96,8 +96,14 @@ class Dashboard:
             timeout=POOL_TIMEOUT,
             check=True,
         )
-        async with self._pool.connection() as conn:
-            await require_current_schema(conn, self.schema)
+        try:
+            async with self._pool.connection() as conn:
+                await require_current_schema(conn, self.schema)
+        except BaseException:
+            # Not opened: the next page checks again (an upgrade may have run meanwhile).
+            await self._pool.close()
+            self._pool = None
+            raise
         self._client = Client(schema=self.schema, pool=self._pool)
 
     def describe(self) -> str:
