@@ -1,6 +1,7 @@
 """Job control, unique jobs and limits, model-checked: Hypothesis drives the real SQL (cancel
-and revoke, requeue, retry, pause, snooze, results, unique enqueue, the limited claim) with an
-injected clock and compares every job row with a Python model after every step."""
+and revoke, requeue, retry, the dead-job reprocess, pause, snooze, results, unique enqueue, the
+limited claim) with an injected clock and compares every job row with a Python model after every
+step."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from tenure.db.control_queries import ControlQueries
+from tenure.db.ops_queries import OpsQueries
 from tenure.db.queries import Queries
 from tenure.jobs import JobSpec
 from tenure.unique import Unique
@@ -60,7 +62,7 @@ class ControlMachine(RuleBasedStateMachine):
     def __init__(self, loop: asyncio.AbstractEventLoop, conn: psycopg.AsyncConnection[Any]) -> None:
         super().__init__()
         self.loop, self.conn = loop, conn
-        self.q, self.c = Queries(SCHEMA), ControlQueries(SCHEMA)
+        self.q, self.c, self.ops = Queries(SCHEMA), ControlQueries(SCHEMA), OpsQueries(SCHEMA)
         self.now = EPOCH
         self.jobs: dict[int, M] = {}
         self.paused = False
@@ -171,6 +173,34 @@ class ControlMachine(RuleBasedStateMachine):
         assert [r["id"] for r in rows.moved] == [job_id]
         budget = job.attempts + 1 if comes_back else job.max_attempts
         self.jobs[job_id] = replace(job, state="pending", available_at=self.now, max_attempts=budget)
+
+    @rule(data=st.data())
+    def dead_reprocess(self, data: st.DataObject) -> None:
+        """The dead-job workflow (`tenure dead reprocess`, the dead-jobs page): a dead job comes
+        back pending with a fresh budget, unless another job holds its unique key now; any other
+        job is left as it is."""
+        job_id = self._pick(data, {"dead"} if data.draw(st.booleans()) else None)
+        job_id = job_id if job_id is not None else self._pick(data)
+        if job_id is None:
+            return
+        job = self.jobs[job_id]
+        dead = job.state == "dead"
+        conflict = dead and job.key is not None and self._holder(job.key) is not None
+        try:
+            moved = self.run(
+                self.ops.dead_reprocess_many(
+                    self.conn, ids=[job_id], limit=1, attempts=1, actor="m", reason="model", now=self.now
+                )
+            )
+        except psycopg.errors.UniqueViolation:
+            assert conflict, "a reprocess was refused for a key nobody else holds"
+            return
+        assert not conflict, "a reprocess brought back a job whose unique key another job holds"
+        assert moved == ([job_id] if dead else []), (job, moved)
+        if dead:
+            self.jobs[job_id] = replace(
+                job, state="pending", available_at=self.now, max_attempts=job.attempts + 1
+            )
 
     @rule(pause=st.booleans())
     def pause_or_resume(self, pause: bool) -> None:
@@ -377,10 +407,10 @@ class ControlMachine(RuleBasedStateMachine):
 
 @pytest.mark.slow
 def test_control_state_machine_matches_model(dsn: str) -> None:
-    """Random sequences of cancel, revoke, requeue, retry, pause, snooze, results, unique
-    enqueues and limited claims agree with the model at every step: a revoked or stale holder
-    writes nothing, a paused or limited queue gives out no more than it may, a unique key has
-    one holder, tokens only grow."""
+    """Random sequences of cancel, revoke, requeue, retry, dead-job reprocess, pause, snooze,
+    results, unique enqueues and limited claims agree with the model at every step: a revoked or
+    stale holder writes nothing, a paused or limited queue gives out no more than it may, a unique
+    key has one holder, tokens only grow."""
     loop = asyncio.new_event_loop()
     conn = loop.run_until_complete(psycopg.AsyncConnection.connect(dsn, autocommit=True))
     try:

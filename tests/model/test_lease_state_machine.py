@@ -4,7 +4,9 @@ every step. Jobs due later wait as scheduled until a promotion makes them pendin
 its oldest-first share, then by priority, and only the tasks it names. Besides the autocommit
 connection, an operator's connection holds a row lock now and then, and two workers' connections
 claim and complete in explicit transactions that commit or roll back in any order: rows locked
-elsewhere are skipped (or answered 'busy'), and nothing uncommitted is visible to anyone else."""
+elsewhere are skipped (or answered 'busy'), and nothing uncommitted is visible to anyone else.
+Operators act through the statements the product runs for them (the control and dead-job
+queries behind Client.cancel and Client.retry, the CLI and the dashboard)."""
 
 from __future__ import annotations
 
@@ -29,7 +31,10 @@ from hypothesis.stateful import (
 )
 from psycopg.rows import dict_row
 
+from tenure.control import check_cancel
+from tenure.db.control_queries import CancelFilter, ControlQueries
 from tenure.db.effects_queries import EffectQueries
+from tenure.db.ops_queries import OpsQueries
 from tenure.db.ordering_queries import OrderingQueries
 from tenure.db.queries import Queries
 from tenure.jobs import JobSpec
@@ -58,6 +63,8 @@ SIDE_LOCK_TIMEOUT = "2s"
 EXAMPLES = int(os.environ.get("TENURE_MODEL_EXAMPLES", "300"))
 STEPS = int(os.environ.get("TENURE_MODEL_STEPS", "30"))
 
+#: What the holder of a revoked lease may still try to write.
+REVOKED_WRITES = ("complete", "fail", "heartbeat", "release", "effect")
 #: One job_insert_many batch: count, max attempts, delay, ordering key, priority, task.
 BATCHES = st.tuples(
     st.integers(1, 3),
@@ -136,12 +143,16 @@ class LeaseMachine(RuleBasedStateMachine):
         self.locker = locker
         self.q = Queries(SCHEMA)
         self.ordering = OrderingQueries(SCHEMA)
+        self.control = ControlQueries(SCHEMA)
+        self.ops = OpsQueries(SCHEMA)
         self.ledger = EffectQueries(SCHEMA)
         self.now = EPOCH
         self.jobs: dict[int, ModelJob] = {}
         self.max_token_seen: dict[int, int] = {}
         self.last_states: dict[int, str] = {}
         self.reprocessed: set[int] = set()
+        #: The latest revoked lease of each job: its holder may not have heard, and still writes.
+        self.revoked: dict[int, tuple[str, int]] = {}
         self.effects: dict[int, tuple[str, int]] = {}
         self.effect_ids: dict[int, int] = {}
         #: Performances of each job's effect not since declared never to have happened.
@@ -265,22 +276,34 @@ class LeaseMachine(RuleBasedStateMachine):
     # -- producers and operators ------------------------------------------------------------
 
     @initialize(
+        data=st.data(),
         batches=st.lists(BATCHES, min_size=2, max_size=4),
         claimer=st.sampled_from([None, *WORKERS]),
         lease=st.sampled_from([3.0, 30.0]),
+        dead=st.booleans(),
     )
     def seed(
         self,
+        data: st.DataObject,
         batches: list[tuple[int, int, float | None, str | None, int, str]],
         claimer: str | None,
         lease: float,
+        dead: bool,
     ) -> None:
         """Every run starts with some jobs, maybe some already claimed, so that its steps go to the
-        lease rather than to waiting for one."""
+        lease rather than to waiting for one; and maybe one already dead, since the operator's
+        commands on dead jobs otherwise rarely find one."""
         for batch in batches:
             self.enqueue(*batch)
         if claimer is not None:
             self.claim(claimer, limit=3, lease=lease, oldest=0, tasks=None)
+            running = sorted(i for i, j in self.jobs.items() if j.state == "running")
+            if dead and running:
+                job = self.jobs[running[0]]
+                assert job.owner is not None
+                self._fail(
+                    data, running[0], None, "PERMANENT", at_deadline=False, writer=(job.owner, job.token)
+                )
 
     @rule(batch=BATCHES)
     def enqueue_batch(self, batch: tuple[int, int, float | None, str | None, int, str]) -> None:
@@ -316,41 +339,148 @@ class LeaseMachine(RuleBasedStateMachine):
             )
 
     @precondition(lambda self: bool(self.jobs))
-    @rule(data=st.data(), action=st.sampled_from(["reprocess", "cancel", "ordering_skip"]))
+    @rule(
+        data=st.data(),
+        action=st.sampled_from(["retry", "dead_reprocess", "cancel", "requeue", "ordering_skip"]),
+    )
     def operator(self, data: st.DataObject, action: str) -> None:
-        """An operator's command on one job (one rule for the three, so that they do not crowd out
-        the workers' steps)."""
-        if action == "reprocess":
-            self._reprocess(data)
+        """An operator's command, through the statement the product runs for it: Client.retry
+        (`tenure retry`, the dashboard's retry), the dead-job workflow (`tenure dead reprocess`,
+        the dead-jobs page), Client.cancel (`tenure cancel`, the dashboard's cancel, revoke and
+        requeue) and the ordering skip. One rule for all, so that they do not crowd out the
+        workers' steps."""
+        self._operate(data, action, None)
+
+    @precondition(lambda self: any(j.state == "dead" for j in self.jobs.values()))
+    @rule(data=st.data(), action=st.sampled_from(["retry", "dead_reprocess", "cancel", "ordering_skip"]))
+    def operator_on_dead(self, data: st.DataObject, action: str) -> None:
+        """The commands that take dead jobs, mostly on a dead job: few runs have one when the
+        operator's turn comes, and three statements take a dead job somewhere else."""
+        self._operate(data, action, {"dead"})
+
+    def _operate(self, data: st.DataObject, action: str, likely: set[str] | None) -> None:
+        if action == "retry":
+            self._retry(data, likely or {"dead", "cancelled"})
+        elif action == "dead_reprocess":
+            self._dead_reprocess(data)
+        elif action == "requeue":
+            self._cancel(data, {"running"}, requeue=True)
         elif action == "cancel":
-            self._cancel(data)
+            # Half the time a running job, to be revoked: its holder's later writes are the point.
+            waiting = data.draw(st.sampled_from([{"running"}, {"scheduled", "pending", "dead"}]))
+            self._cancel(data, likely or waiting, requeue=False)
         else:
             self._ordering_skip(data)
 
-    def _reprocess(self, data: st.DataObject) -> None:
-        """Dead or cancelled -> pending with a fresh budget, keeping the token."""
-        job_id = self._pick(data, {"dead", "cancelled"} if data.draw(st.booleans()) else None)
-        if job_id is None:
-            job_id = self._pick(data)
-        assert job_id is not None
+    def _pick_ids(self, data: st.DataObject, likely: set[str]) -> list[int]:
+        """One job, mostly in a `likely` state, and now and then a second: a command on several
+        jobs is all or nothing."""
+        first = self._pick(data, likely if data.draw(st.booleans()) else None)
+        first = first if first is not None else self._pick(data)
+        assert first is not None
+        ids = {first}
+        if data.draw(st.integers(0, 3)) == 0:
+            second = self._pick(data)
+            assert second is not None
+            ids.add(second)
+        return sorted(ids)
+
+    def _log_statement(self, expected: list[Event]) -> None:
+        """The events one statement logged for several rows, in its own order: the model's must be
+        the same set; the log's order is then the model's."""
+        logged = self.run(self._event_rows())[len(self.events) :]
+        assert sorted(logged) == sorted(expected), (logged, expected)
+        for entry in logged:
+            self._log(self.events, entry)
+
+    def _retry(self, data: st.DataObject, likely: set[str]) -> None:
+        """Scheduled or pending jobs run now; dead or cancelled ones come back pending with a fresh
+        budget, keeping their token. A running or succeeded job refuses the whole command."""
+        ids = self._pick_ids(data, likely)
         budget = data.draw(st.integers(1, 3))
-        job = self.jobs[job_id]
-        eligible = job.state in ("dead", "cancelled")
-        call = self.q.job_reprocess(
-            self.conn, job_id, attempts=budget, actor="model", reason="test", now=self.now
+        call = self.control.retry_many(
+            self.conn, ids, attempts=budget, actor="model", reason="retry", now=self.now
         )
-        # A keyed job's waiting and running kin are locked with it (job_reprocess): a claim of
-        # one of them not yet committed must commit before the head comes back.
+        # Every job named is locked, and with a keyed one coming back, its key's waiting and
+        # running jobs too: a claim of one of them not yet committed must commit first.
+        keys = {self.jobs[i].key for i in ids if self.jobs[i].state in ("dead", "cancelled")} - {None}
         kin = {
             i
             for i, j in self.jobs.items()
-            if job.key is not None and j.key == job.key and j.state in ("scheduled", "pending", "running")
+            if j.key in keys and j.state in ("scheduled", "pending", "running")
         }
-        if eligible and ({job_id} | kin) & self._locked_by_others():
-            self._waits_on_lock("reprocess", call)
+        if (set(ids) | kin) & self._locked_by_others():
+            self._waits_on_lock("retry", call)
             return
-        assert self.run(call) == eligible
-        if eligible:
+        rows = self.run(call)
+        refused = [i for i in ids if self.jobs[i].state not in ("scheduled", "pending", "dead", "cancelled")]
+        if refused:
+            assert ([r["id"] for r in rows.refused], rows.moved) == (refused, []), (ids, rows)
+            event("retry: refused")
+            return
+        assert ([r["id"] for r in rows.moved], rows.refused) == (ids, []), (ids, rows)
+        expected: list[Event] = []
+        for job_id in ids:
+            job = self.jobs[job_id]
+            back = job.state in ("dead", "cancelled")
+            self.jobs[job_id] = replace(
+                job,
+                state="pending",
+                max_attempts=job.attempts + budget if back else job.max_attempts,
+                available_at=self.now,
+                finished_at=None,
+            )
+            if back:
+                self.reprocessed.add(job_id)
+            name = "reprocess" if back else "retry_now"
+            expected.append((job_id, name, job.state, "pending", job.token, "model", None))
+            event(f"retry: {job.state}")
+        self._log_statement(expected)
+
+    def _dead_reprocess(self, data: st.DataObject) -> None:
+        """Dead jobs, named or matched by a filter (the first `limit` by id), back to pending with
+        a fresh budget, keeping their token; the others named are left as they are."""
+        budget = data.draw(st.integers(1, 3))
+        filters: dict[str, Any] = {}
+        if data.draw(st.booleans()):
+            ids: list[int] | None = self._pick_ids(data, {"dead"})
+            limit = len(ids)
+            matching = [i for i in ids if self.jobs[i].state == "dead"]
+        else:
+            ids = None
+            codes = sorted({j.error_code for j in self.jobs.values() if j.state == "dead" and j.error_code})
+            filters = {
+                "task": data.draw(st.sampled_from([None, *TASKS])),
+                "error_code": data.draw(st.sampled_from([None, "NO_SUCH_CODE", *codes])),
+            }
+            limit = data.draw(st.integers(1, 3))
+            matching = sorted(
+                i
+                for i, j in self.jobs.items()
+                if j.state == "dead"
+                and filters["task"] in (None, j.task)
+                and filters["error_code"] in (None, j.error_code)
+            )
+        chosen = matching[:limit]
+        call = self.ops.dead_reprocess_many(
+            self.conn,
+            ids=ids,
+            queue=QUEUE,
+            limit=limit,
+            attempts=budget,
+            actor="model",
+            reason="reprocess",
+            now=self.now,
+            **filters,
+        )
+        # The matching rows are locked in id order, up to the limit.
+        if set(chosen) & self._locked_by_others():
+            self._waits_on_lock("dead reprocess", call)
+            return
+        assert self.run(call) == chosen, (ids, filters, limit)
+        event(f"dead reprocess: {len(chosen)} of {len(matching)}")
+        for job_id in chosen:
+            job = self.jobs[job_id]
             self.jobs[job_id] = replace(
                 job,
                 state="pending",
@@ -359,22 +489,96 @@ class LeaseMachine(RuleBasedStateMachine):
                 finished_at=None,
             )
             self.reprocessed.add(job_id)
-            self._log(self.events, (job_id, "reprocess", job.state, "pending", job.token, "model", None))
+        self._log_statement(
+            [(i, "reprocess", "dead", "pending", self.jobs[i].token, "model", None) for i in chosen]
+        )
 
-    def _cancel(self, data: st.DataObject) -> None:
-        """Scheduled, pending or dead -> cancelled; a running job is its holder's to finish."""
-        job_id = self._pick(data)
-        assert job_id is not None
-        job = self.jobs[job_id]
-        eligible = job.state in ("scheduled", "pending", "dead")
-        call = self.q.job_cancel(self.conn, job_id, actor="model", reason="test", now=self.now)
-        if eligible and job_id in self._locked_by_others():
-            self._waits_on_lock("cancel", call)
+    def _cancel(self, data: st.DataObject, likely: set[str], requeue: bool) -> None:
+        """Scheduled, pending and dead jobs are cancelled; a running one is revoked: its lease ends
+        here and its token moves on, so nothing its holder writes later lands. With `requeue`, a
+        running job goes back to pending instead (the revoked attempt not counted). By ids (any
+        job that cannot be cancelled refuses the whole command) or by a filter (more matches than
+        the bound refuse it)."""
+        running = requeue or data.draw(st.booleans())
+        if data.draw(st.integers(0, 2)) == 0:
+            where = CancelFilter(
+                queue=QUEUE, task=data.draw(st.sampled_from([None, *TASKS])), running=running
+            )
+            given, max_jobs = None, data.draw(st.integers(1, 3))
+        else:
+            where, given, max_jobs = CancelFilter(), self._pick_ids(data, likely), None
+        # The ids and the bound as Client.cancel computes them.
+        ids, bound = check_cancel(given, where, requeue=requeue, max_jobs=max_jobs)
+        if requeue:
+            accept = {"running"}
+        elif ids is not None:
+            accept = {"scheduled", "pending", "running", "dead"}
+        else:
+            accept = {"scheduled", "pending"} | ({"running"} if running else set())
+        if ids is not None:
+            target = ids
+        else:
+            target = sorted(
+                i for i, j in self.jobs.items() if j.state in accept and where.task in (None, j.task)
+            )[: bound + 1]
+        call = self.control.cancel_many(
+            self.conn,
+            ids,
+            where,
+            requeue=requeue,
+            max_jobs=bound,
+            actor="model",
+            reason="cancel",
+            now=self.now,
+        )
+        what = "requeue" if requeue else "cancel"
+        if set(target) & self._locked_by_others():
+            self._waits_on_lock(what, call)
             return
-        assert self.run(call) == eligible
-        if eligible:
-            self.jobs[job_id] = self._finished(job, "cancelled")
-            self._log(self.events, (job_id, "cancel", job.state, "cancelled", job.token, "model", None))
+        rows = self.run(call)
+        refused = [i for i in target if self.jobs[i].state not in accept]
+        if refused:
+            assert ([r["id"] for r in rows.refused], rows.moved) == (refused, []), (ids, rows)
+            event(f"{what}: refused")
+            return
+        if len(target) > bound:
+            assert rows.too_many and not rows.moved, (where, bound, rows)
+            event(f"{what}: too many")
+            return
+        assert ([r["id"] for r in rows.moved], rows.too_many) == (target, False), (ids, where, rows)
+        expected: list[Event] = []
+        for job_id in target:
+            job = self.jobs[job_id]
+            if job.state != "running":
+                self.jobs[job_id] = self._finished(job, "cancelled", error_code="CANCELLED")
+                expected.append((job_id, "cancel", job.state, "cancelled", job.token, "model", None))
+                event(f"cancel: {job.state}")
+                continue
+            assert job.owner is not None
+            self.revoked[job_id] = (job.owner, job.token)
+            token = job.token + 1
+            if requeue:
+                self.jobs[job_id] = _released(
+                    job,
+                    state="pending",
+                    token=token,
+                    attempts=job.attempts - 1,
+                    available_at=self.now,
+                    releases=job.releases + 1,
+                    error_code="REQUEUED",
+                )
+            else:
+                self.jobs[job_id] = self._finished(job, "cancelled", token=token, error_code="REVOKED")
+            to = self.jobs[job_id].state
+            expected.append((job_id, "revoke", "running", to, token, "model", f"HELD_BY {job.owner}"))
+            event(f"{what}: revoked")
+        self._log_statement(expected)
+        # Often the holder is writing at that very moment.
+        revoked = [i for i in target if i in self.revoked and self.revoked[i][1] < self.jobs[i].token]
+        if revoked and data.draw(st.booleans()):
+            self._revoked_write(
+                data, data.draw(st.sampled_from(revoked)), data.draw(st.sampled_from(REVOKED_WRITES))
+            )
 
     def _ordering_skip(self, data: st.DataObject) -> None:
         """The operator lists the keys a dead job blocks, then skips a job (mostly a dead head):
@@ -523,8 +727,11 @@ class LeaseMachine(RuleBasedStateMachine):
     @rule(data=st.data(), moved=st.booleans(), lease=st.sampled_from([1.0, 5.0, 30.0]))
     def heartbeat(self, data: st.DataObject, moved: bool, lease: float) -> None:
         job_id = self._pick_running(data)
+        owner, token = self._writer(data, self.jobs[job_id])
+        self._heartbeat(job_id, owner, token, moved, lease)
+
+    def _heartbeat(self, job_id: int, owner: str, token: int, moved: bool, lease: float) -> None:
         job = self.jobs[job_id]
-        owner, token = self._writer(data, job)
         marker = (
             {"step": self.now.timestamp()} if moved else (None if job.progress is UNSET else job.progress)
         )
@@ -566,7 +773,8 @@ class LeaseMachine(RuleBasedStateMachine):
         job = view[job_id]
         new = None
         if job.holds(owner, token, self.now) and job_id not in locked:
-            expected, new = "done", self._finished(job, "succeeded")
+            # A succeeded job shows no error: the earlier attempts' are in its history.
+            expected, new = "done", self._finished(job, "succeeded", error_code=None)
         elif job.state == "succeeded" and job.token == token:
             # A repeat of the completion that landed (its reply lost): answered, applied once.
             # The row keeps no owner after success, so the token alone decides.
@@ -609,10 +817,16 @@ class LeaseMachine(RuleBasedStateMachine):
         )
 
     def _fail(
-        self, data: st.DataObject, job_id: int, retry_delay: float | None, code: str, at_deadline: bool
+        self,
+        data: st.DataObject,
+        job_id: int,
+        retry_delay: float | None,
+        code: str,
+        at_deadline: bool,
+        writer: tuple[str, int] | None = None,
     ) -> None:
         job = self.jobs[job_id]
-        owner, token = self._writer(data, job)
+        owner, token = writer or self._writer(data, job)
         delay = None if code == "PERMANENT" else retry_delay
         outcome = self.run(
             self.q.job_fail(
@@ -687,8 +901,11 @@ class LeaseMachine(RuleBasedStateMachine):
         """The holder gives the job back (graceful shutdown): pending at once, the attempt not
         counted, the token kept; a stale, foreign, expired or blocked release changes nothing."""
         job_id = self._pick_running(data)
+        owner, token = self._writer(data, self.jobs[job_id])
+        self._release(job_id, owner, token)
+
+    def _release(self, job_id: int, owner: str, token: int) -> None:
         job = self.jobs[job_id]
-        owner, token = self._writer(data, job)
         released = self.run(
             self.q.lease_release_many(self.conn, owner=owner, leases=[(job_id, token)], now=self.now)
         )
@@ -708,6 +925,30 @@ class LeaseMachine(RuleBasedStateMachine):
                 releases=job.releases + 1,
             )
             self._log(self.events, (job_id, "released", "running", "pending", token, owner, "SHUTDOWN"))
+
+    @precondition(lambda self: bool(self.revoked))
+    @rule(data=st.data(), write=st.sampled_from(REVOKED_WRITES))
+    def revoked_holder_writes(self, data: st.DataObject, write: str) -> None:
+        self._revoked_write(data, data.draw(st.sampled_from(sorted(self.revoked))), write)
+
+    def _revoked_write(self, data: st.DataObject, job_id: int, write: str) -> None:
+        """The holder of a revoked lease has not heard yet and goes on writing; nothing it writes
+        lands, whatever the job has become since: cancelled, pending again, or running again under
+        a new lease (maybe its own)."""
+        owner, token = self.revoked[job_id]
+        assert not self.jobs[job_id].holds(owner, token, self.now, at_deadline=True)
+        event(f"revoked holder: {write} while {self.jobs[job_id].state}")
+        if write == "complete":
+            locked = self._locked_by_others()
+            assert self._complete(self.conn, self.jobs, locked, job_id, owner, token, self.events) is None
+        elif write == "fail":
+            self._fail(data, job_id, 0.0, "TRANSIENT", at_deadline=False, writer=(owner, token))
+        elif write == "heartbeat":
+            self._heartbeat(job_id, owner, token, moved=True, lease=30.0)
+        elif write == "release":
+            self._release(job_id, owner, token)
+        else:
+            self._begin_effect(job_id, owner, token, finish=True, hook=None)
 
     # -- the effect ledger --------------------------------------------------------------------
 
@@ -1086,8 +1327,8 @@ class LeaseMachine(RuleBasedStateMachine):
 def test_lease_state_machine_matches_model(dsn: str) -> None:
     """Hundreds of random operation sequences on the real SQL, with row locks and interleaved
     transactions on other connections, agree with the model at every step: one live lease per job,
-    growing tokens, inert stale and busy writes, sticky terminal states, bounded attempts,
-    uncounted releases, ordered keys, effects performed once, nothing lost."""
+    growing tokens, inert stale, busy and revoked writes, sticky terminal states, bounded attempts,
+    uncounted releases and requeues, ordered keys, effects performed once, nothing lost."""
     loop = asyncio.new_event_loop()
 
     async def connect(autocommit: bool, lock_timeout: str) -> psycopg.AsyncConnection[Any]:
