@@ -10,6 +10,7 @@ import psycopg
 from _harness import at, db_now, job_events, job_row, states, wait_until
 
 import tenure
+from tenure.db.ops_queries import OpsQueries
 from tenure.db.queries import Queries
 from tenure.jobs import JobSpec
 
@@ -23,7 +24,7 @@ async def assert_visible_dead(db: psycopg.AsyncConnection[Any], queries: Queries
     assert row["state"] == "dead" and row["finished_at"] is not None
     assert row["attempt_count"] == ATTEMPTS == row["max_attempts"]
     assert row["lease_owner"] is None and row["lease_token"] == ATTEMPTS
-    assert [d["id"] for d in await queries.dead_list(db)] == [job_id]
+    assert [d["id"] for d in await OpsQueries("tenure").dead_search(db)] == [job_id]
     assert await states(db) == {"dead": 1}
     assert await queries.job_claim(db, owner="late", **CLAIM) == []
 

@@ -15,6 +15,7 @@ from psycopg import AsyncConnection
 import tenure
 from tenure import Backoff, Confirmed, JobContext, NotHappened, RetryLater, WorkerOptions
 from tenure.cli import main
+from tenure.db.control_queries import ControlQueries
 from tenure.db.effects_queries import EffectQueries
 from tenure.db.queries import Queries
 
@@ -172,7 +173,10 @@ async def test_without_a_hook_the_job_dies_uncertain_and_an_operator_resolves_it
     resolve = ["effects", "resolve", str(listed["id"]), "--not-happened", "--reason", "checked: no delivery"]
     assert await asyncio.to_thread(main, [*resolve, "--dsn", dsn, "--json"]) == 0
     assert await asyncio.to_thread(main, [*resolve, "--dsn", dsn]) == 1  # not uncertain any more
-    assert await Queries("tenure").job_reprocess(db, job.id, attempts=1, actor="op", reason="resolved")
+    retried = await ControlQueries("tenure").retry_many(
+        db, [job.id], attempts=1, actor="op", reason="resolved"
+    )
+    assert [r["id"] for r in retried.moved] == [job.id]
     final = await run_until_settled(app, dsn, job.id)
     await app.close()
     assert final["state"] == "succeeded"

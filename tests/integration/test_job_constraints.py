@@ -11,6 +11,7 @@ import psycopg
 import pytest
 from psycopg import AsyncConnection
 
+from tenure.db.control_queries import ControlQueries
 from tenure.db.queries import Queries
 from tenure.jobs import JobSpec, JobState
 
@@ -144,7 +145,10 @@ async def test_token_grows_by_one_per_claim_through_a_full_lifecycle(
         now=at(201),
     )
     await step()
-    assert await queries.job_reprocess(db, job_id, attempts=2, actor="op", reason="fixed", now=at(202))
+    retried = await ControlQueries("tenure").retry_many(
+        db, [job_id], attempts=2, actor="op", reason="fixed", now=at(202)
+    )
+    assert [r["id"] for r in retried.moved] == [job_id]
     await step()
     [c] = await queries.job_claim(db, owner="e", now=at(203), **CLAIM)
     await step()
@@ -173,13 +177,15 @@ async def test_token_grows_by_one_per_claim_through_a_full_lifecycle(
 async def test_token_never_decreases_under_a_random_walk_of_public_queries(
     db: AsyncConnection[Any], queries: Queries
 ) -> None:
-    """300 random public-query calls (stale tokens too) never lower a token; only claims raise it."""
+    """300 random public-query calls (stale tokens too) never lower a token; only claims and an
+    operator's revoke raise it."""
     rng = random.Random(20240611)
+    control = ControlQueries("tenure")
     jobs = await queries.job_insert_many(db, [JobSpec(task="t", max_attempts=4) for _ in range(6)])
     ids = [j.id for j in jobs]
     t0 = await db_now(db)
     clock = 0.0
-    claims = dict.fromkeys(ids, 0)
+    raised = dict.fromkeys(ids, 0)  # claims and revokes of each job
     held: dict[int, tuple[str, int]] = {}  # job -> (owner, token) of the latest claim we made
     last = {i: 0 for i in ids}
     for _ in range(300):
@@ -196,7 +202,7 @@ async def test_token_never_decreases_under_a_random_walk_of_public_queries(
             for c in await queries.job_claim(
                 db, owner=f"w{rng.randint(1, 3)}", now=now, **{**CLAIM, "limit": 2}
             ):
-                claims[c.id] += 1
+                raised[c.id] += 1
                 held[c.id] = (c.lease.owner, c.lease.token)
         elif op == "complete":
             await queries.job_complete_many(db, owner=owner, leases=[(target, token)], now=now)
@@ -225,16 +231,19 @@ async def test_token_never_decreases_under_a_random_walk_of_public_queries(
         elif op == "promote":
             await queries.job_promote_due(db, limit=10, now=now)
         elif op == "reprocess":
-            await queries.job_reprocess(db, target, attempts=2, actor="op", reason="walk", now=now)
+            await control.retry_many(db, [target], attempts=2, actor="op", reason="walk", now=now)
         else:
-            await queries.job_cancel(db, target, actor="op", reason="walk", now=now)
+            cancelled = await control.cancel_many(
+                db, [target], max_jobs=1, actor="op", reason="walk", now=now
+            )
+            raised[target] += sum(r["from_state"] == "running" for r in cancelled.moved)
         for job_id in ids:
             token_now, attempts, _ = await token_of(db, queries, job_id)
             assert token_now >= last[job_id], (op, job_id)
-            assert token_now == claims[job_id], (op, job_id)
+            assert token_now == raised[job_id], (op, job_id)
             assert attempts <= token_now
             last[job_id] = token_now
-    assert sum(claims.values()) > 20  # the walk really exercised the claim path
+    assert sum(raised.values()) > 20  # the walk really exercised the claim path
 
 
 UNREADABLE_VALUES = [

@@ -14,6 +14,8 @@ from psycopg import AsyncConnection
 
 import tenure
 from tenure import JobSpec, WorkerOptions
+from tenure.db.control_queries import ControlQueries
+from tenure.db.ops_queries import OpsQueries
 from tenure.db.ordering_queries import OrderingQueries
 from tenure.db.queries import Queries
 from tenure.errors import ValidationError
@@ -134,7 +136,9 @@ async def test_a_dead_head_blocks_its_key_visibly_until_reprocessed(
     [blocked] = await OrderingQueries("tenure").blocked(db)
     assert (blocked["id"], blocked["ordering_key"], blocked["waiting"]) == (h, "order-9", 2)
 
-    assert await queries.job_reprocess(db, h, attempts=1, actor="op", reason="fixed")
+    assert await OpsQueries("tenure").dead_reprocess_many(
+        db, ids=[h], attempts=1, actor="op", reason="fixed"
+    ) == [h]
     assert await claim(db, queries) == [h]
     await complete(db, queries, h)
     assert await OrderingQueries("tenure").blocked(db) == []
@@ -319,31 +323,28 @@ async def test_a_cancelled_head_brought_back_during_a_later_jobs_claim_waits_for
     dsn: str, db: AsyncConnection[Any], queries: Queries
 ) -> None:
     """A key's head is cancelled and the next job's claim has run but not committed; bringing the
-    head back (reprocess, or retry) waits for that claim, and the head then stays behind the job
-    now running: never two running jobs of one key."""
-    from tenure.db.control_queries import ControlQueries
-
+    head back (retry) waits for that claim, and the head then stays behind the job now running:
+    never two running jobs of one key."""
+    control = ControlQueries("tenure")
     head, follower, third = await enqueue(db, queries, "k", "k", "k")
     await db.execute("UPDATE tenure.jobs SET state = 'cancelled', finished_at = now() WHERE id = %s", (head,))
     async with await AsyncConnection.connect(dsn) as slow:
         assert await claim(slow, queries, limit=1) == [follower]  # in a transaction, not committed
-        bring_back = [
-            lambda: queries.job_reprocess(db, head, attempts=1, actor="ops", reason="try again"),
-            lambda: ControlQueries("tenure").retry_many(db, [head], attempts=1, actor="ops", reason="again"),
-        ]
-        for call in bring_back:
-            waiting = asyncio.ensure_future(call())
-            await asyncio.sleep(0.3)
-            assert not waiting.done(), "brought back without waiting for the claim of its key"
-            waiting.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await waiting
-            await db.execute(
-                "SELECT pg_cancel_backend(pid) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-            )
+        waiting = asyncio.ensure_future(
+            control.retry_many(db, [head], attempts=1, actor="ops", reason="again")
+        )
+        await asyncio.sleep(0.3)
+        assert not waiting.done(), "brought back without waiting for the claim of its key"
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        await db.execute(
+            "SELECT pg_cancel_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
         await slow.commit()
-    assert await queries.job_reprocess(db, head, attempts=1, actor="ops", reason="try again")
+    retried = await control.retry_many(db, [head], attempts=1, actor="ops", reason="try again")
+    assert [r["id"] for r in retried.moved] == [head]
     assert await claim(db, queries) == []  # the follower runs: the head waits behind it
     assert {await state(db, i) for i in (head, follower, third)} == {"pending", "running"}
     await complete(db, queries, follower)

@@ -14,6 +14,7 @@ from psycopg import AsyncConnection
 
 import tenure
 from tenure import JobContext, Tenure
+from tenure.db.control_queries import ControlQueries
 from tenure.db.queries import Queries
 from tenure.jobs import JobSpec, JobState
 from tenure.retry import Backoff
@@ -111,7 +112,10 @@ async def test_a_scheduled_job_can_be_cancelled_and_never_runs(
     now = await (await db.execute("SELECT now()")).fetchone()
     assert now is not None
     [job] = await queries.job_insert_many(db, [JobSpec(task="t", delay=60)])
-    assert await queries.job_cancel(db, job.id, actor="op", reason="not needed")
+    cancelled = await ControlQueries("tenure").cancel_many(
+        db, [job.id], max_jobs=1, actor="op", reason="not needed"
+    )
+    assert [r["id"] for r in cancelled.moved] == [job.id]
     later = now[0].replace(year=now[0].year + 1)
     assert (await queries.job_promote_due(db, limit=10, now=later)).promoted == 0
     stored = await queries.job_get(db, job.id)

@@ -14,6 +14,7 @@ from psycopg import conninfo, errors
 from tenure.cli import main
 from tenure.client import Client
 from tenure.db.control_queries import ControlQueries
+from tenure.db.ops_queries import OpsQueries
 from tenure.db.queries import Queries
 from tenure.jobs import JobSpec, JobState
 from tenure.security.roles import Role, grants
@@ -192,16 +193,22 @@ async def test_admin_reprocesses_dead_jobs_that_producer_and_worker_cannot(
             error="x",
             retry_delay=None,
         )
+    ops, control = OpsQueries(SCHEMA), ControlQueries(SCHEMA)
     for role in (Role.PRODUCER, Role.WORKER):
         async with await psycopg.AsyncConnection.connect(as_role(dsn, roles[role]), autocommit=True) as conn:
             with pytest.raises(errors.InsufficientPrivilege):
-                await q.job_reprocess(conn, job_id, attempts=1, actor=role.value, reason="try")
+                await ops.dead_reprocess_many(conn, ids=[job_id], attempts=1, actor=role.value, reason="try")
+            with pytest.raises(errors.InsufficientPrivilege):
+                await control.retry_many(conn, [job_id], attempts=1, actor=role.value, reason="try")
     async with await psycopg.AsyncConnection.connect(
         as_role(dsn, roles[Role.ADMIN]), autocommit=True
     ) as conn:
-        assert [r["id"] for r in await q.dead_list(conn)] == [job_id]
-        assert await q.job_reprocess(conn, job_id, attempts=1, actor="admin", reason="fixed")
-        assert await q.job_cancel(conn, job_id, actor="admin", reason="not needed")
+        assert [r["id"] for r in await ops.dead_search(conn)] == [job_id]
+        assert await ops.dead_reprocess_many(
+            conn, ids=[job_id], attempts=1, actor="admin", reason="fixed"
+        ) == [job_id]
+        cancelled = await control.cancel_many(conn, [job_id], max_jobs=1, actor="admin", reason="not needed")
+        assert [r["id"] for r in cancelled.moved] == [job_id]
 
 
 def test_roles_command_prints_grants_for_the_chosen_schema(capsys: pytest.CaptureFixture[str]) -> None:

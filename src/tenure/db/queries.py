@@ -557,43 +557,6 @@ class Queries:
         rows = _fetch_sync(conn, self._sql["job_events_list"], {"job_id": job_id})
         return [_event(r) for r in rows]
 
-    async def dead_list(
-        self, conn: AsyncConnection[Any], *, queue: str | None = None, limit: int = 100
-    ) -> list[Row]:
-        return await _fetch(conn, self._sql["dead_list"], {"queue": queue, "limit": limit})
-
-    async def job_reprocess(
-        self,
-        conn: AsyncConnection[Any],
-        job_id: int,
-        *,
-        attempts: int,
-        actor: str,
-        reason: str,
-        now: datetime | None = None,
-    ) -> bool:
-        params = {
-            "id": job_id,
-            "attempts": attempts,
-            "actor": actor,
-            "reason": reason,
-            "channel": self.channel,
-            "now": now,
-        }
-        return bool(await _fetch(conn, self._sql["job_reprocess"], params))
-
-    async def job_cancel(
-        self,
-        conn: AsyncConnection[Any],
-        job_id: int,
-        *,
-        actor: str,
-        reason: str,
-        now: datetime | None = None,
-    ) -> bool:
-        params = {"id": job_id, "actor": actor, "reason": reason, "now": now}
-        return bool(await _fetch(conn, self._sql["job_cancel"], params))
-
     async def queue_stats(
         self,
         conn: AsyncConnection[Any],
