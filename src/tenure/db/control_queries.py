@@ -266,11 +266,6 @@ class ControlQueries:
     def db_now_sync(self, conn: Connection[Any]) -> datetime:
         return _fetch_sync(conn, self._sql["clock_now"], {})[0]["now"]  # type: ignore[no-any-return]
 
-    async def queue_events(
-        self, conn: AsyncConnection[Any], queue: str | None = None, limit: int = 50
-    ) -> list[Row]:
-        return await _fetch(conn, self._sql["queue_events_list"], {"queue": queue, "limit": limit})
-
     async def declare_limit(self, conn: AsyncConnection[Any], limit: QueueLimit, declared_by: str) -> None:
         params = {
             "queue": limit.queue,

@@ -568,10 +568,6 @@ class Queries:
         rows = await _fetch(conn, self._sql["queue_stats"], params)
         return [QueueStateCount(**{**r, "state": JobState(r["state"])}) for r in rows]
 
-    async def event_counts(self, conn: AsyncConnection[Any]) -> dict[str, int]:
-        rows = await _fetch(conn, self._sql["event_counts"], {})
-        return {r["event"]: r["n"] for r in rows}
-
     # -- the lease state machine ------------------------------------------------------------
 
     async def job_claim(

@@ -83,7 +83,7 @@ ORDER BY 1;
 -- a running or succeeded job, or an unknown id, refuses the whole call.
 -- The jobs given and the waiting and running jobs of their ordering keys are locked first, in id
 -- order (T4): a cancelled head brought back while a later job of its key is being claimed by a
--- transaction not yet committed would be claimed beside it (see job_reprocess).
+-- transaction not yet committed would be claimed beside it, and run out of its key's order.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), key_rows AS (
@@ -182,13 +182,6 @@ FROM __schema__.queue_pauses p
 CROSS JOIN (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) clock
 WHERE p.until IS NULL OR p.until > clock.now
 ORDER BY p.queue;
-
--- name: queue_events_list
-SELECT id, queue, event, until, actor, reason, at
-FROM __schema__.queue_events
-WHERE %(queue)s::text IS NULL OR queue = %(queue)s::text
-ORDER BY id DESC
-LIMIT %(limit)s;
 
 -- name: job_result_get
 -- What a caller waiting for a job needs: its state, result and last error. A waited-for job

@@ -12,6 +12,3 @@ FROM __schema__.jobs
 CROSS JOIN (SELECT coalesce(%(now)s::timestamptz, now()) AS now) clock
 GROUP BY queue, state, clock.now
 ORDER BY queue, state;
-
--- name: event_counts
-SELECT event, count(*) AS n FROM __schema__.job_events GROUP BY event ORDER BY event;
