@@ -77,7 +77,7 @@ class Tenure:
         rate: int | None = None,
         per: float = 1.0,
     ) -> QueueLimit:
-        """Limits `queue` across every worker (Q3): at most `max_running` of its jobs running, at
+        """Limits `queue` across every worker: at most `max_running` of its jobs running, at
         most `max_running_per_key` per value of payload field `key`, at most `rate` starts per
         `per` seconds. Workers of this app write it to the database when they start."""
         declared = QueueLimit(queue, max_running, key, max_running_per_key, rate, per)
@@ -139,7 +139,7 @@ class Tenure:
         return self.registry.add_schedule(declared)
 
     def secret_resolver(self, resolver: SecretResolver) -> SecretResolver:
-        """Registers how workers turn `tenure.secret(name)` references into values (E4).
+        """Registers how workers turn `tenure.secret(name)` references into values.
 
         Usable as a decorator. The resolver takes the secret's name and returns its value (or an
         awaitable of it); the value reaches the handler only, never the database or the logs.

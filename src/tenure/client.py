@@ -132,7 +132,7 @@ class JobBuilder:
 
     def check(self, spec: JobSpec, task: AnyTask | None = None) -> JobSpec:
         """The spec completed from its task's policy and validated, ready to write (a copy: the
-        caller's spec is not changed). Applies the credential policy (E4)."""
+        caller's spec is not changed). Applies the credential policy."""
         return self.check_json(spec, task)[0]
 
     def check_json(self, spec: JobSpec, task: AnyTask | None = None) -> tuple[JobSpec, str]:
@@ -207,7 +207,7 @@ class JobBuilder:
             delay: seconds (or a timedelta) from now before the job may run.
             run_at: when the job may run; give `delay` or `run_at`, not both.
             max_attempts: runs before the job is dead.
-            ordering_key: jobs sharing a key run one at a time, in enqueue order (O2).
+            ordering_key: jobs sharing a key run one at a time, in enqueue order.
             result_wanted: a caller will wait for the result: the job's finish notifies at once.
             unique: a tenure.Unique, a key string or True (by the whole payload); False: not
                 unique, whatever the task's policy.
@@ -284,7 +284,7 @@ def _copy_rows(specs: Sequence[JobSpec], db_now: datetime) -> _CopyRows:
 
 
 def _refuse_ordering_keys(specs: Sequence[JobSpec]) -> None:
-    """COPY cannot take the per-key enqueue locks that keep a key's ids in commit order (O2), and
+    """COPY cannot take the per-key enqueue locks that keep a key's ids in commit order, and
     has no ON CONFLICT: one job meeting a held unique key or a stored idempotency key would
     abort the whole load. Such jobs go through enqueue_many."""
     if any(s.ordering_key is not None for s in specs):
@@ -448,7 +448,7 @@ class Client:
         self._notify_limiter.sent(admitted)
 
     async def enqueue_copy(self, specs: Iterable[JobSpec]) -> int:
-        """Bulk enqueue through COPY, in one transaction: all or none (P4). A job that fails its
+        """Bulk enqueue through COPY, in one transaction: all or none. A job that fails its
         checks raises, and the transaction writes nothing."""
         specs = list(specs)
         if not specs:
@@ -484,7 +484,7 @@ class Client:
         async with self._conn(None) as c:
             return await self.queries.job_events_list(c, job_id)
 
-    # -- job control (K1, K2) ----------------------------------------------------------------
+    # -- job control ----------------------------------------------------------------
 
     async def cancel(
         self,
@@ -754,7 +754,7 @@ class SyncClient:
         with self._conn(None) as c:
             return self.queries.job_events_list_sync(c, job_id)
 
-    # -- job control (K1, K2) ----------------------------------------------------------------
+    # -- job control ----------------------------------------------------------------
 
     def cancel(
         self,

@@ -53,7 +53,7 @@ class JobContext:
 
     @property
     def token(self) -> int:
-        """The fencing token of this attempt (L5): pass it to stores that reject older tokens."""
+        """The fencing token of this attempt: pass it to stores that reject older tokens."""
         return self.job.lease.token
 
     @property
@@ -63,7 +63,7 @@ class JobContext:
 
     @property
     def idempotency_key(self) -> uuid.UUID:
-        """Stable across every retry of this job (E1): pass it to payment, e-mail, webhook APIs."""
+        """Stable across every retry of this job: pass it to payment, e-mail, webhook APIs."""
         return self.job.idempotency_key
 
     def step_key(self, step: str) -> str:
@@ -83,7 +83,7 @@ class JobContext:
     # -- progress and the lease -------------------------------------------------------------
 
     def progress(self, marker: Any) -> None:
-        """Reports progress: the heartbeat renews the lease only when this marker changes (L3).
+        """Reports progress: the heartbeat renews the lease only when this marker changes.
 
         `marker` must be JSON (a cursor, a count of chunks done). Raises LeaseLost once the
         lease is gone, which makes this call the handler's cancellation point.
@@ -112,7 +112,7 @@ class JobContext:
         if self.lost_reason is None:
             self.lost_reason = reason
 
-    # -- external effects (E2) ---------------------------------------------------------------
+    # -- external effects ---------------------------------------------------------------
 
     async def effect(
         self, name: str, *, perform: Callable[[str], Any], reconcile: Callable[..., Any] | None = None
@@ -136,7 +136,7 @@ class JobContext:
 
         return run_effect_sync(self, self._services, name, perform, reconcile)
 
-    # -- transactional completion (E3) ------------------------------------------------------
+    # -- transactional completion ------------------------------------------------------
 
     async def atomic(
         self,

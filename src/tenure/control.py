@@ -1,4 +1,4 @@
-"""The operator's verbs on jobs and queues (K1): what they accept, and how a refusal reads.
+"""The operator's verbs on jobs and queues: what they accept, and how a refusal reads.
 
 Every verb is one guarded statement (db/sql/control.sql) that changes all it was asked to or
 nothing; this module checks the input before anything is sent and turns a refusal into an

@@ -1,4 +1,4 @@
-"""External side effects a retry must not repeat (E1, E2).
+"""External side effects a retry must not repeat.
 
 Prefer a destination that takes an idempotency key: pass `ctx.idempotency_key` (one per job)
 or `ctx.step_key("charge")` (one per step) and let the destination deduplicate retries.

@@ -70,7 +70,7 @@ class ClaimedJob:
     created_at: datetime
     db_now: datetime
     result_wanted: bool = False
-    """A caller waits for this job's result: its completion notifies (K2)."""
+    """A caller waits for this job's result: its completion notifies."""
     snoozes: int = 0
     """How many times the job snoozed before this attempt."""
     trace_context: dict[str, str] | None = None
@@ -103,7 +103,7 @@ class Job:
     finished_at: datetime | None
     ordering_key: str | None = None
     result: Any = None
-    """The handler's return value, stored when the job succeeded (K2); None otherwise."""
+    """The handler's return value, stored when the job succeeded; None otherwise."""
     result_wanted: bool = False
     snoozes: int = 0
     unreadable: str | None = None
@@ -138,7 +138,7 @@ class EnqueuedJob:
     available_at: datetime
     existing: bool = False
     """True when no job was added: this is the job that already had the idempotency key, or
-    that holds the unique key (Q2)."""
+    that holds the unique key."""
     unique_key: str | None = None
 
 
@@ -164,7 +164,7 @@ class JobSpec:
     delay: float | None = None
     max_attempts: int | None = None
     ordering_key: str | None = None
-    """Jobs sharing a key run one at a time, in enqueue order (O2); None: no ordering."""
+    """Jobs sharing a key run one at a time, in enqueue order; None: no ordering."""
     result_wanted: bool = False
     """A caller will wait for this job's result (`app.result`): its finish then notifies at
     once. Without it a waiter polls; jobs nobody waits for send no notification."""

@@ -1,4 +1,4 @@
-"""Global limits on a queue (Q3): at most N of its jobs running across the whole cluster, at
+"""Global limits on a queue: at most N of its jobs running across the whole cluster, at
 most M per value of a payload field (per customer, say), and at most R starts per period.
 
 Declared in code (`app.limit(...)`); every worker of the app writes the declaration to the

@@ -1,4 +1,4 @@
-"""What a handler may hand back besides success or an exception: a snooze, and a result (K2)."""
+"""What a handler may hand back besides success or an exception: a snooze, and a result."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ DEFAULT_MAX_SNOOZES = 100
 
 class Snooze(Exception):
     """Return or raise this from a handler to run the job again after `delay`, without spending
-    an attempt (K2): "not yet", not "failed". Each snooze is in the job's history; a job that
+    an attempt: "not yet", not "failed". Each snooze is in the job's history; a job that
     snoozes more than its task's `max_snoozes` goes dead with SNOOZE_LIMIT."""
 
     delay: float

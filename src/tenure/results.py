@@ -1,4 +1,4 @@
-"""Waiting for a job's result (K2).
+"""Waiting for a job's result.
 
 A waiter reads the job, and while it is unfinished waits for a notification on the results
 channel (`result_wanted` jobs send one when they finish) or for its poll interval, then reads

@@ -1,4 +1,4 @@
-"""Backoff with jitter and a cap, and the classification of failures into retry classes (R2, R3)."""
+"""Backoff with jitter and a cap, and the classification of failures into retry classes."""
 
 from __future__ import annotations
 

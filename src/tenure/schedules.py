@@ -1,4 +1,4 @@
-"""Periodic jobs (Q1): schedules declared in code, their cron slots and the missed-slot policy.
+"""Periodic jobs: schedules declared in code, their cron slots and the missed-slot policy.
 
 A schedule names a task, a cron expression and the time zone it is read in. Its slots are the
 instants the expression matches; every worker whose app declares the schedule runs a scheduler

@@ -1,4 +1,4 @@
-"""Secrets stay out of payloads (E4).
+"""Secrets stay out of payloads.
 
 A payload carries a *reference* (`tenure.secret("stripe/api-key")`, stored as
 `{"$secret": "stripe/api-key"}`), and the worker resolves it at run time through a resolver the

@@ -264,11 +264,11 @@ class TaskRegistry:
 
     def __init__(self) -> None:
         self._tasks: dict[str, Task[..., Any]] = {}
-        #: Turns `tenure.secret(name)` payload references into values at run time (E4).
+        #: Turns `tenure.secret(name)` payload references into values at run time.
         self.secret_resolver: SecretResolver | None = None
-        #: Global limits this app declares, by queue (Q3); its workers write them at start.
+        #: Global limits this app declares, by queue; its workers write them at start.
         self.limits: dict[str, QueueLimit] = {}
-        #: The periodic jobs this app declares (Q1), by schedule name; its workers fire them.
+        #: The periodic jobs this app declares, by schedule name; its workers fire them.
         self.schedules: dict[str, Schedule] = {}
 
     def register(

@@ -1,4 +1,4 @@
-"""The transaction runner (T1-T5).
+"""The transaction runner.
 
 A unit of work is a function of a `Transaction`. The runner opens the transaction, bounds lock
 waits, and on a serialization failure (40001) or deadlock (40P01) rolls back and runs the WHOLE
@@ -162,7 +162,7 @@ class AsyncTransaction(Transaction[AsyncConnection[Any]]):
 
     @contextlib.asynccontextmanager
     async def savepoint(self) -> AsyncIterator[None]:
-        """Rolls back to here on an expected local failure, keeping the outer transaction (T3)."""
+        """Rolls back to here on an expected local failure, keeping the outer transaction."""
         recorded = self.first_error
         try:
             async with self.conn.transaction():
@@ -266,7 +266,7 @@ async def run_transaction(
     policy: TransactionPolicy | None = None,
     request_id: str | None = None,
 ) -> T:
-    """Runs `work` in a transaction, retrying the whole unit on 40001/40P01 (T1, T2, T5)."""
+    """Runs `work` in a transaction, retrying the whole unit on 40001/40P01."""
     policy = policy or TransactionPolicy()
     request_id = request_id or uuid.uuid4().hex
     attempt = 0

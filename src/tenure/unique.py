@@ -1,4 +1,4 @@
-"""Unique jobs (Q2): at most one job per key while it is in the states of its scope.
+"""Unique jobs: at most one job per key while it is in the states of its scope.
 
 The key comes from chosen payload fields, or is given; it is scoped to the task. The database
 enforces it (a unique partial index over `unique_key` where the job's state is one of its own

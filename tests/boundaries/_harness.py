@@ -1,4 +1,4 @@
-"""Helpers shared by the boundary tests (DESIGN.md section X).
+"""Helpers shared by the boundary tests (tests/boundaries, one scenario a module).
 
 Polling waits with a deadline (a hang becomes a failure with a message), raw inspection of
 jobs and their audit log, real worker processes, and a TCP proxy that can freeze a worker's

@@ -1,5 +1,5 @@
 """A real worker's /metrics endpoint, scraped while jobs flow and while a lease is made to expire:
-every metric DESIGN.md M asks for is there with a value that shows it measured something."""
+every metric docs/metrics.md lists is there with a value that shows it measured something."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import tenure
 from tenure.metrics.worker import attach
 
-#: DESIGN.md M, item by item, and the sample that proves the item was measured.
+#: docs/metrics.md's metrics, item by item, and the sample that proves the item was measured.
 M_METRICS = {
     "oldest claimable job age": "tenure_oldest_claimable_age_seconds",
     "claim latency per queue": "tenure_job_claim_latency_seconds_count",

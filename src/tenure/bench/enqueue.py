@@ -1,4 +1,4 @@
-"""What unique jobs and idempotent enqueue cost a producer (Q2): single enqueues, one at a time
+"""What unique jobs and idempotent enqueue cost a producer: single enqueues, one at a time
 on one client, plain against unique (each key new), unique meeting a held key (the lookup
 path), and with the caller's own idempotency key."""
 

@@ -1,4 +1,4 @@
-"""What global limits cost the claim (Q3): jobs claimed and completed per second, batch after
+"""What global limits cost the claim: jobs claimed and completed per second, batch after
 batch on one connection, from an unlimited queue against a limited one whose limit never binds,
 and against a per-key limit over 1,000 keys."""
 

@@ -1,4 +1,4 @@
-"""Job control from the command line (K1, K2): cancel and revoke, retry now, queue pauses and
+"""Job control from the command line: cancel and revoke, retry now, queue pauses and
 job results.
 
 Exit codes: 0 done; 1 the database's state refused the verb and nothing was changed (a

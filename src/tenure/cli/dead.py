@@ -1,4 +1,4 @@
-"""The dead-job workflow (R4): list and filter, show with history, reprocess, purge."""
+"""The dead-job workflow: list and filter, show with history, reprocess, purge."""
 
 from __future__ import annotations
 

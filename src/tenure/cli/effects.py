@@ -1,4 +1,4 @@
-"""`tenure effects`: list the effect ledger and resolve uncertain effects (E2)."""
+"""`tenure effects`: list the effect ledger and resolve uncertain effects."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ class Report:
 
 
 async def read_report(args: argparse.Namespace, *, with_history: bool) -> Report:
-    """The gauges, recent throughput and workers, all from one read-only snapshot (T6)."""
+    """The gauges, recent throughput and workers, all from one read-only snapshot."""
     ops = OpsQueries(args.schema)
     async with await connect(resolve(args).dsn, name="tenure-cli") as conn:
         await require_current_schema(conn, args.schema)

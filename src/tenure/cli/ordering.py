@@ -1,4 +1,4 @@
-"""`tenure ordering`: keys blocked by a dead job, and skipping that job (O2)."""
+"""`tenure ordering`: keys blocked by a dead job, and skipping that job."""
 
 from __future__ import annotations
 

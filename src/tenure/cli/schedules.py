@@ -1,4 +1,4 @@
-"""Periodic jobs from the command line (Q1): list schedules with their last and next fire, show
+"""Periodic jobs from the command line: list schedules with their last and next fire, show
 one's recent fires, pause and resume.
 
 Exit codes: 0 done; 1 the database's state refused the verb and nothing was changed (no such

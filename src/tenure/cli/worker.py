@@ -27,7 +27,7 @@ def oldest_every(text: str) -> int | None:
 
 
 def parse_queues(spec: str | None) -> tuple[list[str] | None, dict[str, int] | None]:
-    """`a,b` or `a=3,b=1` (weights, O3) -> queue names and their weights."""
+    """`a,b` or `a=3,b=1` (weights) -> queue names and their weights."""
     if not spec:
         return None, None
     queues: list[str] = []

@@ -1,4 +1,4 @@
-"""Ordering keys held up by a dead job (O2): what waits behind each, and the two ways on, skip
+"""Ordering keys held up by a dead job: what waits behind each, and the two ways on, skip
 the head or reprocess it."""
 
 from __future__ import annotations

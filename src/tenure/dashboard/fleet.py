@@ -1,5 +1,5 @@
 """The fleet: every registered worker with its load and failing services, and the global limits
-(Q3) the workers declared, with the slots in use now."""
+the workers declared, with the slots in use now."""
 
 from __future__ import annotations
 

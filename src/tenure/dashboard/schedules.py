@@ -1,4 +1,4 @@
-"""Schedules (Q1): each one's cron, last and next fire and recent fires; pause and resume."""
+"""Schedules: each one's cron, last and next fire and recent fires; pause and resume."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Uncertain effects (E3): side effects whose attempt ended without saying whether they happened,
+"""Uncertain effects: side effects whose attempt ended without saying whether they happened,
 and the operator's verdict on each."""
 
 from __future__ import annotations

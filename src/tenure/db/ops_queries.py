@@ -61,7 +61,7 @@ class WorkerGauges:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """Everything a scrape, `tenure status` or `tenure check` reads, from one snapshot (T6)."""
+    """Everything a scrape, `tenure status` or `tenure check` reads, from one snapshot."""
 
     queues: list[QueueGauges]
     workers: WorkerGauges
@@ -73,9 +73,9 @@ class Snapshot:
     control_recent: list[Row] = field(default_factory=list)
     """Control acts (cancel, revoke, snooze, retry_now) of the last CONTROL_WINDOW_SECONDS."""
     limits: list[Row] = field(default_factory=list)
-    """Limited queues (Q3): their limits and live leases now."""
+    """Limited queues: their limits and live leases now."""
     schedules: list[Row] = field(default_factory=list)
-    """Schedules (Q1): name, paused, declared (by a live worker), since_last_fire_seconds."""
+    """Schedules: name, paused, declared (by a live worker), since_last_fire_seconds."""
 
 
 class OpsQueries:

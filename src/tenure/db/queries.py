@@ -121,7 +121,7 @@ def notify_channel(schema: str) -> str:
 SCHEDULED_PREFIX = "*"
 
 
-#: A NOTIFY payload that starts with this tells workers a running job was revoked (K1):
+#: A NOTIFY payload that starts with this tells workers a running job was revoked:
 #: "<prefix><job id>:<the revoked token>". No queue name can start with it either.
 REVOKE_PREFIX = "!"
 
@@ -198,7 +198,7 @@ UNREADABLE = (psycopg.DataError, ValueError, RecursionError)
 #: The error code of a claimed job whose row could not be read, set aside as dead unrun.
 UNREADABLE_ROW = "UNREADABLE_ROW"
 
-#: The fewest due jobs a limited claim looks at to find ones whose keys have room (Q3).
+#: The fewest due jobs a limited claim looks at to find ones whose keys have room.
 LIMITED_CLAIM_WINDOW = 100
 #: How often an enqueue tries again for a job whose key-holder finished between its insert and
 #: the lookup of that holder (each time the key was held, and then no longer).
@@ -586,8 +586,8 @@ class Queries:
         now: datetime | None = None,
     ) -> list[ClaimedJob]:
         """Claims up to `limit` due jobs of `queue`: the `oldest` oldest whatever their priority,
-        the rest by priority (O3). With `tasks`, only jobs of those tasks; None: any task.
-        A `limited` queue (Q3) is claimed within its limits, one claim at a time; the plain
+        the rest by priority. With `tasks`, only jobs of those tasks; None: any task.
+        A `limited` queue is claimed within its limits, one claim at a time; the plain
         claim takes nothing from a limited queue."""
         oldest = max(0, min(oldest, limit))
         params = {
@@ -714,7 +714,7 @@ class Queries:
         notify_results: bool = True,
         repeat_is_done: bool = True,
     ) -> dict[str, Any]:
-        ordered = sorted(leases)  # one lock order for every writer (T4)
+        ordered = sorted(leases)  # one lock order for every writer
         found = results or {}
         return {
             "ids": [i for i, _ in ordered],

@@ -77,7 +77,7 @@ ALTER TABLE __schema__.jobs ADD CONSTRAINT jobs_unique_key_of_its_task CHECK (
 -- Only due jobs are pending: jobs waiting for a later run time are `scheduled`, outside it.
 CREATE INDEX jobs_claimable_idx ON __schema__.jobs (queue, priority DESC, available_at, id)
     WHERE state = 'pending';
--- The claim's oldest-first share (O3): a queue's due jobs by age, whatever their priority.
+-- The claim's oldest-first share: a queue's due jobs by age, whatever their priority.
 CREATE INDEX jobs_claimable_by_age_idx ON __schema__.jobs (queue, available_at, id)
     WHERE state = 'pending';
 -- Promotion takes due scheduled jobs earliest first; `queue` rides along so the gauges can count
@@ -88,7 +88,7 @@ CREATE INDEX jobs_running_expiry_idx ON __schema__.jobs (lease_expires_at)
     WHERE state = 'running';
 CREATE INDEX jobs_dead_idx ON __schema__.jobs (queue, finished_at)
     WHERE state = 'dead';
--- One job per idempotency key (E1, migration 0006).
+-- One job per idempotency key (migration 0006).
 CREATE UNIQUE INDEX jobs_idempotency_key_idx ON __schema__.jobs (idempotency_key);
 
 -- Append-only history of every transition off the happy path.

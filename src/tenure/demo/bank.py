@@ -20,7 +20,7 @@ QUEUE = "bank"
 #: transaction: it keeps several jobs in flight per worker, so a paused worker is caught mid-job.
 EXTERNAL_LATENCY = (0.002, 0.03)
 
-#: A lock wait is bounded well inside the lease (T5): a transfer stuck behind a paused worker's
+#: A lock wait is bounded well inside the lease: a transfer stuck behind a paused worker's
 #: row locks gives up as contention and retries, rather than sitting on its lease until it expires.
 TRANSFER_TXN = TransactionPolicy(lock_timeout_ms=500)
 
@@ -58,7 +58,7 @@ def transfer(ctx: JobContext, source: int, target: int, amount: int) -> None:
             amount=amount,
         )
 
-    # The ledger row and the fenced completion commit together or not at all (E3): if the
+    # The ledger row and the fenced completion commit together or not at all: if the
     # lease was lost, the fence fails and the money movement rolls back with it.
     ctx.atomic_sync(move, policy=TRANSFER_TXN)
 

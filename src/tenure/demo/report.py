@@ -52,7 +52,7 @@ class Report:
 async def read_report(
     conn: AsyncConnection[Any], bank: BankQueries, *, enqueued: int, total_money: int
 ) -> Report:
-    """Reads every figure from one snapshot, so the counts and the invariants agree (T6)."""
+    """Reads every figure from one snapshot, so the counts and the invariants agree."""
     await conn.set_isolation_level(IsolationLevel.REPEATABLE_READ)
     async with conn.transaction():
         states = await bank.job_states(conn, TRANSFER)

@@ -22,7 +22,7 @@ class RetentionPolicy:
     """finished_seconds: succeeded and cancelled jobs are kept this long after they finished,
     unless `per_queue` names their queue. audit_seconds: audit rows of jobs no longer in play,
     and the fired-slot history of schedules.
-    dead_seconds: None keeps dead jobs until an operator purges them (the default, R4).
+    dead_seconds: None keeps dead jobs until an operator purges them (the default).
     batch / max_batches bound the work of one pass, so a pass never holds locks for long."""
 
     finished_seconds: float = 7 * DAY

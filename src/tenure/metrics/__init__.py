@@ -1,4 +1,4 @@
-"""Prometheus metrics (DESIGN.md M): runtime events from a worker, state gauges from the database.
+"""Prometheus metrics: runtime events from a worker, state gauges from the database.
 
 Needs the `metrics` extra (`pip install 'tenure[metrics]'`). `RuntimeMetrics` subscribes to a
 worker's events; `DatabaseCollector` reads the whole cluster's gauges once per scrape from one

@@ -1,4 +1,4 @@
-"""Database gauges, computed once per scrape for the whole cluster from one snapshot (T6)."""
+"""Database gauges, computed once per scrape for the whole cluster from one snapshot."""
 
 from __future__ import annotations
 
@@ -145,7 +145,7 @@ class DatabaseCollector(Collector):
             yield family
         paused = GaugeMetricFamily(
             "tenure_queue_paused_seconds",
-            "Queues paused now (K1), by how long they have been paused; absent when not paused",
+            "Queues paused now, by how long they have been paused; absent when not paused",
             labels=["queue"],
         )
         for row in snap.paused:
@@ -162,7 +162,7 @@ class DatabaseCollector(Collector):
         yield from _schedule_families(snap)
         limited = GaugeMetricFamily(
             "tenure_queue_limit_running",
-            "Live leases of a queue with a global limit (Q3), against its max_running (label limit)",
+            "Live leases of a queue with a global limit, against its max_running (label limit)",
             labels=["queue", "limit"],
         )
         for row in snap.limits:
@@ -184,7 +184,7 @@ def _schedule_families(snap: Snapshot) -> Iterator[GaugeMetricFamily]:
     last fired: compare it with the schedule's own interval to see one that stopped firing."""
     states = GaugeMetricFamily(
         "tenure_schedules",
-        "Registered schedules (Q1), by state: active, paused, undeclared",
+        "Registered schedules, by state: active, paused, undeclared",
         labels=["state"],
     )
     counts = {"active": 0, "paused": 0, "undeclared": 0}

@@ -69,7 +69,7 @@ class RuntimeMetrics:
         )
         self.fencing_losses = Counter(
             "tenure_fencing_losses",
-            "Fenced writes that updated zero rows: this worker had lost the lease (L1)",
+            "Fenced writes that updated zero rows: this worker had lost the lease",
             ["queue"],
             registry=registry,
         )

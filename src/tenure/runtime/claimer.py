@@ -1,4 +1,4 @@
-"""The claim loop: free slots -> batch claim, woken by notifications or a poll interval (C3, N2)."""
+"""The claim loop: free slots -> batch claim, woken by notifications or a poll interval."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ class Claimer:
         self._paced_until = 0.0
         self._next_queue = 0
         self.health = services.health.service("claimer")
-        #: Queues with a global limit (Q3), as last read; the plain claim takes nothing from a
+        #: Queues with a global limit, as last read; the plain claim takes nothing from a
         #: limited queue, so a limit set since then binds at once and is seen at the next read.
         self.limited: set[str] = set()
         self._limits_read_at = -LIMITS_REFRESH
@@ -73,7 +73,7 @@ class Claimer:
 
     def notified(self) -> None:
         """A job was enqueued on one of this worker's queues. An idle worker claims at once; a
-        busy one with its next refill (C3): it claims again as slots free anyway, and under load
+        busy one with its next refill: it claims again as slots free anyway, and under load
         a claim per notification would be a small claim, and a commit, per enqueue.
 
         Either claims once more NOTIFY_COOLDOWN later, for the jobs whose producers left their
@@ -101,7 +101,7 @@ class Claimer:
         return self.services.options.concurrency - len(self.executor.running)
 
     def claim_plan(self) -> list[tuple[str, int]]:
-        """(queue, slots) to claim, most underserved queue first (O3).
+        """(queue, slots) to claim, most underserved queue first.
 
         First each queue up to its weighted share of the slots, then, with what is left, the
         queues already at their share (idle shares are lent out, and won back as slots free).
@@ -212,7 +212,7 @@ class Claimer:
 
     def _slot_freed(self) -> None:
         # Refill in batches, not one claim per finished job: claim at once when enough slots are
-        # free, else a few milliseconds later, by when more have usually freed (C3). A claim per
+        # free, else a few milliseconds later, by when more have usually freed. A claim per
         # finished job costs a commit per job when jobs finish at different times.
         self._refill_soon()
 

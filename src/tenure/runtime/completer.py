@@ -35,7 +35,7 @@ class _Pending:
     job: ClaimedJob
     expires: float  # local monotonic estimate of the lease's end: past it, writing is pointless
     done: asyncio.Future[str]
-    result: Any = None  # the job's result, checked JSON (K2); None stores none
+    result: Any = None  # the job's result, checked JSON; None stores none
     busy_tries: int = 0
     not_before: float = field(default=0.0)
 

@@ -28,7 +28,7 @@ class Outcome(enum.StrEnum):
     RETRIED = "retried"
     DEAD = "dead"
     FENCED = "fenced"  # the fence refused our completion or failure write
-    SNOOZED = "snoozed"  # back to wait, the attempt not spent (K2)
+    SNOOZED = "snoozed"  # back to wait, the attempt not spent
 
 
 class EventSink(Protocol):
@@ -47,13 +47,13 @@ class EventSink(Protocol):
         how (LEASE_EXPIRED, HEARTBEAT_REFUSED, RECLAIMED, REVOKED, ...)."""
 
     def fencing_loss(self, job: ClaimedJob, code: str) -> None:
-        """A fenced write for `job` updated zero rows (L1)."""
+        """A fenced write for `job` updated zero rows."""
 
     def heartbeat_failed(self) -> None:
         """A heartbeat (lease renewal) could not reach the database."""
 
     def leases_recovered(self, leases: Sequence[RecoveredLease]) -> None:
-        """This process's recovery pass moved expired leases back to pending or to dead (R1)."""
+        """This process's recovery pass moved expired leases back to pending or to dead."""
 
 
 class Events:

@@ -94,7 +94,7 @@ class Execution:
     span: Any = None
 
     def set_expiry(self, expires_at: Any, db_now: Any, sent_at: float) -> None:
-        # Only a duration crosses from the database clock to ours, never a wall-clock time (L2),
+        # Only a duration crosses from the database clock to ours, never a wall-clock time,
         # and it is counted from when the request was sent: the reply's travel time only makes
         # the estimate earlier than the database's, never later.
         self.local_expiry = sent_at + (expires_at - db_now).total_seconds()
@@ -198,7 +198,7 @@ class Executor:
         self._interrupt(execution, LOST)
 
     def deadline_reached(self, execution: Execution) -> None:
-        """The job ran past its max runtime (L4): stop it and record MAX_RUNTIME for it."""
+        """The job ran past its max runtime: stop it and record MAX_RUNTIME for it."""
         if execution.ctx.lease_lost or execution.handler_done or execution.cancel_reason is not None:
             return
         execution.ctx.mark_lost(MAX_RUNTIME)
@@ -269,7 +269,7 @@ class Executor:
         payload, secrets = job.payload, []
         if has_secret_refs(payload):
             # Resolved values live in this attempt's memory only; every error text Tenure writes
-            # for the attempt has them redacted (E4).
+            # for the attempt has them redacted.
             try:
                 payload = await resolve_secrets(payload, self.registry.secret_resolver)
             except JobFailure as exc:
@@ -366,7 +366,7 @@ class Executor:
                 await self._fail(execution, task, refused.code, str(refused), FailureClass.PERMANENT)
                 return
         if ctx.completed:
-            # Completed in the handler's own transaction (E3); the result follows that commit.
+            # Completed in the handler's own transaction; the result follows that commit.
             if result is not None or job.result_wanted:
                 self.services.in_background(self._store_result(job, result))
             self._succeeded(execution)
@@ -398,7 +398,7 @@ class Executor:
             log.warning("could not store the result of job %s: %s", job.id, describe_error(exc))
 
     async def _snooze(self, execution: Execution, task: AnyTask, snooze: Snooze) -> None:
-        """Puts the job back to wait `snooze.delay` seconds without spending its attempt (K2)."""
+        """Puts the job back to wait `snooze.delay` seconds without spending its attempt."""
         job, services = execution.job, self.services
 
         async def write(conn: AsyncConnection[Any], attempt: int) -> FailOutcome:

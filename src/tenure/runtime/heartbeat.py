@@ -1,5 +1,5 @@
-"""Lease renewal on progress (L3, L4), and the local watchdog that stops a job whose lease
-has run out even when the database cannot be reached (X5)."""
+"""Lease renewal on progress, and the local watchdog that stops a job whose lease
+has run out even when the database cannot be reached."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class Heartbeat:
                     self.watchdog_health.failed(exc)
                     log.exception("watchdog pass failed")
                 # The beat runs beside the watchdog, never in its way: a beat stuck on an
-                # unreachable database must not stop the watchdog from ending expired jobs (X5).
+                # unreachable database must not stop the watchdog from ending expired jobs.
                 if (beat is None or beat.done()) and (
                     time.monotonic() - last_beat >= self.services.options.heartbeat_every
                 ):

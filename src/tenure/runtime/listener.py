@@ -1,4 +1,4 @@
-"""LISTEN on its own direct connection; a notification only wakes the claimer (N1, N2).
+"""LISTEN on its own direct connection; a notification only wakes the claimer.
 
 Behind a transaction pooler (PgBouncer in transaction mode) a LISTEN lands on whichever server
 session the pooler lends for that one statement, and notifications never come back. So after

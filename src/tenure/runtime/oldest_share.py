@@ -1,4 +1,4 @@
-"""The claim's oldest-first share (O3): the bound on how long a job can be passed by others.
+"""The claim's oldest-first share: the bound on how long a job can be passed by others.
 
 One job in every `every` that a worker claims from a queue is that queue's oldest due job,
 whatever its priority; the rest go by priority. Counting is per worker and per queue and costs

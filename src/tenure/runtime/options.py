@@ -28,9 +28,9 @@ class WorkerOptions:
         queues: None runs every queue the registry's tasks use (or 'default').
         concurrency: the most jobs this worker runs at once.
         lease_seconds: the renewable lease; renewed only while the job reports progress.
-        max_runtime_seconds: the hard limit after which a lease is never renewed (L4).
-        poll_interval: how often to claim with no notification, so jobs drain without LISTEN (N2).
-        claim_batch: the most jobs one claim takes; never more than the free slots (C3). Each
+        max_runtime_seconds: the hard limit after which a lease is never renewed.
+        poll_interval: how often to claim with no notification, so jobs drain without LISTEN.
+        claim_batch: the most jobs one claim takes; never more than the free slots. Each
             claim is a commit, so a claim takes every free slot up to this; the default lets
             a worker of up to 100 slots refill them all in one statement.
         heartbeat_interval: seconds between heartbeats; None: a third of the lease.
@@ -42,10 +42,10 @@ class WorkerOptions:
         listen: whether to LISTEN for new jobs; without it the worker only polls.
         worker_id: this worker's name: the owner of its leases, in job history and the workers list.
         completion_batch: the most completions one statement writes.
-        queue_weights: each queue's share of the slots while queues compete (O3); unnamed queues
+        queue_weights: each queue's share of the slots while queues compete; unnamed queues
             weigh 1. A queue always gets its share back as slots free; idle shares are lent out.
         oldest_every: one job in every `oldest_every` that this worker claims from a queue is the
-            queue's oldest due job, whatever its priority: the starvation bound of O3
+            queue's oldest due job, whatever its priority: the starvation bound
             (docs/ordering.md). 1 claims in due order only; None claims by priority only.
         promotion_batch: the most scheduled jobs one promotion statement makes pending.
         statement_timeout: the bound on every statement the worker's own services run (claims,

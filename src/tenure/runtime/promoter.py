@@ -30,7 +30,7 @@ class Promoter:
         self.wake_claimer = wake_claimer
         self._wake = asyncio.Event()
         # Database time at the last pass, and the local monotonic clock at that moment: only the
-        # duration between a due time and that pass crosses to the local clock (L2).
+        # duration between a due time and that pass crosses to the local clock.
         self._db_base: datetime | None = None
         self._local_base = 0.0
         self._wake_at = 0.0

@@ -1,4 +1,4 @@
-"""Expired-lease recovery (R1), safe to run in every worker at once (R5)."""
+"""Expired-lease recovery, safe to run in every worker at once."""
 
 from __future__ import annotations
 

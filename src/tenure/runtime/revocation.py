@@ -1,4 +1,4 @@
-"""How a worker learns that it no longer holds a job it runs: an operator revoked it (K1), or
+"""How a worker learns that it no longer holds a job it runs: an operator revoked it, or
 the database gave it to someone else. Two paths reach the same check: the revoke notice on the
 channel the listener already hears (at once), and every heartbeat (within one interval, also
 for jobs that report no progress and when notifications are lost)."""

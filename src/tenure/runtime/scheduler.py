@@ -1,4 +1,4 @@
-"""The scheduler: fires the periodic jobs (Q1) of the schedules its app declares.
+"""The scheduler: fires the periodic jobs of the schedules its app declares.
 
 Every worker whose app declares schedules runs one; there is no leader. Each tick reads the
 schedules' last slots with the database's now, plans the due slots in Python (tenure.schedules)

@@ -57,7 +57,7 @@ class WorkerServices:
 
         The bound covers the wait for a pool slot and the statement: past it the statement is
         cancelled on the server and TimeoutError raised, so no write of the worker can hang on
-        a lock held elsewhere, a hung server or a black-holed connection (T5).
+        a lock held elsewhere, a hung server or a black-holed connection.
         """
         async with asyncio.timeout(self.options.statement_bound), self.pool.connection() as conn:
             yield conn

@@ -23,7 +23,7 @@ class WorkerStats:
     recovered_dead: int = 0
     released: int = 0
     snoozed: int = 0
-    revoked: int = 0  # running jobs of this worker an operator revoked (K1)
+    revoked: int = 0  # running jobs of this worker an operator revoked
     promoted: int = 0  # scheduled jobs this worker's promotion passes made pending
     failures_by_code: Counter[str] = field(default_factory=Counter)
 

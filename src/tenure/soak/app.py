@@ -1,7 +1,7 @@
 """The soak's Tenure app: the demo bank's transfer and the other kinds of job.
 
 Workers load it like any user app (`tenure worker tenure.soak.app`). Every handler records its
-execution interval in the worker's attempt log, which is how the soak measures X5.
+execution interval in the worker's attempt log, which is how the soak measures how long two attempts overlap.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Execution intervals of every attempt, and how long two attempts of one job overlapped (X5).
+"""Execution intervals of every attempt, and how long two attempts of one job overlapped.
 
 Handlers append a start and an end line per attempt to their worker's own file, flushed at once,
 so a killed worker's lines survive it. Times come from /proc/uptime (10 ms resolution): the

@@ -1,4 +1,4 @@
-"""Ordered jobs and effect-recording jobs in the soak (O2, E2), and the checks that judge them.
+"""Ordered jobs and effect-recording jobs in the soak, and the checks that judge them.
 
 An ordered job carries an ordering key; the check reads, from the database, that every job of a
 key succeeded and that each was last claimed only after the previous job of its key finished.

@@ -35,7 +35,7 @@ class SoakReport:
         return not self.failures and all(c.ok for c in self.checks)
 
     def add_window(self, found: Overlaps, lease: float, longest_network_fault: float) -> None:
-        """X5: two attempts of one job may overlap, but only for a bounded time.
+        """Two attempts of one job may overlap, but only for a bounded time.
 
         A worker that is running learns of its lost lease from its own monotonic clock and stops
         at the handler's next cancellation point, so its overlap stays within one lease. A worker
@@ -46,7 +46,7 @@ class SoakReport:
         self.window = {**found.as_dict(), "lease_s": lease, "bound_s": round(bound, 3)}
         self.checks.append(
             Check(
-                "duplicate-execution window bounded (X5)",
+                "duplicate-execution window bounded",
                 found.max_window <= bound,
                 f"max {found.max_window:.2f}s over {found.jobs_run_twice_at_once} jobs, lease "
                 f"{lease:g}s, bound {bound:.2f}s",

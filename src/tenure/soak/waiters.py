@@ -1,4 +1,4 @@
-"""Callers waiting for results during the soak (K2): some producers wait for the jobs they
+"""Callers waiting for results during the soak: some producers wait for the jobs they
 enqueued with result_wanted, through faults, as an application would."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
--- Job control (K1, K2): an operator's cancel, revoke, retry-now and queue pauses. Each is one
+-- Job control: an operator's cancel, revoke, retry-now and queue pauses. Each is one
 -- guarded statement, all or nothing, recorded in the history with who and why.
 
 -- name: job_cancel_many
@@ -82,7 +82,7 @@ ORDER BY 1;
 -- reprocessed with a budget of %(attempts)s more attempts. All or nothing, like job_cancel_many:
 -- a running or succeeded job, or an unknown id, refuses the whole call.
 -- The jobs given and the waiting and running jobs of their ordering keys are locked first, in id
--- order (T4): a cancelled head brought back while a later job of its key is being claimed by a
+-- order: a cancelled head brought back while a later job of its key is being claimed by a
 -- transaction not yet committed would be claimed beside it, and run out of its key's order.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
@@ -204,7 +204,7 @@ ORDER BY id DESC
 LIMIT %(limit)s;
 
 -- name: queue_limit_declare
--- A worker's app declares a queue's limits (Q3); the last declaration wins. The bucket starts
+-- A worker's app declares a queue's limits; the last declaration wins. The bucket starts
 -- full, and keeps its tokens while the rate stays the same.
 INSERT INTO __schema__.queue_limits AS l (queue, max_running, key_field, max_running_per_key, rate,
                                           per_seconds, tokens, refilled_at, declared_by, updated_at)

@@ -1,4 +1,4 @@
--- The dead-job workflow (R4): search, reprocess many, purge past a retention age.
+-- The dead-job workflow: search, reprocess many, purge past a retention age.
 -- Filters are optional: NULL means "any". Ages are seconds before %(now)s (the database clock).
 
 -- name: dead_search
@@ -19,7 +19,7 @@ LIMIT %(limit)s;
 
 -- name: dead_reprocess_many
 -- Dead -> pending with a fresh budget, by ids or by filter; keeps ids, tokens and history, and
--- records who and why in the audit log. Rows are locked in id order (T4); one NOTIFY per queue.
+-- records who and why in the audit log. Rows are locked in id order; one NOTIFY per queue.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), target AS (

@@ -1,4 +1,4 @@
--- The effect ledger (E2): a job records its intent before an external call and the outcome
+-- The effect ledger: a job records its intent before an external call and the outcome
 -- after it. An intent that outlives its attempt means "the call may or may not have happened":
 -- the next attempt turns it into 'uncertain', and only a reconciliation (the application's hook
 -- or an operator) may let the effect run again.

@@ -3,19 +3,19 @@
 
 -- name: job_insert_many
 -- Inserts the jobs of %(jobs)s, a JSON array with one object per job, and, when %(notify)s,
--- notifies each affected queue once (N1). One JSON text is the cheapest way for the client to
+-- notifies each affected queue once. One JSON text is the cheapest way for the client to
 -- send a job: fourteen typed arrays cost it twice the CPU to encode, for one job or a hundred.
 -- A job whose run time is later than the database's now is `scheduled`, outside the claim
 -- indexes: instead of its queue, the notification tells promoters the earliest such run time
 -- (payload: the prefix %(scheduled_prefix)s and epoch seconds; no queue name starts with it).
 -- Without %(notify)s the caller owns the commit and notifies after it (queue_notify, with
 -- after_commit): each row says whether it went in scheduled, so the caller knows what to say.
--- Keyed jobs (O2) first take a transaction-scoped advisory lock per ordering key, in key order
+-- Keyed jobs first take a transaction-scoped advisory lock per ordering key, in key order
 -- (no deadlock between batches), so the ids of one key are drawn in commit order.
 -- The idempotency keys come from the client, which therefore knows them without reading them
 -- back: the producer role may insert these columns but read only id and available_at. Ids are
 -- drawn in input order (the ORDER BY feeds the insert), so the rows come back in that order.
--- A job that would share its idempotency key with a stored job, or its unique key (Q2, with
+-- A job that would share its idempotency key with a stored job, or its unique key (with
 -- its period's window number appended) with a job holding that key, is not inserted (ON
 -- CONFLICT DO NOTHING). Jobs that can meet such a key (unique, or with the caller's own
 -- idempotency key) are therefore sent one to a statement, and job_find_holder names the job
@@ -165,7 +165,7 @@ ORDER BY id;
 SELECT now() AS now;
 
 -- name: job_copy_in
--- Bulk enqueue (P4); the caller computes available_at from clock_now in the same transaction, and
+-- Bulk enqueue; the caller computes available_at from clock_now in the same transaction, and
 -- the state from it (scheduled when later than that now), as job_insert_many does.
 COPY __schema__.jobs (queue, task, payload, priority, available_at, state, max_attempts, result_wanted)
 FROM STDIN (FORMAT BINARY);

@@ -1,20 +1,20 @@
 -- The worker's side of the lease state machine. Every write after the claim is fenced:
--- it matches id, owner, token, state 'running' and an unexpired lease, all in database time (L1, L2).
+-- it matches id, owner, token, state 'running' and an unexpired lease, all in database time.
 -- Clocks here are statement_timestamp(), not now(): a fenced completion inside a handler's own
 -- transaction (ctx.atomic) must be judged at the moment it runs, not when the transaction began.
 
 -- name: job_claim
--- Claim and transition in one statement (C1); each claim bumps the token and the attempt (C2).
+-- Claim and transition in one statement; each claim bumps the token and the attempt.
 -- Two lanes, each an ordered scan of its own partial index, with no sort at any backlog:
--- the %(oldest)s oldest due jobs of the queue whatever their priority (the starvation bound of
--- O3, docs/ordering.md), then the rest of %(limit)s by priority. Only tasks named in %(tasks)s are
+-- the %(oldest)s oldest due jobs of the queue whatever their priority (the starvation bound,
+-- docs/ordering.md), then the rest of %(limit)s by priority. Only tasks named in %(tasks)s are
 -- taken (NULL: any task), so a worker never claims a job it cannot run.
 -- Lease length and max runtime come from the worker's task policies, by task name.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), paused AS (
-    -- A paused queue (K1) gives nothing, to every worker, from the moment the pause commits;
-    -- nor does a limited queue (Q3) here: job_claim_limited claims from it, one claim at a time.
+    -- A paused queue gives nothing, to every worker, from the moment the pause commits;
+    -- nor does a limited queue here: job_claim_limited claims from it, one claim at a time.
     SELECT EXISTS (
         SELECT 1 FROM __schema__.queue_pauses p
         WHERE p.queue = %(queue)s AND (p.until IS NULL OR p.until > (SELECT now FROM clock)))
@@ -26,7 +26,7 @@ WITH clock AS (
       AND c.queue = %(queue)s
       AND c.available_at <= (SELECT now FROM clock)
       AND (%(tasks)s::text[] IS NULL OR c.task = ANY(%(tasks)s::text[]))
-      -- Per-key ordering (O2): a keyed job is claimable only as the head of its key: nothing
+      -- Per-key ordering: a keyed job is claimable only as the head of its key: nothing
       -- of its key is running, and nothing earlier is waiting (scheduled or pending) or dead.
       -- Unkeyed rows skip the probe.
       AND (c.ordering_key IS NULL OR NOT EXISTS (
@@ -99,7 +99,7 @@ SELECT set_config('tenure.limit_turn',
                   pg_try_advisory_xact_lock(hashtext(%(lock_space)s), hashtext(%(queue)s))::text, true);
 
 -- name: job_claim_limited
--- The claim of a limited queue (Q3), after limit_lock in the same transaction. How many it may
+-- The claim of a limited queue, after limit_lock in the same transaction. How many it may
 -- take: the batch, at most max_running less the queue's live leases, at most the whole tokens of
 -- the queue's bucket. Which: a window of the queue's best due jobs by priority, then the first of
 -- each key before any second (round robin across keys), leaving out keys whose live leases
@@ -213,14 +213,14 @@ SELECT * FROM claimed;
 -- name: job_complete_many
 -- Fenced success for a batch. Rows are locked with SKIP LOCKED, so a row lock held elsewhere
 -- (an operator's open SELECT ... FOR UPDATE) costs only that row: it comes back as 'busy' and
--- the worker tries it again alone, while the rest of the batch completes (T5, X7).
+-- the worker tries it again alone, while the rest of the batch completes.
 -- Outcomes, per (id, token): 'done' (succeeded under this token, now or by an earlier write of
 -- ours whose reply was lost), 'busy' (the fence holds but the row is locked elsewhere), 'lost'
 -- (the fence does not hold: logged as fencing_lost). A job that succeeded earlier under the
 -- token answers 'done' only with %(repeat_is_done)s: a completion in the handler's own transaction
 -- (ctx.atomic) passes false, because its work must not commit beside a success already recorded,
 -- and after a failover that lost a claim that success can be another worker's under the same
--- token (the row keeps no owner once succeeded). Each job's result (K2) is stored with it,
+-- token (the row keeps no owner once succeeded). Each job's result is stored with it,
 -- and a job a caller waits for (result_wanted) notifies %(results_channel)s unless
 -- %(notify_results)s is false (ctx.atomic: the result is stored after the commit, and notifies).
 WITH clock AS (
@@ -286,7 +286,7 @@ SELECT id, token, outcome FROM others;
 -- name: job_fail
 -- Fenced failure: a retry after %(retry_delay)s seconds (scheduled while it waits out the delay,
 -- pending at once when there is none), or dead when the delay is NULL or the attempt budget is
--- spent. Logged either way (S3). Outcome 'failed' (with the new state), 'busy' (the row is
+-- spent. Logged either way. Outcome 'failed' (with the new state), 'busy' (the row is
 -- locked elsewhere: try again; SKIP LOCKED, so this never waits on it) or 'lost' (logged as
 -- fencing_lost). %(at_deadline)s: the job's max runtime is what ended it; the holder may then
 -- write the failure even though its lease, capped at the deadline, has run out, as long as the
@@ -344,7 +344,7 @@ SELECT v.outcome, f.state::text AS state, f.available_at
 FROM verdict v LEFT JOIN failed f ON true;
 
 -- name: lease_extend_many
--- Heartbeat: renews only leases whose progress marker moved (L3), never past the deadline (L4).
+-- Heartbeat: renews only leases whose progress marker moved, never past the deadline.
 -- SKIP LOCKED: a row locked elsewhere is left for the next beat instead of stalling the others.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
@@ -409,7 +409,7 @@ WITH clock AS (
 SELECT released.id FROM released CROSS JOIN notified;
 
 -- name: job_snooze
--- Fenced snooze (K2): the holder puts its job back to wait %(delay)s seconds without spending
+-- Fenced snooze: the holder puts its job back to wait %(delay)s seconds without spending
 -- the attempt (scheduled while it waits, pending at once for no delay). A job already snoozed
 -- %(max_snoozes)s times goes dead instead, with SNOOZE_LIMIT. Outcomes as job_fail's:
 -- 'snoozed' (with the new state), 'busy' (locked elsewhere, try again) or 'lost'.
@@ -490,7 +490,7 @@ SELECT s.id FROM stored s CROSS JOIN notified;
 -- name: lease_check_many
 -- Which of these (id, token) leases this worker no longer holds: revoked, taken over, finished
 -- or gone. The heartbeat asks it every beat, so a revoke reaches even a job that reports no
--- progress (K1) when the notification did not.
+-- progress when the notification did not.
 WITH input AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS u(id, token)
 )

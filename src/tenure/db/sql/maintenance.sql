@@ -48,7 +48,7 @@ RETURNING j.id, j.queue;
 
 -- name: job_events_prune
 -- Audit rows older than the retention, except those of jobs that are scheduled, pending, running
--- or dead: a job still in play keeps its whole history (R4).
+-- or dead: a job still in play keeps its whole history.
 WITH doomed AS (
     SELECT e.id
     FROM __schema__.job_events e

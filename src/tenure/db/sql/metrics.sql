@@ -1,5 +1,5 @@
 -- Gauges for metrics, `tenure status` and `tenure check`. Read them together inside one
--- REPEATABLE READ, READ ONLY transaction so one report is one consistent snapshot (T6).
+-- REPEATABLE READ, READ ONLY transaction so one report is one consistent snapshot.
 -- Job gauges read only scheduled, pending, running and dead rows through their partial indexes:
 -- a scrape costs the backlog, never the history of succeeded jobs.
 
@@ -128,7 +128,7 @@ WHERE a.datname = current_database()
   AND a.wait_event_type = 'Lock';
 
 -- name: gauge_paused
--- Queues paused now (K1), and for how long.
+-- Queues paused now, and for how long.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 )
@@ -153,7 +153,7 @@ GROUP BY j.queue, e.event
 ORDER BY j.queue, e.event;
 
 -- name: gauge_schedules
--- Every registered schedule (Q1): paused or not, whether a worker declared it in the last
+-- Every registered schedule: paused or not, whether a worker declared it in the last
 -- %(stale_seconds)s seconds, and seconds since its last fired slot (NULL: it never fired).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
@@ -164,5 +164,5 @@ FROM __schema__.schedules s CROSS JOIN clock
 ORDER BY s.name;
 
 -- name: snapshot_begin
--- First statement of a report's transaction: every gauge after it sees the same snapshot (T6).
+-- First statement of a report's transaction: every gauge after it sees the same snapshot.
 SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;

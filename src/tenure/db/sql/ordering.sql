@@ -1,4 +1,4 @@
--- Per-key ordering (O2), the operator's side: what blocks a key, and skipping a dead head.
+-- Per-key ordering, the operator's side: what blocks a key, and skipping a dead head.
 
 -- name: ordering_blocked
 -- Dead keyed jobs, with how many jobs of their key wait behind them. A dead job blocks its

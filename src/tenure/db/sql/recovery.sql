@@ -1,6 +1,6 @@
 -- name: lease_recover_expired
 -- Expired leases go back to waiting with backoff (scheduled until it has passed), or to dead when
--- the budget is spent (R1). SKIP LOCKED makes it safe for every worker to run this at once (R5).
+-- the budget is spent. SKIP LOCKED makes it safe for every worker to run this at once.
 -- The retry backoff is the task's own where this worker knows the task (the policy arrays), else
 -- the worker's default.
 WITH clock AS (
@@ -15,7 +15,7 @@ WITH clock AS (
     WHERE state = 'running'
       AND lease_expires_at <= (SELECT now FROM clock)
     -- Exactly the order of jobs_running_expiry_idx: a tie-break on id would make PostgreSQL sort
-    -- every expired lease before taking the first batch (X10).
+    -- every expired lease before taking the first batch.
     ORDER BY lease_expires_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

@@ -1,10 +1,10 @@
 -- Scheduled jobs: enqueued for a later run time, or waiting out a retry's backoff. They sit
--- outside the claim indexes, so a claim never walks past them (P3), and are promoted to pending
+-- outside the claim indexes, so a claim never walks past them, and are promoted to pending
 -- when due.
 
 -- name: job_promote_due
 -- Moves up to %(limit)s due scheduled jobs to pending, earliest first, and notifies each queue
--- that received any once (N1). SKIP LOCKED makes it safe for every worker to run at once.
+-- that received any once. SKIP LOCKED makes it safe for every worker to run at once.
 -- Also returns when the next scheduled job is due, so the caller can sleep until then.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now

@@ -1,11 +1,11 @@
--- Periodic jobs (Q1, docs/schedules.md). Schedulers (one in every worker whose app declares
+-- Periodic jobs (docs/schedules.md). Schedulers (one in every worker whose app declares
 -- schedules) register their declarations, read each schedule's state with the database's now,
 -- compute the due slots in Python (cron needs a real calendar library) and fire them with
 -- schedule_fire, whose guards make each slot fire once however many schedulers race.
 -- Every query that depends on time takes %(now)s: NULL means the database clock.
 
 -- name: schedule_register
--- Upserts the schedules one app declares, in name order (one lock order for every writer, T4).
+-- Upserts the schedules one app declares, in name order (one lock order for every writer).
 -- A new schedule starts at now: slots before its first registration never fire. A known one takes
 -- the declared definition (the last worker to register it decides, as in a rolling deploy) and
 -- keeps its last slot, pause and history; updated_at moves only when the definition changed.
@@ -67,7 +67,7 @@ ORDER BY s.name;
 -- Only slots later than last_slot and not later than now are inserted, as pending jobs due at
 -- their slot (they age from it) with the schedule's task, queue, payload, priority and budget.
 -- last_slot moves to %(advance_to)s, the latest due slot, fired or skipped by the missed policy,
--- so a skipped slot is never looked at again. The queue is notified (N1).
+-- so a skipped slot is never looked at again. The queue is notified.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), target AS (

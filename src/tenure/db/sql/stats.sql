@@ -1,5 +1,5 @@
 -- name: queue_stats
--- One row per queue and state, read from one consistent snapshot (T6).
+-- One row per queue and state, read from one consistent snapshot.
 SELECT queue,
        state::text AS state,
        count(*) AS jobs,

@@ -36,7 +36,7 @@ SELECT id, balance, balance
 FROM unnest(%(ids)s::integer[], %(balances)s::bigint[]) AS u(id, balance);
 
 -- name: transfer_lock_accounts
--- Both rows in ascending id order (T4): the sort sits below the row locks, so every transfer
+-- Both rows in ascending id order: the sort sits below the row locks, so every transfer
 -- locks its pair lowest id first and two transfers can never wait on each other in a cycle.
 SELECT id, balance
 FROM bank.accounts

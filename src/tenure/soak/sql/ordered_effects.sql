@@ -1,4 +1,4 @@
--- The soak's checks of per-key ordering (O2) and of the effect ledger (E2).
+-- The soak's checks of per-key ordering and of the effect ledger.
 
 -- name: soak_ordering_violations
 -- Keyed jobs that did not succeed, or whose last claim came before the previous job of their
