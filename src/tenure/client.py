@@ -442,7 +442,7 @@ class Client:
         try:
             async with (await self.pool()).connection() as conn:
                 await self.queries.notify_wakeups(conn, admitted.wakeups, after_commit=True)
-        except (psycopg.Error, OSError, TimeoutError) as exc:
+        except Exception as exc:  # a closed pool, a lost server: nothing the caller can act on
             _log_lost_wakeup(exc)  # workers find the jobs at their next poll
             return
         self._notify_limiter.sent(admitted)
