@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
@@ -21,8 +21,27 @@ from cronsim import CronSim, CronSimError
 from tenure.errors import ConfigurationError
 from tenure.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_payload, check_task_name
 
-if TYPE_CHECKING:
-    from tenure.tasks import AnyTask
+
+class _Policy(Protocol):
+    @property
+    def queue(self) -> str: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def max_attempts(self) -> int: ...
+
+
+class ScheduledTask(Protocol):
+    """What a schedule needs of its task (a tenure.Task is one): its name, its policy's queue,
+    priority and budget, and whether a payload fits its handler."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def policy(self) -> _Policy: ...
+    def accepts(self, payload: dict[str, Any], *, check_types: bool = True) -> str | None: ...
+    def parameters(self) -> str: ...
+
 
 #: The most missed slots `("backfill", N)` may run after a gap.
 MAX_BACKFILL = 1000
@@ -230,7 +249,7 @@ class Schedule:
 
 
 def declare_schedule(
-    task: AnyTask,
+    task: ScheduledTask,
     cron: object,
     *,
     name: str | None,

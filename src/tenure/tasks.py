@@ -8,7 +8,9 @@ import math
 import numbers
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, NamedTuple, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, NamedTuple, ParamSpec, Protocol, TypeVar
+
+from psycopg import AsyncConnection, Connection
 
 from tenure.errors import ConfigurationError, ValidationError
 from tenure.hints import payload_type_errors
@@ -25,10 +27,6 @@ from tenure.validation import (
 )
 
 if TYPE_CHECKING:
-    from psycopg import AsyncConnection, Connection
-
-    from tenure.app import Tenure
-    from tenure.calls import TaskCall
     from tenure.context import JobContext
     from tenure.jobs import EnqueuedJob
     from tenure.schedules import Schedule
@@ -129,8 +127,8 @@ class Task(Generic[P, R]):
     name: str
     handler: Callable[Concatenate[JobContext, P], R]
     policy: TaskPolicy
-    #: The app that registered it, which enqueues it; None for a bare registry's task.
-    app: Tenure | None = field(default=None, compare=False, repr=False)
+    #: What enqueues its jobs (the app that registered it); None for a bare registry's task.
+    app: Enqueuer | None = field(default=None, compare=False, repr=False)
 
     # Cached: both run for every job, and inspect.signature alone cost ~7% of a no-op job's CPU.
     @functools.cached_property
@@ -224,10 +222,8 @@ class Task(Generic[P, R]):
         self, *, conn: AsyncConnection[Any] | Connection[Any] | None = None, **options: Any
     ) -> TaskCall[P]:
         """This task with enqueue options (those of every enqueue: `queue`, `priority`, `delay`,
-        `run_at`, `max_attempts`, ..., see tenure.calls.OPTIONS) and `conn` to enqueue in the
+        `run_at`, `max_attempts`, ..., see ENQUEUE_OPTIONS) and `conn` to enqueue in the
         caller's transaction: `task.with_options(delay=60, conn=conn).enqueue(order_id=7)`."""
-        from tenure.calls import TaskCall
-
         return TaskCall(self, conn, options)
 
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueuedJob:
@@ -244,6 +240,86 @@ class Task(Generic[P, R]):
 
 #: A task of any handler: what registries, workers and clients handle.
 AnyTask = Task[..., Any]
+
+#: The options of every enqueue, besides the task, its payload and `conn`: the keywords of
+#: tenure.client.JobBuilder.spec (a test keeps the two the same).
+ENQUEUE_OPTIONS = (
+    "queue", "priority", "delay", "run_at", "max_attempts", "ordering_key", "result_wanted", "unique",
+    "idempotency_key",
+)  # fmt: skip
+
+
+class Enqueuer(Protocol):
+    """What a task needs in order to enqueue its jobs (tenure.Tenure is one): not the whole app."""
+
+    async def enqueue(
+        self,
+        task: str | AnyTask,
+        payload: dict[str, Any] | None = None,
+        *,
+        conn: AsyncConnection[Any] | None = None,
+        **options: Any,
+    ) -> EnqueuedJob: ...
+
+    def enqueue_sync(
+        self,
+        task: str | AnyTask,
+        payload: dict[str, Any] | None = None,
+        *,
+        conn: Connection[Any] | None = None,
+        **options: Any,
+    ) -> EnqueuedJob: ...
+
+
+#: A task with its enqueue options bound: `task.with_options(delay=60, conn=conn).enqueue(...)`.
+#: The options live here rather than beside the handler's arguments because a ParamSpec'd
+#: `enqueue(*args: P.args, **kwargs: P.kwargs)` can take no keyword of its own (PEP 612): this
+#: way mypy checks the handler's arguments exactly, and the options separately.
+@dataclass(frozen=True)
+class TaskCall(Generic[P]):
+    """What `task.with_options(...)` returns: `enqueue` and `enqueue_sync` take the handler's
+    arguments and enqueue with the bound options and connection."""
+
+    task: Task[P, Any]
+    conn: AsyncConnection[Any] | Connection[Any] | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.options) - set(ENQUEUE_OPTIONS))
+        if unknown:
+            raise ConfigurationError(
+                f"task {self.task.name!r}: unknown enqueue option(s) {', '.join(map(repr, unknown))}; "
+                f"the options are {', '.join(ENQUEUE_OPTIONS)} and conn (the handler's own arguments go "
+                "to enqueue)"
+            )
+
+    def _app(self) -> Enqueuer:
+        if self.task.app is None:
+            raise ConfigurationError(
+                f"task {self.task.name!r} was not registered through an app (@app.task), so it has "
+                "no client to enqueue with: use app.enqueue or a Client"
+            )
+        return self.task.app
+
+    async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueuedJob:
+        """Enqueues one job; inside `conn`'s transaction when one was given."""
+        if isinstance(self.conn, Connection):
+            raise ConfigurationError(
+                "conn is a synchronous psycopg Connection: use enqueue_sync with it, or pass an "
+                "AsyncConnection to enqueue"
+            )
+        payload = self.task.payload_of(*args, **kwargs)
+        return await self._app().enqueue(self.task, payload, conn=self.conn, **self.options)
+
+    def enqueue_sync(self, *args: P.args, **kwargs: P.kwargs) -> EnqueuedJob:
+        """Enqueues one job from synchronous code; inside `conn`'s transaction when one was given."""
+        if isinstance(self.conn, AsyncConnection):
+            raise ConfigurationError(
+                "conn is an AsyncConnection: await enqueue with it, or pass a synchronous psycopg "
+                "Connection to enqueue_sync"
+            )
+        payload = self.task.payload_of(*args, **kwargs)
+        return self._app().enqueue_sync(self.task, payload, conn=self.conn, **self.options)
 
 
 def _policy(task_name: str, options: dict[str, Any]) -> TaskPolicy:
@@ -276,7 +352,7 @@ class TaskRegistry:
         handler: Callable[Concatenate[JobContext, P], R],
         *,
         name: str | None = None,
-        app: Tenure | None = None,
+        app: Enqueuer | None = None,
         **policy: Any,
     ) -> Task[P, R]:
         """Registers `handler` under `name` (default: its module and qualified name); `policy`
