@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
+from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from tenure.db.connect import open_pool, resolve_dsn
@@ -95,24 +96,46 @@ class Worker:
         dsn = resolve_dsn(self._dsn).dsn
         pool = await open_pool(dsn, min_size=2, max_size=self.options.concurrency + 4, name="tenure-worker")
         try:
-            async with pool.connection() as conn:
-                await require_current_schema(conn, self.schema, floor=WORKER_SCHEMA_FLOOR)
-                control = ControlQueries(self.schema)
-                for limit in self.registry.limits.values():  # the app's own limits, before any claim
-                    await control.declare_limit(conn, limit, self.options.worker_id)
-                try:
-                    await Queries(self.schema).task_policies_declare(
-                        conn,
-                        [task_declaration(t.name, t.policy) for t in self.registry],
-                        self.options.worker_id,
-                    )
-                except psycopg.errors.UndefinedTable:
-                    log.info(
-                        "the schema has no task catalog yet: `tenure migrate` adds it, and enqueue() with it"
-                    )
+            await self._declare(pool)
             return await self._run(pool, dsn, handle_signals)
         finally:
             await pool.close()
+
+    async def _declare(self, pool: AsyncConnectionPool[Any]) -> None:
+        """Checks the schema and writes the app's limits (before any claim) and its task catalog.
+        A database that cannot take the writes yet (read-only during a failover, or restarting)
+        is waited for, as a failing service is, for at most `service_failure_limit` seconds."""
+        waited, pause = 0.0, 0.1
+        while True:
+            try:
+                async with pool.connection() as conn:
+                    await require_current_schema(conn, self.schema, floor=WORKER_SCHEMA_FLOOR)
+                    control = ControlQueries(self.schema)
+                    for limit in self.registry.limits.values():
+                        await control.declare_limit(conn, limit, self.options.worker_id)
+                    await self._declare_tasks(conn)
+                return
+            except (psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransaction) as exc:
+                if waited >= self.options.service_failure_limit:
+                    raise
+                log.warning("cannot start yet, trying again in %.1fs: %s", pause, describe_error(exc))
+                await asyncio.sleep(pause)
+                waited += pause
+                pause = min(5.0, pause * 2)
+
+    async def _declare_tasks(self, conn: AsyncConnection[Any]) -> None:
+        """The task catalog is what enqueue() completes jobs from: a worker runs without it."""
+        try:
+            await Queries(self.schema).task_policies_declare(
+                conn, [task_declaration(t.name, t.policy) for t in self.registry], self.options.worker_id
+            )
+        except psycopg.errors.UndefinedTable:
+            log.info("the schema has no task catalog yet: `tenure migrate` adds it, and enqueue() with it")
+        except psycopg.errors.InsufficientPrivilege:
+            log.warning(
+                "this role may not write the task catalog, so SQL callers of enqueue() get no task "
+                "defaults from this worker: apply `tenure roles` again after an upgrade"
+            )
 
     async def _run(self, pool: AsyncConnectionPool[Any], dsn: str, handle_signals: bool) -> WorkerStats:
         services = WorkerServices(
