@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Concatenate, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Unpack, overload
 
 from psycopg import AsyncConnection, Connection
 
@@ -16,7 +16,7 @@ from tenure.jobs import EnqueuedJob
 from tenure.limits import QueueLimit
 from tenure.schedules import Schedule, declare_schedule
 from tenure.secrets import CredentialPolicy, SecretResolver, check_credentials, credential_policy_from
-from tenure.tasks import AnyTask, Handler, P, R, Task, TaskRegistry
+from tenure.tasks import AnyTask, EnqueueOptions, Handler, P, R, Task, TaskRegistry
 from tenure.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_schema_name
 
 if TYPE_CHECKING:
@@ -184,7 +184,7 @@ class Tenure:
         payload: dict[str, Any] | None = None,
         *,
         conn: AsyncConnection[Any] | None = None,
-        **options: Any,
+        **options: Unpack[EnqueueOptions],
     ) -> EnqueuedJob:
         """Enqueues a job; with `conn`, inside that connection's transaction."""
         return await self.client.enqueue(task, payload, conn=conn, **options)
@@ -195,7 +195,7 @@ class Tenure:
         payload: dict[str, Any] | None = None,
         *,
         conn: Connection[Any] | None = None,
-        **options: Any,
+        **options: Unpack[EnqueueOptions],
     ) -> EnqueuedJob:
         """Blocking enqueue, for Django, Flask and scripts."""
         return self.sync_client.enqueue(task, payload, conn=conn, **options)

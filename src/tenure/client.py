@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequenc
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Unpack
 
 import psycopg
 from psycopg import AsyncConnection, Connection
@@ -66,7 +66,7 @@ from tenure.jobs import (
 )
 from tenure.results import wait_for_result, wait_for_result_sync
 from tenure.secrets import CredentialPolicy, check_credentials, credential_policy_from
-from tenure.tasks import AnyTask, Task, TaskRegistry
+from tenure.tasks import AnyTask, EnqueueOptions, Task, TaskRegistry
 from tenure.tracing import enqueue_span
 from tenure.unique import unique_from
 from tenure.validation import (
@@ -395,7 +395,7 @@ class Client:
         payload: dict[str, Any] | None = None,
         *,
         conn: AsyncConnection[Any] | None = None,
-        **options: Any,
+        **options: Unpack[EnqueueOptions],
     ) -> EnqueuedJob:
         """Enqueues one job; with `conn`, inside that connection's current transaction.
 
@@ -684,7 +684,7 @@ class SyncClient:
         payload: dict[str, Any] | None = None,
         *,
         conn: Connection[Any] | None = None,
-        **options: Any,
+        **options: Unpack[EnqueueOptions],
     ) -> EnqueuedJob:
         """Blocking `Client.enqueue`."""
         return self._insert([self.builder.spec(task, payload, **options)], conn)[0]

@@ -6,9 +6,22 @@ import functools
 import inspect
 import math
 import numbers
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, NamedTuple, ParamSpec, Protocol, TypeVar
+from datetime import datetime, timedelta
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    NamedTuple,
+    ParamSpec,
+    Protocol,
+    TypedDict,
+    TypeVar,
+    Unpack,
+)
 
 from psycopg import AsyncConnection, Connection
 
@@ -219,7 +232,7 @@ class Task(Generic[P, R]):
         return payload
 
     def with_options(
-        self, *, conn: AsyncConnection[Any] | Connection[Any] | None = None, **options: Any
+        self, *, conn: AsyncConnection[Any] | Connection[Any] | None = None, **options: Unpack[EnqueueOptions]
     ) -> TaskCall[P]:
         """This task with enqueue options (those of every enqueue: `queue`, `priority`, `delay`,
         `run_at`, `max_attempts`, ..., see ENQUEUE_OPTIONS) and `conn` to enqueue in the
@@ -241,12 +254,25 @@ class Task(Generic[P, R]):
 #: A task of any handler: what registries, workers and clients handle.
 AnyTask = Task[..., Any]
 
-#: The options of every enqueue, besides the task, its payload and `conn`: the keywords of
-#: tenure.client.JobBuilder.spec (a test keeps the two the same).
-ENQUEUE_OPTIONS = (
-    "queue", "priority", "delay", "run_at", "max_attempts", "ordering_key", "result_wanted", "unique",
-    "idempotency_key",
-)  # fmt: skip
+
+class EnqueueOptions(TypedDict, total=False):
+    """The options of every enqueue, besides the task, its payload and `conn` (the keywords of
+    tenure.client.JobBuilder.spec, which documents each; a test keeps the two the same). Typed,
+    so that a misspelt option (`dealy=5`) is a type error, not a job enqueued without its delay."""
+
+    queue: str | None
+    priority: int | None
+    delay: float | timedelta | None
+    run_at: datetime | None
+    max_attempts: int | None
+    ordering_key: str | None
+    result_wanted: bool
+    unique: Any
+    idempotency_key: uuid.UUID | str | None
+
+
+#: EnqueueOptions' names, in JobBuilder.spec's order.
+ENQUEUE_OPTIONS = tuple(EnqueueOptions.__annotations__)
 
 
 class Enqueuer(Protocol):
@@ -258,7 +284,7 @@ class Enqueuer(Protocol):
         payload: dict[str, Any] | None = None,
         *,
         conn: AsyncConnection[Any] | None = None,
-        **options: Any,
+        **options: Unpack[EnqueueOptions],
     ) -> EnqueuedJob: ...
 
     def enqueue_sync(
@@ -267,7 +293,7 @@ class Enqueuer(Protocol):
         payload: dict[str, Any] | None = None,
         *,
         conn: Connection[Any] | None = None,
-        **options: Any,
+        **options: Unpack[EnqueueOptions],
     ) -> EnqueuedJob: ...
 
 
@@ -282,7 +308,7 @@ class TaskCall(Generic[P]):
 
     task: Task[P, Any]
     conn: AsyncConnection[Any] | Connection[Any] | None = None
-    options: dict[str, Any] = field(default_factory=dict)
+    options: EnqueueOptions = field(default_factory=lambda: EnqueueOptions())
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.options) - set(ENQUEUE_OPTIONS))

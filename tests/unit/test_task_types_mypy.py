@@ -35,14 +35,16 @@ PROGRAM = textwrap.dedent(
         await send_receipt.enqueue(order_id="7", email="a@b.c")
         await send_receipt.enqueue(order_id=7)
         compress.enqueue_sync(directory="/logs")
+        await send_receipt.with_options(dealy=60).enqueue(7, "a@b.c")
+        await app.enqueue(send_receipt, {"order_id": 7, "email": "a@b.c"}, priorty=5)
     """
 )
 
 
 @pytest.mark.slow
 def test_mypy_accepts_right_calls_and_flags_each_wrong_one(tmp_path: Path) -> None:
-    """The three wrong calls (a str for an int, a missing argument, an unknown keyword) are each a
-    mypy error on their line; the right ones are not."""
+    """The five wrong calls (a str for an int, a missing argument, an unknown keyword, a misspelt
+    enqueue option twice) are each a mypy error on their line; the right ones are not."""
     program = tmp_path / "uses_tasks.py"
     program.write_text(PROGRAM)
     flags = ["--strict", "--no-incremental", "--python-version", "3.11", "--no-error-summary"]
@@ -54,4 +56,6 @@ def test_mypy_accepts_right_calls_and_flags_each_wrong_one(tmp_path: Path) -> No
         'await send_receipt.enqueue(order_id="7", email="a@b.c")',
         "await send_receipt.enqueue(order_id=7)",
         'compress.enqueue_sync(directory="/logs")',
+        'await send_receipt.with_options(dealy=60).enqueue(7, "a@b.c")',
+        'await app.enqueue(send_receipt, {"order_id": 7, "email": "a@b.c"}, priorty=5)',
     }, stdout + stderr
