@@ -294,14 +294,16 @@ class Queries:
     def _insert_params(
         self,
         specs: Sequence[JobSpec],
-        keys: Sequence[uuid.UUID],
+        keys: Sequence[uuid.UUID | None],
         now: datetime | None,
         wakeups: Wakeups | None = None,
     ) -> dict[str, Any]:
         unique = _unique_params(specs)
         jobs = []
         for i, spec in enumerate(specs):
-            job: dict[str, Any] = {**_columns(spec), "payload": spec.payload, "idempotency_key": str(keys[i])}
+            job: dict[str, Any] = {**_columns(spec), "payload": spec.payload}
+            if keys[i] is not None:  # left out, enqueue() draws one
+                job["idempotency_key"] = str(keys[i])
             # Absent rather than null: ->> reads either as NULL, but -> reads null as JSON null.
             optional = {
                 "run_at": None if spec.run_at is None else spec.run_at.isoformat(),
@@ -387,15 +389,7 @@ class Queries:
 
     def _call_params(self, specs: Sequence[JobSpec], wakeups: Wakeups | None) -> dict[str, Any]:
         keys = [None if s.idempotency_key is None else idempotency_key_of(s) for s in specs]
-        params = self._insert_params(specs, [k or uuid.UUID(int=0) for k in keys], None, wakeups)
-        jobs = json.loads(params["jobs"])
-        for job, key in zip(jobs, keys, strict=True):
-            if key is None:
-                del job["idempotency_key"]  # the database draws one
-        return {
-            "jobs": json.dumps(jobs, separators=(",", ":"), ensure_ascii=False),
-            "notify": wakeups is None,
-        }
+        return {"jobs": self._insert_params(specs, keys, None, wakeups)["jobs"], "notify": wakeups is None}
 
     def _called(
         self, rows: Sequence[Row], specs: Sequence[JobSpec], wakeups: Wakeups | None
