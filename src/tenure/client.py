@@ -12,6 +12,7 @@ import contextlib
 import difflib
 import logging
 import os
+import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -21,7 +22,7 @@ from typing import Any, Unpack
 
 import psycopg
 from psycopg import AsyncConnection, Connection
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from tenure.control import (
     DEFAULT_MAX_JOBS,
@@ -44,7 +45,10 @@ from tenure.db._sqlfiles import named_queries
 from tenure.db.connect import (
     DSN_ENV,
     LISTEN_DSN_ENV,
+    application_name,
     check_before_pool_sync,
+    connection_lost,
+    is_connection_lost,
     open_pool,
     prepare_threshold,
     resolve_dsn,
@@ -54,7 +58,7 @@ from tenure.db.control_queries import CancelFilter, ControlQueries
 from tenure.db.migrate_hint import migrate_hint
 from tenure.db.queries import Queries
 from tenure.db.wakeups import Admitted, NotifyLimiter, Wakeups, owns_commit
-from tenure.errors import SchemaNotMigrated, UnknownTask, ValidationError
+from tenure.errors import DatabaseUnavailable, SchemaNotMigrated, UnknownTask, ValidationError
 from tenure.jobs import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_PRIORITY,
@@ -322,6 +326,17 @@ def _listen_dsn(pool: AsyncConnectionPool[Any] | ConnectionPool[Any]) -> str | N
     return os.environ.get(LISTEN_DSN_ENV) or (pool.conninfo if isinstance(pool.conninfo, str) else None)
 
 
+def _connection_error(dsn: str, exc: psycopg.Error) -> DatabaseUnavailable | None:
+    """What the caller sees of a database error: no free connection or no server is
+    DatabaseUnavailable, a connection lost under a statement says its commit is in doubt, and
+    any other error (None) is the caller's own (a constraint, a permission) and passes as it is."""
+    if isinstance(exc, PoolTimeout):
+        return unavailable(dsn, exc)
+    if is_connection_lost(exc):
+        return connection_lost(dsn, exc)
+    return None
+
+
 def _not_migrated(schema: str) -> SchemaNotMigrated:
     return SchemaNotMigrated(
         f"the Tenure schema {schema!r} is missing from this database: {migrate_hint(schema)}"
@@ -351,13 +366,17 @@ class Client:
         self._notify_limiter = NotifyLimiter()
         #: Wake-up notifications being sent after commits (_wake); close() lets them finish.
         self._waking: set[asyncio.Task[None]] = set()
+        self._opening = asyncio.Lock()
 
     async def pool(self) -> AsyncConnectionPool[Any]:
         """The client's pool: the one it was given, else its own, opened on first use."""
         if self._pool is None:
-            self._pool = await open_pool(
-                resolve_dsn(self._dsn).dsn, min_size=1, max_size=4, name="tenure-client"
-            )
+            # Concurrent first uses (enqueues and their wake-ups) share one pool, not one each.
+            async with self._opening:
+                if self._pool is None:
+                    self._pool = await open_pool(
+                        resolve_dsn(self._dsn).dsn, min_size=1, max_size=4, name="tenure-client"
+                    )
         return self._pool
 
     async def close(self) -> None:
@@ -386,8 +405,11 @@ class Client:
                     yield pooled
         except _MISSING_SCHEMA:
             raise _not_migrated(self.schema) from None
-        except psycopg.OperationalError as exc:
-            raise unavailable(self._dsn or "", exc) from exc
+        except psycopg.Error as exc:
+            mapped = _connection_error(self._dsn or "", exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
 
     async def enqueue(
         self,
@@ -612,28 +634,39 @@ class SyncClient:
         self.builder = JobBuilder(registry, max_payload_bytes, credential_policy)
         self._dsn = dsn
         self._pool: ConnectionPool[Any] | None = None
+        self._opening = threading.Lock()
         self._notify_limiter = NotifyLimiter()
 
     def _get_pool(self) -> ConnectionPool[Any]:
         if self._pool is None:
-            dsn = resolve_dsn(self._dsn).dsn
-            threshold = prepare_threshold()
-            check_before_pool_sync(dsn, threshold, timeout=10, name="tenure-sync")
-            self._pool = ConnectionPool(
-                dsn,
-                min_size=1,
-                max_size=4,
-                open=False,
-                name="tenure-sync",
-                kwargs={"autocommit": True, "prepare_threshold": threshold},
-            )
-            try:
-                self._pool.open(wait=True, timeout=10)
-            except Exception as exc:
-                self._pool.close()
-                self._pool = None
-                raise unavailable(dsn, exc) from None
+            # Threads of a web server may all make their first enqueue at once: one pool for all.
+            with self._opening:
+                if self._pool is None:
+                    self._pool = self._open_pool()
         return self._pool
+
+    def _open_pool(self) -> ConnectionPool[Any]:
+        dsn = resolve_dsn(self._dsn).dsn
+        threshold = prepare_threshold()
+        check_before_pool_sync(dsn, threshold, timeout=10, name="tenure-sync")
+        pool = ConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=4,
+            open=False,
+            name="tenure-sync",
+            kwargs={
+                "autocommit": True,
+                "prepare_threshold": threshold,
+                **application_name(dsn, "tenure-sync"),
+            },
+        )
+        try:
+            pool.open(wait=True, timeout=10)
+        except Exception as exc:
+            pool.close()
+            raise unavailable(dsn, exc) from None
+        return pool
 
     def close(self) -> None:
         """Closes the client's pool; the next call opens a new one."""
@@ -677,6 +710,11 @@ class SyncClient:
                     yield pooled
         except _MISSING_SCHEMA:
             raise _not_migrated(self.schema) from None
+        except psycopg.Error as exc:
+            mapped = _connection_error(self._dsn or "", exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
 
     def enqueue(
         self,

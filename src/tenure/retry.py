@@ -87,8 +87,11 @@ def is_infrastructure_error(exc: BaseException) -> bool:
         state = exc.sqlstate or ""
         if state.startswith(INFRASTRUCTURE_SQLSTATE_CLASSES) or state in INFRASTRUCTURE_SQLSTATES:
             return True
-        # No SQLSTATE: the connection broke, or the client could not use it (InterfaceError).
-        return not state and isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+        # No SQLSTATE: the connection broke, the client could not use it (InterfaceError), or
+        # client and server fell out of step (InternalError, a pooler's server restarting).
+        return not state and isinstance(
+            exc, psycopg.OperationalError | psycopg.InterfaceError | psycopg.InternalError
+        )
     return isinstance(exc, PoolTimeout | TooManyRequests)
 
 

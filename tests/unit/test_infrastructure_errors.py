@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from psycopg_pool import PoolTimeout
 
-from tenure.db.connect import parse_prepare_threshold, prepare_threshold
+from tenure.db.connect import is_connection_lost, parse_prepare_threshold, prepare_threshold
 from tenure.db.text import storable_text
 from tenure.errors import ConfigurationError
 from tenure.retry import FailureClass, FailurePolicy, is_infrastructure_error
@@ -81,3 +81,15 @@ def test_storable_text_replaces_what_postgresql_cannot_hold() -> None:
     assert storable_text("a\x00b\udcffc", 100) == "a\\x00b?c"
     assert storable_text("ünïcode ok") == "ünïcode ok"
     assert storable_text("x" * 10, 4) == "xxxx"
+
+
+def test_a_client_out_of_step_with_its_server_is_a_lost_connection_not_a_server_fault() -> None:
+    """psycopg's InternalError without a SQLSTATE (two results for one COMMIT, as PgBouncer gives
+    when its server restarts mid-transaction) is a lost connection and transient; the server's
+    own internal error (XX000) is neither."""
+    out_of_step = psycopg.InternalError("received 2 results from command 'COMMIT'")
+    assert is_connection_lost(out_of_step) and is_infrastructure_error(out_of_step)
+    assert FailurePolicy().classify(out_of_step) is FailureClass.TRANSIENT
+    server_fault = psycopg.errors.lookup("XX000")("could not read block 7")
+    assert not is_connection_lost(server_fault) and not is_infrastructure_error(server_fault)
+    assert is_connection_lost(psycopg.OperationalError("server closed the connection unexpectedly"))

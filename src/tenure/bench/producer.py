@@ -47,7 +47,8 @@ async def run(kind: str, dsn: str, jobs: int, connections: int) -> None:
     named = process_dsn(dsn)
     conns = await asyncio.gather(*(connect(named) for _ in range(connections)))
     shares = [jobs // connections + (1 if i < jobs % connections else 0) for i in range(connections)]
-    client = Client(named, schema=SCHEMA)  # never opens its pool: every enqueue is given a connection
+    # Every enqueue is given a connection; the client's own pool only sends the wake-ups after.
+    client = Client(named, schema=SCHEMA)
     backends = [await _backend_pid(c) for c in conns]
     # From here on the producer only waits at the start gate, then sends: start-up is behind us.
     own_before, server_before = _own_cpu_seconds(), backend_cpu_seconds(backends)
@@ -63,6 +64,7 @@ async def run(kind: str, dsn: str, jobs: int, connections: int) -> None:
             sum(server_after.values()) - sum(server_before.values()) if server_after else None,
         )
     finally:
+        await client.close()  # its wake-ups sent before the process goes
         for conn in conns:
             await conn.close()
 

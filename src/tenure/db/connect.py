@@ -93,6 +93,26 @@ def unavailable(dsn: str, exc: BaseException) -> DatabaseUnavailable:
     )
 
 
+def is_connection_lost(exc: BaseException) -> bool:
+    """The connection failed under a statement: the server went away, or the client and the
+    server no longer agree on what was said (psycopg's error without a SQLSTATE, as a pooler
+    gives when the server behind it restarts in the middle of a transaction)."""
+    if isinstance(exc, psycopg.OperationalError):
+        return True
+    return isinstance(exc, psycopg.InternalError) and exc.sqlstate is None
+
+
+def connection_lost(dsn: str, exc: BaseException) -> DatabaseUnavailable:
+    """The error for a connection lost under a statement: what was being committed may or may
+    not have landed, which the caller needs to know before it sends the same work again."""
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return DatabaseUnavailable(
+        f"lost the connection to PostgreSQL at {describe_dsn(dsn)}: {reason}. A commit under "
+        "way may or may not have landed: retry writes with an idempotency key to be sure of one "
+        "copy"
+    )
+
+
 def application_name(dsn: str, name: str) -> dict[str, Any]:
     """`application_name` for a connection, unless the DSN sets its own: it is how the
     connections-in-use metric (pg_stat_activity) tells Tenure's sessions apart."""
