@@ -32,6 +32,9 @@ BURST_ORDERED = 4
 #: How many of the limited queue's next jobs the foreign session holds.
 HELD_LIMITED = 2
 
+#: Leases' worth of seconds a hold may go on waiting for its queues to move.
+HOLD_PATIENCE = 6.0
+
 #: A run time just inside the database's bound (0015: before the year 9000).
 FAR_RUN_AT = datetime(8999, 12, 31, tzinfo=UTC)
 #: A unique key far past the length at which enqueue() keeps a digest of it instead.
@@ -94,6 +97,13 @@ class PendingLocks:
                 return "jobs", f"no pending row to hold (limited {limited}, key {key} {keyed})", True
             await asyncio.sleep(seconds)
             window = await self.queries.hold_window(conn, LIMITED_QUEUE, limited + keyed)
+            # The queue's slots may all be taken by a stopped or killed worker's leases from the
+            # fault before: hold on (the check asks for progress while held, not by a deadline)
+            # until both queues have moved, or long past any lease.
+            deadline = time.monotonic() + HOLD_PATIENCE * self.lease
+            while not (window["limited"] and window["elsewhere"]) and time.monotonic() < deadline:
+                await asyncio.sleep(self.lease / 4)
+                window = await self.queries.hold_window(conn, LIMITED_QUEUE, limited + keyed)
             await conn.rollback()
         held_for = (window["ended"] - window["began"]).total_seconds()
         hold = {

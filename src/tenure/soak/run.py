@@ -23,6 +23,7 @@ from tenure.client import Client
 from tenure.db.connect import connect, resolve_dsn
 from tenure.db.migrate import WORKER_SCHEMA_FLOOR, migrate
 from tenure.db.queries import Queries
+from tenure.db.schedule_queries import ScheduleQueries
 from tenure.demo.database import check_database_name, recreate_database
 from tenure.demo.queries import BankQueries
 from tenure.demo.workload import Workload, make_workload
@@ -290,6 +291,7 @@ async def _load_and_drain(
             await fault_task
         total = sum(len(ids) for ids in acked.values())
         _say(args, f"load over: {total} jobs enqueued; draining with every fault healed")
+        await _end_schedule(dsn, args.schema)
         failures += await _drain(args, dsn, fleet)
     finally:
         drained.set()
@@ -306,6 +308,14 @@ async def _prepare(dsn: str, schema: str, workload: Workload) -> None:
             bank = BankQueries(schema)
             await bank.create_bank(conn)
             await bank.open_accounts(conn, workload.balances)
+
+
+async def _end_schedule(dsn: str, schema: str) -> None:
+    """Pauses the every-second schedule, as an operator would, so that the drain can end: a
+    slot fired between the drain's last look and the workers' stop would be left unfinished.
+    Its span, which the schedule check counts, ends at the pause."""
+    async with await connect(dsn) as conn:
+        await ScheduleQueries(schema).pause(conn, TICK_SCHEDULE, actor="soak", reason="load over")
 
 
 async def _drain(args: argparse.Namespace, dsn: str, fleet: SoakFleet) -> list[str]:
