@@ -4,7 +4,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from tenure.app import Tenure
-from tenure.client import Client, SyncClient
+from tenure.client import Client
 from tenure.context import JobContext
 from tenure.control import CancelReport, ControlRefused, NothingMatched, QueuePause, TooManyMatched
 from tenure.effects import Confirmed, EffectRecord, EffectUncertain, NotHappened, RetryLater
@@ -34,6 +34,7 @@ from tenure.secrets import (
     resolve_secrets,
     secret,
 )
+from tenure.sync_client import SyncClient
 from tenure.tasks import Task, TaskPolicy, TaskRegistry
 from tenure.txn import (
     AsyncTransaction,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Unpack, overload
 
 from psycopg import AsyncConnection, Connection
 
-from tenure.client import Client, SyncClient
+from tenure.client import Client
 from tenure.control import CancelReport, QueuePause
 from tenure.db.connect import connect, resolve_dsn
 from tenure.db.migrate import MigrationReport, migrate
@@ -16,6 +16,7 @@ from tenure.jobs import EnqueuedJob
 from tenure.limits import QueueLimit
 from tenure.schedules import Schedule, declare_schedule
 from tenure.secrets import CredentialPolicy, SecretResolver, check_credentials, credential_policy_from
+from tenure.sync_client import SyncClient
 from tenure.tasks import AnyTask, EnqueueOptions, Handler, P, R, Task, TaskRegistry
 from tenure.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_schema_name
 

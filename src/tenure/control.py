@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tenure.db.control_queries import CancelFilter, ControlRows
+from tenure.db.control_rows import CancelFilter, ControlRows
 from tenure.errors import TenureError, ValidationError
 from tenure.validation import MAX_ATTEMPTS_LIMIT, check_queue
 

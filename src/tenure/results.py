@@ -1,4 +1,4 @@
-"""Waiting for a job's result.
+"""Waiting for a job's result: what a waiter decides (tenure.result_wait waits).
 
 A waiter reads the job, and while it is unfinished waits for a notification on the results
 channel (`result_wanted` jobs send one when they finish) or for its poll interval, then reads
@@ -10,19 +10,9 @@ through one before it relies on it, and polls instead.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import time
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import psycopg
-from psycopg import sql
-
-from tenure.db.connect import application_name, describe_dsn
-from tenure.db.control_queries import ControlQueries
-from tenure.db.pooler import behind_pooler, behind_pooler_sync
 from tenure.errors import TenureError, ValidationError
 
 log = logging.getLogger("tenure.client")
@@ -32,7 +22,7 @@ log = logging.getLogger("tenure.client")
 #: worker is presumed gone, and the job has no result.
 RESULT_GRACE_SECONDS = 10.0
 #: Said (at INFO) when a waiter's listening connection turns out to go through a pooler.
-_POOLED = (
+POOLED_LISTENER = (
     "waiting for a result by polling: %s goes through a pooler, where a LISTEN hears nothing; "
     "set TENURE_LISTEN_DSN to the server's own address to be woken at once"
 )
@@ -79,7 +69,7 @@ def settled(row: dict[str, Any] | None, job_id: int) -> tuple[bool, Any]:
     return False, state
 
 
-def _interval(poll: float, *, listening: bool, row: dict[str, Any] | None) -> float:
+def wait_interval(poll: float, *, listening: bool, row: dict[str, Any] | None) -> float:
     """How long to wait before reading the job again: a job that notifies when it finishes is
     read only now and then in case a notification was lost; any other is polled."""
     if listening and row is not None and row["result_wanted"]:
@@ -87,126 +77,10 @@ def _interval(poll: float, *, listening: bool, row: dict[str, Any] | None) -> fl
     return poll
 
 
-def _check_wait(timeout: float | None, poll: float) -> None:
+def check_wait(timeout: float | None, poll: float) -> None:
     if timeout is not None and (
         isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0
     ):
         raise ValidationError(f"timeout must be seconds >= 0 or None (wait for ever), got {timeout!r}")
     if isinstance(poll, bool) or not isinstance(poll, int | float) or poll <= 0:
         raise ValidationError(f"poll must be a positive number of seconds, got {poll!r}")
-
-
-@contextlib.asynccontextmanager
-async def _listening(dsn: str | None, channel: str) -> AsyncIterator[psycopg.AsyncConnection[Any] | None]:
-    if dsn is None:
-        yield None
-        return
-    try:
-        conn = await psycopg.AsyncConnection.connect(
-            dsn, autocommit=True, **application_name(dsn, "tenure-result")
-        )
-        if await behind_pooler(conn):
-            await conn.close()
-            log.info(_POOLED, describe_dsn(dsn))
-            yield None
-            return
-        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-    except psycopg.Error:
-        yield None  # polling still answers
-        return
-    try:
-        yield conn
-    finally:
-        await conn.close()
-
-
-async def wait_for_result(
-    control: ControlQueries,
-    connection: Any,
-    job_id: int,
-    *,
-    timeout: float | None,
-    poll: float,
-    listen_dsn: str | None,
-) -> Any:
-    """The job's result once it succeeded. `connection()` lends a connection for each read."""
-    _check_wait(timeout, poll)
-    deadline = None if timeout is None else time.monotonic() + timeout
-    async with _listening(listen_dsn, control.results_channel) as listener:
-        while True:
-            async with connection() as conn:
-                row = await control.result(conn, job_id)
-            done, value = settled(row, job_id)
-            if done:
-                return value
-            interval = _interval(poll, listening=listener is not None, row=row)
-            wait = interval if deadline is None else min(interval, deadline - time.monotonic())
-            if wait <= 0:
-                assert timeout is not None
-                raise ResultTimeout(job_id, timeout, value)
-            if listener is None:
-                await asyncio.sleep(wait)
-                continue
-            try:
-                async for note in listener.notifies(timeout=wait):
-                    if note.payload == str(job_id):
-                        break
-            except psycopg.Error:
-                listener = None  # lost: poll from here on
-
-
-@contextlib.contextmanager
-def _listening_sync(dsn: str | None, channel: str) -> Iterator[psycopg.Connection[Any] | None]:
-    if dsn is None:
-        yield None
-        return
-    try:
-        conn = psycopg.Connection.connect(dsn, autocommit=True, **application_name(dsn, "tenure-result"))
-        if behind_pooler_sync(conn):
-            conn.close()
-            log.info(_POOLED, describe_dsn(dsn))
-            yield None
-            return
-        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-    except psycopg.Error:
-        yield None
-        return
-    try:
-        yield conn
-    finally:
-        conn.close()
-
-
-def wait_for_result_sync(
-    control: ControlQueries,
-    connection: Any,
-    job_id: int,
-    *,
-    timeout: float | None,
-    poll: float,
-    listen_dsn: str | None,
-) -> Any:
-    """Blocking `wait_for_result`."""
-    _check_wait(timeout, poll)
-    deadline = None if timeout is None else time.monotonic() + timeout
-    with _listening_sync(listen_dsn, control.results_channel) as listener:
-        while True:
-            with connection() as conn:
-                row = control.result_sync(conn, job_id)
-            done, value = settled(row, job_id)
-            if done:
-                return value
-            interval = _interval(poll, listening=listener is not None, row=row)
-            wait = interval if deadline is None else min(interval, deadline - time.monotonic())
-            if wait <= 0:
-                assert timeout is not None
-                raise ResultTimeout(job_id, timeout, value)
-            if listener is None:
-                time.sleep(wait)
-                continue
-            try:
-                for note in listener.notifies(timeout=wait):
-                    if note.payload == str(job_id):
-                        break
-            except psycopg.Error:
-                listener = None

@@ -82,8 +82,9 @@ async def test_an_unreadable_job_can_still_be_looked_at(
     payload empty and the reason, instead of failing."""
     from starlette.testclient import TestClient
 
-    from tenure.client import Client, SyncClient
+    from tenure.client import Client
     from tenure.dashboard import create_app
+    from tenure.sync_client import SyncClient
 
     cur = await db.execute(
         "INSERT INTO tenure.jobs (queue, task, payload) VALUES ('default', 't', %s::jsonb) RETURNING id",

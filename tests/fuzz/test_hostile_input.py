@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tenure.cli import main
-from tenure.client import SyncClient
 from tenure.db.connect import describe_dsn, resolve_dsn
 from tenure.errors import TenureError, ValidationError
+from tenure.sync_client import SyncClient
 from tenure.validation import MAX_PAYLOAD_DEPTH
 
 SCHEMA = "tenure"

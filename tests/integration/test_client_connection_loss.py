@@ -101,4 +101,8 @@ async def test_concurrent_first_enqueues_open_one_pool(
     finally:
         await client.close()
     assert len(opened) == 1
+    for _ in range(100):  # a closed connection's backend leaves pg_stat_activity a moment later
+        if await _sessions(db, "tenure-client") == 0:
+            break
+        await asyncio.sleep(0.02)
     assert await _sessions(db, "tenure-client") == 0

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 import tenure
-from tenure.client import join_open_transactions
+from tenure.client_support import join_open_transactions
 from tenure.jobs import JobSpec
 
 

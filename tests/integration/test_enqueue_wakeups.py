@@ -17,7 +17,8 @@ from psycopg import AsyncConnection, sql
 
 from tenure import Client, JobContext, JobSpec, SyncClient, Tenure, Worker
 from tenure.db import wakeups
-from tenure.db.queries import Queries, notify_channel
+from tenure.db.channels import notify_channel
+from tenure.db.queries import Queries
 from tenure.db.wakeups import Wakeups
 
 CHANNEL = notify_channel("tenure")

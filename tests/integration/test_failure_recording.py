@@ -16,7 +16,7 @@ from _inprocess import events, eventually, job_row, running, wait_state
 from psycopg import AsyncConnection
 
 from tenure import Backoff, FailurePolicy, JobContext, JobSpec, Tenure
-from tenure.db.connect import open_pool
+from tenure.db.pool import open_pool
 from tenure.db.queries import Queries
 from tenure.runtime import listener as listener_module
 from tenure.runtime.listener import Listener

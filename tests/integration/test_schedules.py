@@ -17,7 +17,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
 import tenure
-from tenure.db.connect import open_pool
+from tenure.db.pool import open_pool
 from tenure.db.queries import Queries
 from tenure.db.schedule_queries import ScheduleQueries
 from tenure.runtime.options import WorkerOptions

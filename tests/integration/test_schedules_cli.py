@@ -14,7 +14,7 @@ from psycopg.rows import dict_row
 import tenure
 from tenure.cli import main
 from tenure.cli._common import out as console
-from tenure.db.connect import open_pool
+from tenure.db.pool import open_pool
 from tenure.db.queries import Queries
 from tenure.runtime.options import WorkerOptions
 from tenure.runtime.scheduler import Scheduler

@@ -12,7 +12,9 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 
-from tenure.db.queries import SCHEDULED_PREFIX, Queries, notify_channel
+from tenure.db._sync.producer_queries import ProducerQueries as BlockingProducerQueries
+from tenure.db.channels import SCHEDULED_PREFIX, notify_channel
+from tenure.db.queries import Queries
 from tenure.db.wakeups import Wakeups
 from tenure.jobs import JobSpec
 
@@ -107,12 +109,13 @@ async def test_a_lone_job_notifies_inside_the_callers_transaction_at_its_commit(
         assert abs(float(got[1][len(SCHEDULED_PREFIX) :]) - later.timestamp()) < 1e-3
 
 
-def test_the_sync_client_path_stores_the_same_row(dsn: str, queries: Queries) -> None:
-    """The sync twin takes the same statement for a lone job and stores the same row as its batch path."""
+def test_the_sync_client_path_stores_the_same_row(dsn: str) -> None:
+    """The blocking twin takes the same statement for a lone job and stores the same row as its batch path."""
+    blocking = BlockingProducerQueries("tenure")
     with psycopg.connect(dsn, autocommit=True) as conn:
         for spec in SPECS:
-            one = queries.job_insert_many_sync(conn, [spec], now=NOW, wakeups=Wakeups())
-            many = queries.job_insert_many_sync(conn, [spec, spec], now=NOW, wakeups=Wakeups())
+            one = blocking.job_insert_many(conn, [spec], now=NOW, wakeups=Wakeups())
+            many = blocking.job_insert_many(conn, [spec, spec], now=NOW, wakeups=Wakeups())
             assert one[0].available_at == many[0].available_at
             rows = conn.execute(
                 f"SELECT {STORED} FROM tenure.jobs WHERE id = ANY(%s) ORDER BY id", [[one[0].id, many[0].id]]

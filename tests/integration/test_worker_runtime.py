@@ -14,7 +14,7 @@ from psycopg import AsyncConnection
 
 import tenure
 from tenure import Backoff, FailureClass, FailurePolicy, JobContext, JobSpec, Tenure, WorkerOptions
-from tenure.db.connect import open_pool
+from tenure.db.pool import open_pool
 from tenure.db.queries import Queries
 from tenure.runtime.recovery import Recovery
 from tenure.runtime.services import WorkerServices

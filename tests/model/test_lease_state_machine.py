@@ -32,7 +32,8 @@ from hypothesis.stateful import (
 from psycopg.rows import dict_row
 
 from tenure.control import check_cancel
-from tenure.db.control_queries import CancelFilter, ControlQueries
+from tenure.db.control_queries import ControlQueries
+from tenure.db.control_rows import CancelFilter
 from tenure.db.effects_queries import EffectQueries
 from tenure.db.ops_queries import OpsQueries
 from tenure.db.ordering_queries import OrderingQueries

@@ -10,8 +10,8 @@ from typing import Any
 
 import psycopg
 
-from tenure.db.connect import open_pool
 from tenure.db.migrate import migrate
+from tenure.db.pool import open_pool
 from tenure.maintenance import RetentionPolicy, prune
 
 DAY = 86400.0

@@ -17,7 +17,8 @@ import pytest
 from _bouncer import Bouncer, WorkerProcesses, states, wait_until
 
 import tenure
-from tenure.db.connect import PREPARE_THRESHOLD_ENV, connect, open_pool
+from tenure.db.connect import PREPARE_THRESHOLD_ENV, connect
+from tenure.db.pool import open_pool
 from tenure.db.pooler import behind_pooler, is_lost_prepared_statement, prepared_statements_carried
 from tenure.db.queries import Queries
 from tenure.errors import ConfigurationError

@@ -20,9 +20,11 @@ from tenure.bench.procs import ProcessGroup
 from tenure.bench.queries import execute, fetch
 from tenure.bench.server import SCHEMA as SCHEMA
 from tenure.bench.tenure_worker import QUEUE
-from tenure.client import _COPY_TYPES, Client, _copy_rows
+from tenure.builder import COPY_TYPES, copy_rows
+from tenure.client import Client
 from tenure.db._sqlfiles import named_queries
-from tenure.db.connect import connect, open_pool
+from tenure.db.connect import connect
+from tenure.db.pool import open_pool
 from tenure.db.queries import Queries
 from tenure.jobs import JobSpec
 from tenure.runtime.options import WorkerOptions
@@ -55,10 +57,10 @@ async def copy_enqueue(dsn: str, count: int) -> dict[str, Any]:
     sql = named_queries(SCHEMA)
     async with await connect(dsn) as conn:
         now = (await (await conn.execute(sql["clock_now"].encode())).fetchone() or [None])[0]
-        rows = list(_copy_rows([NOOP] * count, now))
+        rows = list(copy_rows([NOOP] * count, now))
         started = time.perf_counter()
         async with conn.transaction(), conn.cursor() as cur, cur.copy(sql["job_copy_in"].encode()) as copy:
-            copy.set_types(_COPY_TYPES)
+            copy.set_types(COPY_TYPES)
             for row in rows:
                 await copy.write_row(row)
         raw_seconds = time.perf_counter() - started

@@ -11,7 +11,8 @@ from tenure.bench.queries import execute
 from tenure.bench.sections import NOOP, SCHEMA, claim_time_ms, load, reset
 from tenure.bench.server import CostMeter
 from tenure.client import Client
-from tenure.db.connect import connect, open_pool
+from tenure.db.connect import connect
+from tenure.db.pool import open_pool
 from tenure.db.queries import Queries
 from tenure.jobs import JobSpec
 from tenure.runtime.options import WorkerOptions

@@ -9,12 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from tenure.app import Tenure
+from tenure.builder import known_tasks_hint
 from tenure.cli._apps import connect_app, load_app, module_of_task
 from tenure.cli._common import EXIT_USAGE, emit_json, err, out, positive_int, resolve
 from tenure.cli._duration import human
-from tenure.client import Client, known_tasks_hint
-from tenure.db.connect import connect, open_pool
+from tenure.client import Client
+from tenure.db.connect import connect
 from tenure.db.migrate import migrate, require_current_schema
+from tenure.db.pool import open_pool
 from tenure.db.queries import Queries
 from tenure.errors import ConfigurationError, UnknownTask
 from tenure.runtime.options import WorkerOptions

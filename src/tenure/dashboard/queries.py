@@ -10,7 +10,7 @@ from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
 from tenure.db._sqlfiles import SCHEMA_PLACEHOLDER, quote_schema, read_sections
-from tenure.db.queries import _fetch
+from tenure.db.fetch import fetch
 
 Row = dict[str, Any]
 
@@ -63,7 +63,7 @@ class DashboardQueries:
         self._sql = {name: body.replace(SCHEMA_PLACEHOLDER, quoted) for name, body in _sections().items()}
 
     async def _rows(self, conn: AsyncConnection[Any], name: str, params: Row | None = None) -> list[Row]:
-        return await _fetch(conn, self._sql[name], params or {})
+        return await fetch(conn, self._sql[name], params or {})
 
     async def jobs_list(self, conn: AsyncConnection[Any], where: JobFilter, limit: int) -> list[Row]:
         params = {

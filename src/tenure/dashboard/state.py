@@ -16,12 +16,13 @@ from tenure.cli._duration import human
 from tenure.client import Client
 from tenure.dashboard.queries import DashboardQueries
 from tenure.dashboard.security import CSRF_COOKIE, LOCAL_USER, new_csrf_token
-from tenure.db.connect import describe_dsn, open_pool, resolve_dsn
+from tenure.db.connect import describe_dsn, resolve_dsn
 from tenure.db.control_queries import ControlQueries
 from tenure.db.effects_queries import EffectQueries
 from tenure.db.migrate import require_current_schema
 from tenure.db.ops_queries import OpsQueries
 from tenure.db.ordering_queries import OrderingQueries
+from tenure.db.pool import open_pool
 from tenure.db.queries import Queries
 from tenure.db.schedule_queries import ScheduleQueries
 

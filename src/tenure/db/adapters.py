@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, Connection
 from psycopg.abc import Buffer
 from psycopg.adapt import Loader
 
@@ -20,10 +20,5 @@ class JsonbLoader(Loader):
         return _decode_json(str(data, "utf-8"))
 
 
-def use_tenure_adapters(conn: AsyncConnection[Any]) -> None:
+def use_tenure_adapters(conn: AsyncConnection[Any] | Connection[Any]) -> None:
     conn.adapters.register_loader("jsonb", JsonbLoader)
-
-
-async def configure_pooled(conn: AsyncConnection[Any]) -> None:
-    """The pool's `configure` hook: each new connection reads values as Tenure's do."""
-    use_tenure_adapters(conn)

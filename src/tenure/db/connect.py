@@ -11,9 +11,8 @@ from typing import Any
 
 import psycopg
 from psycopg import conninfo
-from psycopg_pool import AsyncConnectionPool
 
-from tenure.db.adapters import configure_pooled, use_tenure_adapters
+from tenure.db.adapters import use_tenure_adapters
 from tenure.db.embedded import default_data_dir, start_embedded
 from tenure.db.pooler import check_prepared_statements
 from tenure.errors import ConfigurationError, DatabaseUnavailable
@@ -160,48 +159,3 @@ def check_before_pool_sync(dsn: str, threshold: int | None, *, timeout: float, n
     may be running one already)."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tenure-pool-check") as runner:
         runner.submit(asyncio.run, check_before_pool(dsn, threshold, timeout=timeout, name=name)).result()
-
-
-async def open_pool(
-    dsn: str,
-    *,
-    min_size: int = 1,
-    max_size: int = 10,
-    name: str = "tenure",
-    timeout: float = 10.0,
-    prepare: int | str | None = "env",
-    check: bool = False,
-) -> AsyncConnectionPool[Any]:
-    """A pool of autocommit connections. Nothing on them depends on session state, so they work
-    through PgBouncer in transaction mode (prepare=None, or $TENURE_PREPARE_THRESHOLD=none,
-    for PgBouncer before 1.22.1). `prepare="env"` takes the threshold from the environment. With
-    `check`, each connection is tested as it is lent (one round trip), so a server restart or
-    failover costs no failed request: for callers that are idle for long and cannot retry.
-
-    Raises ConfigurationError when the pool would prepare statements through a pooler proven
-    not to keep them between transactions (tenure.db.pooler)."""
-    threshold = prepare_threshold() if isinstance(prepare, str) else prepare
-    await check_before_pool(dsn, threshold, timeout=timeout, name=name)
-    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-        dsn,
-        min_size=min_size,
-        max_size=max_size,
-        name=name,
-        open=False,
-        timeout=timeout,
-        check=AsyncConnectionPool.check_connection if check else None,
-        configure=configure_pooled,
-        kwargs={"autocommit": True, "prepare_threshold": threshold, **application_name(dsn, name)},
-    )
-    try:
-        await pool.open(wait=True, timeout=timeout)
-    except Exception as exc:
-        await pool.close()
-        cause = exc
-        try:
-            probe = await psycopg.AsyncConnection.connect(dsn, connect_timeout=int(timeout))
-            await probe.close()
-        except psycopg.OperationalError as probe_exc:
-            cause = probe_exc
-        raise unavailable(dsn, cause) from None
-    return pool

@@ -1,56 +1,25 @@
 """Typed access to the job-control queries (control.sql): cancel and revoke, retry now, queue
-pauses, and what a caller waiting for a result reads."""
+pauses, and what a caller waiting for a result reads. Written once, async; tools/async_to_sync.py
+writes its blocking twin (tenure.db._sync.control_queries), which the blocking client runs."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from psycopg import AsyncConnection, Connection
+from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
 from tenure.db._sqlfiles import named_queries
-from tenure.db.queries import REVOKE_PREFIX, Row, _fetch, _fetch_sync, notify_channel, results_channel
+from tenure.db.channels import REVOKE_PREFIX, notify_channel, results_channel
+from tenure.db.control_rows import CANCELLABLE, NO_FILTER, WAITING, CancelFilter, ControlRows, split_rows
+from tenure.db.fetch import Row, fetch
 from tenure.db.text import storable_text
 from tenure.jobs import JobState
 from tenure.limits import QueueLimit
 
-#: States a cancel by filter takes, and those an id may be in to be cancelled.
-WAITING = (JobState.SCHEDULED, JobState.PENDING)
-CANCELLABLE = (JobState.SCHEDULED, JobState.PENDING, JobState.RUNNING, JobState.DEAD)
-
-
-@dataclass(frozen=True, slots=True)
-class CancelFilter:
-    """Which jobs a cancel by filter takes; None fields match anything."""
-
-    queue: str | None = None
-    task: str | None = None
-    contains: dict[str, Any] | None = None
-    """Jobs whose payload contains this JSON object (jsonb @>)."""
-    older_than: float | None = None
-    """Jobs enqueued at least this many seconds ago."""
-    running: bool = False
-    """Also revoke running jobs that match (a filter takes waiting jobs only by default)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ControlRows:
-    """What one control statement did: the rows it moved, or why it moved none."""
-
-    moved: list[Row]
-    refused: list[Row]
-    too_many: bool
-
-
-def _split(rows: list[Row]) -> ControlRows:
-    return ControlRows(
-        moved=[r for r in rows if r["outcome"] == "moved"],
-        refused=[r for r in rows if r["outcome"] == "refused"],
-        too_many=any(r["outcome"] == "too_many" for r in rows),
-    )
+ASYNC = True
 
 
 class ControlQueries:
@@ -97,7 +66,7 @@ class ControlQueries:
         self,
         conn: AsyncConnection[Any],
         ids: Sequence[int] | None,
-        where: CancelFilter = CancelFilter(),
+        where: CancelFilter = NO_FILTER,
         *,
         requeue: bool = False,
         max_jobs: int,
@@ -109,24 +78,7 @@ class ControlQueries:
         params = self._cancel_params(
             ids, where, requeue=requeue, max_jobs=max_jobs, actor=actor, reason=reason, now=now
         )
-        return _split(await _fetch(conn, self._sql["job_cancel_many"], params))
-
-    def cancel_many_sync(
-        self,
-        conn: Connection[Any],
-        ids: Sequence[int] | None,
-        where: CancelFilter = CancelFilter(),
-        *,
-        requeue: bool = False,
-        max_jobs: int,
-        actor: str,
-        reason: str,
-        now: datetime | None = None,
-    ) -> ControlRows:
-        params = self._cancel_params(
-            ids, where, requeue=requeue, max_jobs=max_jobs, actor=actor, reason=reason, now=now
-        )
-        return _split(_fetch_sync(conn, self._sql["job_cancel_many"], params))
+        return split_rows(await fetch(conn, self._sql["job_cancel_many"], params))
 
     def _retry_params(
         self, ids: Sequence[int], attempts: int, actor: str, reason: str, now: datetime | None
@@ -152,20 +104,7 @@ class ControlQueries:
     ) -> ControlRows:
         """Runs waiting jobs now and reprocesses dead or cancelled ones; all or nothing."""
         params = self._retry_params(ids, attempts, actor, reason, now)
-        return _split(await _fetch(conn, self._sql["job_retry_many"], params))
-
-    def retry_many_sync(
-        self,
-        conn: Connection[Any],
-        ids: Sequence[int],
-        *,
-        attempts: int,
-        actor: str,
-        reason: str,
-        now: datetime | None = None,
-    ) -> ControlRows:
-        params = self._retry_params(ids, attempts, actor, reason, now)
-        return _split(_fetch_sync(conn, self._sql["job_retry_many"], params))
+        return split_rows(await fetch(conn, self._sql["job_retry_many"], params))
 
     def _pause_params(
         self,
@@ -199,21 +138,7 @@ class ControlQueries:
         """Pauses `queue` cluster-wide; the row says whether the queue was known (else nothing
         was written) and, when paused, since and until when."""
         params = self._pause_params(queue, until, actor, reason, allow_unknown, now)
-        return (await _fetch(conn, self._sql["queue_pause"], params))[0]
-
-    def pause_sync(
-        self,
-        conn: Connection[Any],
-        queue: str,
-        *,
-        until: datetime | None,
-        actor: str,
-        reason: str,
-        allow_unknown: bool = False,
-        now: datetime | None = None,
-    ) -> Row:
-        params = self._pause_params(queue, until, actor, reason, allow_unknown, now)
-        return _fetch_sync(conn, self._sql["queue_pause"], params)[0]
+        return (await fetch(conn, self._sql["queue_pause"], params))[0]
 
     def _resume_params(
         self, queue: str, actor: str, reason: str | None, now: datetime | None
@@ -236,35 +161,17 @@ class ControlQueries:
         now: datetime | None = None,
     ) -> Row | None:
         """Ends `queue`'s pause; None when it was not paused."""
-        rows = await _fetch(conn, self._sql["queue_resume"], self._resume_params(queue, actor, reason, now))
-        return rows[0] if rows else None
-
-    def resume_sync(
-        self,
-        conn: Connection[Any],
-        queue: str,
-        *,
-        actor: str,
-        reason: str | None,
-        now: datetime | None = None,
-    ) -> Row | None:
-        rows = _fetch_sync(conn, self._sql["queue_resume"], self._resume_params(queue, actor, reason, now))
+        rows = await fetch(conn, self._sql["queue_resume"], self._resume_params(queue, actor, reason, now))
         return rows[0] if rows else None
 
     async def pauses(self, conn: AsyncConnection[Any], now: datetime | None = None) -> list[Row]:
         """The pauses in effect, by queue."""
-        return await _fetch(conn, self._sql["queue_pauses_list"], {"now": now})
-
-    def pauses_sync(self, conn: Connection[Any], now: datetime | None = None) -> list[Row]:
-        return _fetch_sync(conn, self._sql["queue_pauses_list"], {"now": now})
+        return await fetch(conn, self._sql["queue_pauses_list"], {"now": now})
 
     async def db_now(self, conn: AsyncConnection[Any]) -> datetime:
         """The database's clock (the transaction's start, inside one): what relative times are
         measured against, whatever the caller's clock says."""
-        return (await _fetch(conn, self._sql["clock_now"], {}))[0]["now"]  # type: ignore[no-any-return]
-
-    def db_now_sync(self, conn: Connection[Any]) -> datetime:
-        return _fetch_sync(conn, self._sql["clock_now"], {})[0]["now"]  # type: ignore[no-any-return]
+        return (await fetch(conn, self._sql["clock_now"], {}))[0]["now"]  # type: ignore[no-any-return]
 
     async def declare_limit(self, conn: AsyncConnection[Any], limit: QueueLimit, declared_by: str) -> None:
         params = {
@@ -276,23 +183,19 @@ class ControlQueries:
             "per_seconds": None if limit.rate is None else float(limit.per),
             "declared_by": storable_text(declared_by, 200),
         }
-        await _fetch(conn, self._sql["queue_limit_declare"], params)
+        await fetch(conn, self._sql["queue_limit_declare"], params)
 
     async def clear_limit(self, conn: AsyncConnection[Any], queue: str) -> bool:
-        return bool(await _fetch(conn, self._sql["queue_limit_clear"], {"queue": queue}))
+        return bool(await fetch(conn, self._sql["queue_limit_clear"], {"queue": queue}))
 
     async def limits(self, conn: AsyncConnection[Any]) -> list[Row]:
         """Every limited queue with its limits and the live leases it holds now."""
-        return await _fetch(conn, self._sql["queue_limits_list"], {})
+        return await fetch(conn, self._sql["queue_limits_list"], {})
 
     async def unique_key_jobs(self, conn: AsyncConnection[Any], key: str, limit: int = 20) -> list[Row]:
         """The jobs stored with unique key `key` (any period window), newest first."""
-        return await _fetch(conn, self._sql["unique_key_jobs"], {"key": key, "limit": limit})
+        return await fetch(conn, self._sql["unique_key_jobs"], {"key": key, "limit": limit})
 
     async def result(self, conn: AsyncConnection[Any], job_id: int) -> Row | None:
-        rows = await _fetch(conn, self._sql["job_result_get"], {"id": job_id})
-        return rows[0] if rows else None
-
-    def result_sync(self, conn: Connection[Any], job_id: int) -> Row | None:
-        rows = _fetch_sync(conn, self._sql["job_result_get"], {"id": job_id})
+        rows = await fetch(conn, self._sql["job_result_get"], {"id": job_id})
         return rows[0] if rows else None

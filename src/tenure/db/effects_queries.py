@@ -10,7 +10,7 @@ from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
 from tenure.db._sqlfiles import named_queries
-from tenure.db.queries import Row, _fetch
+from tenure.db.fetch import Row, fetch
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +39,7 @@ class EffectQueries:
     ) -> EffectStep | None:
         """Records an intent (fenced); None when this attempt no longer holds the lease."""
         params = {"job_id": job_id, "name": name, "owner": owner, "token": token, "now": now}
-        rows = await _fetch(conn, self._sql["effect_begin"], params)
+        rows = await fetch(conn, self._sql["effect_begin"], params)
         if not rows:
             return None
         r = rows[0]
@@ -56,7 +56,7 @@ class EffectQueries:
         now: datetime | None = None,
     ) -> bool:
         params = {"job_id": job_id, "name": name, "token": token, "outcome": Jsonb(outcome), "now": now}
-        return bool(await _fetch(conn, self._sql["effect_done"], params))
+        return bool(await fetch(conn, self._sql["effect_done"], params))
 
     async def reconciled(
         self,
@@ -79,7 +79,7 @@ class EffectQueries:
             "outcome": Jsonb(outcome) if outcome is not None else None,
             "now": now,
         }
-        return bool(await _fetch(conn, self._sql["effect_reconciled"], params))
+        return bool(await fetch(conn, self._sql["effect_reconciled"], params))
 
     async def list(
         self,
@@ -90,7 +90,7 @@ class EffectQueries:
         limit: int = 100,
     ) -> list[Row]:
         params = {"state": state, "job_id": job_id, "limit": limit}
-        return await _fetch(conn, self._sql["effect_list"], params)
+        return await fetch(conn, self._sql["effect_list"], params)
 
     async def resolve(
         self,
@@ -111,5 +111,5 @@ class EffectQueries:
             "outcome": Jsonb(outcome) if outcome is not None else None,
             "now": now,
         }
-        rows = await _fetch(conn, self._sql["effect_resolve"], params)
+        rows = await fetch(conn, self._sql["effect_resolve"], params)
         return rows[0] if rows else None

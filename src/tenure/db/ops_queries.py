@@ -17,7 +17,9 @@ from psycopg import AsyncConnection, Connection
 from psycopg.types.json import Jsonb
 
 from tenure.db._sqlfiles import named_queries
-from tenure.db.queries import Row, _fetch, _fetch_sync, notify_channel
+from tenure.db._sync.fetch import fetch as fetch_sync
+from tenure.db.channels import notify_channel
+from tenure.db.fetch import Row, fetch
 
 #: The window of the control-act gauge (tenure_control_acts_recent).
 CONTROL_WINDOW_SECONDS = 900.0
@@ -153,7 +155,7 @@ class OpsQueries:
     ) -> Snapshot:
         """The gauges, inside the caller's snapshot transaction."""
         params = self._snapshot_params(near_expiry_seconds, stale_seconds, now)
-        return self._snapshot([await _fetch(conn, q, params) for q in self._snapshot_queries()])
+        return self._snapshot([await fetch(conn, q, params) for q in self._snapshot_queries()])
 
     def snapshot_sync(
         self,
@@ -166,16 +168,16 @@ class OpsQueries:
         params = self._snapshot_params(near_expiry_seconds, stale_seconds, now)
         with conn.transaction():
             conn.execute(self._sql["snapshot_begin"])
-            results = [_fetch_sync(conn, q, params) for q in self._snapshot_queries()]
+            results = [fetch_sync(conn, q, params) for q in self._snapshot_queries()]
         return self._snapshot(results)
 
     async def finished_recent(
         self, conn: AsyncConnection[Any], *, minutes: int, now: datetime | None = None
     ) -> list[Row]:
-        return await _fetch(conn, self._sql["gauge_finished_recent"], {"minutes": minutes, "now": now})
+        return await fetch(conn, self._sql["gauge_finished_recent"], {"minutes": minutes, "now": now})
 
     async def worker_list(self, conn: AsyncConnection[Any], *, now: datetime | None = None) -> list[Row]:
-        return await _fetch(conn, self._sql["worker_list"], {"now": now})
+        return await fetch(conn, self._sql["worker_list"], {"now": now})
 
     # -- dead jobs ------------------------------------------------------------------------------
 
@@ -198,7 +200,7 @@ class OpsQueries:
             "limit": limit,
             "now": now,
         }
-        return await _fetch(conn, self._sql["dead_search"], params)
+        return await fetch(conn, self._sql["dead_search"], params)
 
     async def dead_reprocess_many(
         self,
@@ -229,7 +231,7 @@ class OpsQueries:
             "channel": self.channel,
             "now": now,
         }
-        return [r["id"] for r in await _fetch(conn, self._sql["dead_reprocess_many"], params)]
+        return [r["id"] for r in await fetch(conn, self._sql["dead_reprocess_many"], params)]
 
     async def dead_purge(
         self,
@@ -241,7 +243,7 @@ class OpsQueries:
         now: datetime | None = None,
     ) -> list[int]:
         params = {"older_than": older_than, "queue": queue, "limit": limit, "now": now}
-        return [r["id"] for r in await _fetch(conn, self._sql["dead_purge"], params)]
+        return [r["id"] for r in await fetch(conn, self._sql["dead_purge"], params)]
 
     # -- retention and the worker registry ------------------------------------------------------
 
@@ -262,12 +264,12 @@ class OpsQueries:
             "limit": limit,
             "now": now,
         }
-        return [r["id"] for r in await _fetch(conn, self._sql["jobs_prune_finished"], params)]
+        return [r["id"] for r in await fetch(conn, self._sql["jobs_prune_finished"], params)]
 
     async def job_events_prune(
         self, conn: AsyncConnection[Any], *, seconds: float, limit: int, now: datetime | None = None
     ) -> int:
-        rows = await _fetch(
+        rows = await fetch(
             conn, self._sql["job_events_prune"], {"seconds": seconds, "limit": limit, "now": now}
         )
         return len(rows)
@@ -291,12 +293,12 @@ class OpsQueries:
             "failing": Jsonb(failing) if failing else None,
             "now": now,
         }
-        await _fetch(conn, self._sql["worker_seen"], params)
+        await fetch(conn, self._sql["worker_seen"], params)
 
     async def worker_forget(self, conn: AsyncConnection[Any], worker_id: str) -> None:
-        await _fetch(conn, self._sql["worker_forget"], {"id": worker_id[:200]})
+        await fetch(conn, self._sql["worker_forget"], {"id": worker_id[:200]})
 
     async def workers_prune_silent(
         self, conn: AsyncConnection[Any], *, seconds: float, now: datetime | None = None
     ) -> int:
-        return len(await _fetch(conn, self._sql["workers_prune_silent"], {"seconds": seconds, "now": now}))
+        return len(await fetch(conn, self._sql["workers_prune_silent"], {"seconds": seconds, "now": now}))

@@ -8,7 +8,8 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from tenure.db._sqlfiles import named_queries
-from tenure.db.queries import Row, _fetch, notify_channel
+from tenure.db.channels import notify_channel
+from tenure.db.fetch import Row, fetch
 
 
 class OrderingQueries:
@@ -21,7 +22,7 @@ class OrderingQueries:
     ) -> list[Row]:
         """Dead keyed jobs and how many jobs of their key wait behind each."""
         params = {"ordering_key": ordering_key, "limit": limit}
-        return await _fetch(conn, self._sql["ordering_blocked"], params)
+        return await fetch(conn, self._sql["ordering_blocked"], params)
 
     async def skip(
         self,
@@ -34,5 +35,5 @@ class OrderingQueries:
     ) -> Row | None:
         """Cancels a dead or pending keyed job so its key moves on; None if it is neither."""
         params = {"id": job_id, "actor": actor, "reason": reason, "channel": self.channel, "now": now}
-        rows = await _fetch(conn, self._sql["ordering_skip"], params)
+        rows = await fetch(conn, self._sql["ordering_skip"], params)
         return rows[0] if rows else None

@@ -13,7 +13,8 @@ from psycopg.types.json import Jsonb
 
 from tenure.control import default_actor
 from tenure.db._sqlfiles import named_queries
-from tenure.db.queries import Row, _fetch, notify_channel
+from tenure.db.channels import notify_channel
+from tenure.db.fetch import Row, fetch
 from tenure.db.text import storable_text
 from tenure.schedules import Schedule
 
@@ -66,14 +67,14 @@ class ScheduleQueries:
             "missed": [str(s.missed) for s in ordered],
             "now": now,
         }
-        rows = await _fetch(conn, self._sql["schedule_register"], params)
+        rows = await fetch(conn, self._sql["schedule_register"], params)
         return {r["name"]: bool(r["created"]) for r in rows}
 
     async def state(
         self, conn: AsyncConnection[Any], names: Sequence[str], now: datetime | None = None
     ) -> tuple[datetime, list[ScheduleState]]:
         """The database's now, and the registered schedules among `names`."""
-        rows = await _fetch(conn, self._sql["schedule_state"], {"names": list(names), "now": now})
+        rows = await fetch(conn, self._sql["schedule_state"], {"names": list(names), "now": now})
         found = [
             ScheduleState(
                 r["name"],
@@ -115,14 +116,14 @@ class ScheduleQueries:
             "channel": self.channel,
             "now": now,
         }
-        [r] = await _fetch(conn, self._sql["schedule_fire"], params)
+        [r] = await fetch(conn, self._sql["schedule_fire"], params)
         return ScheduleFire(bool(r["won"]), r["last_slot"], list(r["slots"]), list(r["job_ids"]), r["db_now"])
 
     async def list_all(self, conn: AsyncConnection[Any], now: datetime | None = None) -> list[Row]:
-        return await _fetch(conn, self._sql["schedule_list"], {"now": now})
+        return await fetch(conn, self._sql["schedule_list"], {"now": now})
 
     async def fires(self, conn: AsyncConnection[Any], name: str, *, limit: int = 20) -> list[Row]:
-        return await _fetch(conn, self._sql["schedule_fires_recent"], {"name": name, "limit": limit})
+        return await fetch(conn, self._sql["schedule_fires_recent"], {"name": name, "limit": limit})
 
     async def pause(
         self, conn: AsyncConnection[Any], name: str, *, actor: str, reason: str, now: datetime | None = None
@@ -134,7 +135,7 @@ class ScheduleQueries:
             "reason": storable_text(reason, 2000),
             "now": now,
         }
-        rows = await _fetch(conn, self._sql["schedule_pause"], params)
+        rows = await fetch(conn, self._sql["schedule_pause"], params)
         return rows[0] if rows else None
 
     async def resume(
@@ -154,11 +155,11 @@ class ScheduleQueries:
             "reason": storable_text(reason, 2000) if reason and reason.strip() else None,
             "now": now,
         }
-        rows = await _fetch(conn, self._sql["schedule_resume"], params)
+        rows = await fetch(conn, self._sql["schedule_resume"], params)
         return rows[0] if rows else None
 
     async def prune_fires(
         self, conn: AsyncConnection[Any], *, seconds: float, limit: int, now: datetime | None = None
     ) -> int:
         params = {"seconds": seconds, "limit": limit, "now": now}
-        return len(await _fetch(conn, self._sql["schedule_fires_prune"], params))
+        return len(await fetch(conn, self._sql["schedule_fires_prune"], params))

@@ -18,8 +18,8 @@ from datetime import datetime
 import psycopg
 from psycopg import sql
 
+from tenure.db.channels import notify_channel, revoke_hint, scheduled_hint
 from tenure.db.connect import application_name, describe_dsn, prepare_threshold
-from tenure.db.queries import notify_channel, revoke_hint, scheduled_hint
 from tenure.runtime.supervisor import ServiceHealth, describe_error
 
 log = logging.getLogger("tenure.worker")

@@ -13,9 +13,10 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from tenure.db.connect import open_pool, resolve_dsn
+from tenure.db.connect import resolve_dsn
 from tenure.db.control_queries import ControlQueries
 from tenure.db.migrate import WORKER_SCHEMA_FLOOR, require_current_schema
+from tenure.db.pool import open_pool
 from tenure.db.queries import Queries
 from tenure.maintenance import RetentionPolicy, WorkerPresence
 from tenure.runtime.claimer import Claimer

@@ -12,7 +12,7 @@ class TenureConfig(AppConfig):
     verbose_name = "Tenure"
 
     def ready(self) -> None:
-        from tenure.client import join_open_transactions
+        from tenure.client_support import join_open_transactions
         from tenure.contrib.django.configured import tenure_app
         from tenure.contrib.django.connections import fresh_connections
         from tenure.contrib.django.hints import django_migrate_hint

@@ -18,7 +18,7 @@ import psycopg
 from django.db import connections, transaction
 from psycopg import conninfo
 
-from tenure.client import SyncClient
+from tenure.client_support import JoiningClient
 from tenure.contrib.django.settings import dsn_from_database, tenure_settings
 from tenure.db.connect import describe_dsn
 from tenure.errors import ConfigurationError
@@ -80,8 +80,8 @@ def _server_and_database(dsn: str) -> tuple[str, str, str]:
 
 
 @contextlib.contextmanager
-def open_transaction(client: SyncClient) -> Iterator[psycopg.Connection[Any] | None]:
-    """What a blocking enqueue given no `conn` joins (`tenure.client.join_open_transactions`,
+def open_transaction(client: JoiningClient) -> Iterator[psycopg.Connection[Any] | None]:
+    """What a blocking enqueue given no `conn` joins (`tenure.client_support.join_open_transactions`,
     registered when Django starts): inside an atomic() block on `TENURE["DATABASE"]`, that block's
     transaction, on Django's connection and in a savepoint of its own, as `enqueue` does; outside
     any, nothing, so the client commits the job at once as the ORM would its writes. A client

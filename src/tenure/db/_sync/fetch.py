@@ -1,0 +1,21 @@
+# Generated from src/tenure/db/fetch.py by tools/async_to_sync.py: do not edit.
+# Change the source and run `python tools/async_to_sync.py`; CI fails when this file differs
+# from what the source gives.
+"""Running one statement and reading its rows as dicts: how every query class reads. Written once,
+async; tools/async_to_sync.py writes its blocking twin (tenure.db._sync.fetch)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg import Connection
+from psycopg.rows import dict_row
+
+Row = dict[str, Any]
+
+
+def fetch(conn: Connection[Any], query: str, params: dict[str, Any]) -> list[Row]:
+    """The rows `query` gives for `params`; none for a statement that returns nothing."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(query, params)
+        return cur.fetchall() if cur.description else []
