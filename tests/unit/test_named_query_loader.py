@@ -16,6 +16,7 @@ from tenure.db._sqlfiles import (
     named_queries,
     plain_queries,
     quote_schema,
+    read_sections,
     schema_file,
 )
 from tenure.db.migrate import NO_TRANSACTION, latest_version, statements_of
@@ -149,3 +150,59 @@ def test_no_named_query_holds_text_across_lines() -> None:
             for line in body.splitlines():
                 code = line.split("--", 1)[0] if line.count("'") % 2 == 0 else line
                 assert code.count("'") % 2 == 0 and "$$" not in code, (package, name, line)
+
+
+def _package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> str:
+    """A throwaway package holding one .sql file, importable by a name of its own."""
+    name = f"sqlpkg_{abs(hash(tmp_path))}"
+    folder = tmp_path / name
+    (folder / "sql").mkdir(parents=True)
+    (folder / "__init__.py").write_text("")
+    (folder / "sql" / "one.sql").write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return name
+
+
+def test_a_part_is_written_once_and_put_in_every_query_that_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`__part_x__` becomes part x's body (parts within parts too), without its comments."""
+    package = _package(
+        tmp_path,
+        monkeypatch,
+        "-- part: due\n-- why it is due\nrun_at <= now() AND __part_live__\n"
+        "-- part: live\nstate = 'pending'\n"
+        "-- name: first\nSELECT 1 FROM jobs WHERE __part_due__;\n"
+        "-- name: second\nUPDATE jobs SET x = 1 WHERE __part_due__ FOR UPDATE SKIP LOCKED;\n",
+    )
+    sections = read_sections(package, "sql")
+    assert set(sections) == {"first", "second"}
+    assert sections["first"] == "SELECT 1 FROM jobs WHERE run_at <= now() AND state = 'pending';"
+    assert "WHERE run_at <= now() AND state = 'pending' FOR UPDATE" in sections["second"]
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("-- name: q\nSELECT __part_nowhere__;\n", "used but not defined"),
+        ("-- part: p\nx\n-- name: q\nSELECT 1;\n", "used by no query"),
+        ("-- part: p\n__part_p__\n-- name: q\nSELECT __part_p__;\n", "includes itself"),
+        ("-- part: p\nx\n-- name: p\nSELECT __part_p__;\n", "defined twice"),
+    ],
+)
+def test_a_part_missing_unused_circular_or_doubled_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, problem: str
+) -> None:
+    """The loader refuses a .sql folder whose parts do not resolve to one body each, naming why."""
+    with pytest.raises(RuntimeError, match=problem):
+        read_sections(_package(tmp_path, monkeypatch, text), "sql")
+
+
+def test_both_claims_share_the_claim_family_s_rules() -> None:
+    """The plain and the limited claim hold the same claimable predicate, lease and columns, and
+    both lock what they take with SKIP LOCKED."""
+    queries = named_queries("tenure")
+    for shared in ("c.state = 'pending'", "lease_token = j.lease_token + 1", "clock.now AS db_now"):
+        assert shared in queries["job_claim"] and shared in queries["job_claim_limited"]
+    for claim in ("job_claim", "job_claim_limited"):
+        assert "SKIP LOCKED" in queries[claim] and "__part_" not in queries[claim]

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
-from tenure.db._sqlfiles import SCHEMA_PLACEHOLDER, quote_schema, read_sections
+from tenure.db._sqlfiles import package_queries
 
 
-@functools.cache
 def bench_queries(schema: str) -> dict[str, str]:
-    quoted = quote_schema(schema)
-    return {k: v.replace(SCHEMA_PLACEHOLDER, quoted) for k, v in read_sections("tenure.bench", "sql").items()}
+    return package_queries("tenure.bench", schema)
 
 
 async def fetch(conn: AsyncConnection[Any], schema: str, name: str, **params: Any) -> list[dict[str, Any]]:

@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any
 
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
-from tenure.db._sqlfiles import SCHEMA_PLACEHOLDER, quote_schema, read_sections
+from tenure.db._sqlfiles import package_queries
 from tenure.db.fetch import fetch
 
 Row = dict[str, Any]
-
-
-@functools.cache
-def _sections() -> dict[str, str]:
-    return read_sections("tenure.dashboard", "sql")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +53,7 @@ class DeadFilter:
 
 class DashboardQueries:
     def __init__(self, schema: str) -> None:
-        quoted = quote_schema(schema)
-        self._sql = {name: body.replace(SCHEMA_PLACEHOLDER, quoted) for name, body in _sections().items()}
+        self._sql = package_queries("tenure.dashboard", schema)
 
     async def _rows(self, conn: AsyncConnection[Any], name: str, params: Row | None = None) -> list[Row]:
         return await fetch(conn, self._sql[name], params or {})

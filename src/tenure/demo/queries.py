@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -10,20 +9,15 @@ from typing import Any
 from psycopg import AsyncConnection, sql
 from psycopg.rows import dict_row
 
-from tenure.db._sqlfiles import SCHEMA_PLACEHOLDER, quote_schema, read_sections
+from tenure.db._sqlfiles import package_queries
 from tenure.txn import SyncTransaction
 
 Row = dict[str, Any]
 
 
-@functools.cache
-def _sections() -> dict[str, str]:
-    return read_sections("tenure.demo", "sql")
-
-
 def database_statement(name: str, database: str) -> sql.Composed:
     """CREATE or DROP DATABASE: identifiers cannot be bound as parameters, so they are quoted in."""
-    return sql.SQL(_sections()[name]).format(database=sql.Identifier(database))
+    return sql.SQL(package_queries("tenure.demo")[name]).format(database=sql.Identifier(database))
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +34,7 @@ class BankQueries:
     """The bank's statements, with the Tenure schema they read substituted in."""
 
     def __init__(self, schema: str = "tenure") -> None:
-        quoted = quote_schema(schema)
-        self._sql = {name: body.replace(SCHEMA_PLACEHOLDER, quoted) for name, body in _sections().items()}
+        self._sql = package_queries("tenure.demo", schema)
 
     async def _rows(self, conn: AsyncConnection[Any], name: str, params: Row | None = None) -> list[Row]:
         async with conn.cursor(row_factory=dict_row) as cur:

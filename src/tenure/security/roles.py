@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import enum
-import functools
 
 from psycopg import sql
 
-from tenure.db._sqlfiles import read_sections
+from tenure.db._sqlfiles import package_queries
 from tenure.validation import check_schema_name
 
 
@@ -17,9 +16,8 @@ class Role(enum.StrEnum):
     ADMIN = "admin"
 
 
-@functools.cache
 def _templates() -> dict[str, str]:
-    return read_sections("tenure.security", "sql")
+    return package_queries("tenure.security")
 
 
 def grants(role: Role, role_name: str, schema: str) -> str:

@@ -10,7 +10,6 @@ to promote. Tenure only starts it, asks it for a switchover, and kills the prima
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import pwd
 import shutil
@@ -28,13 +27,12 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from tenure.db._sqlfiles import read_sections
+from tenure.db._sqlfiles import package_queries
 from tenure.errors import ConfigurationError, DatabaseUnavailable
 
 
-@functools.cache
 def _queries() -> dict[str, str]:
-    return read_sections("tenure.soak", "sql")
+    return package_queries("tenure.soak")
 
 
 def _rows(conn: psycopg.Connection[Any], name: str) -> list[dict[str, Any]]:

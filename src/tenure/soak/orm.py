@@ -26,9 +26,9 @@ from typing import Any
 import psycopg
 from psycopg import conninfo
 
+from tenure.db._sqlfiles import package_queries
 from tenure.db.connect import DSN_ENV, LISTEN_DSN_ENV
 from tenure.soak.attempts import ATTEMPTS_ENV, host_clock
-from tenure.soak.queries import _sections
 
 #: Appended to the worker's application_name on the handlers' own connections.
 ORM_SUFFIX = "/orm"
@@ -90,7 +90,9 @@ def fresh_connections() -> Iterator[None]:
 def read_balance(account: int) -> int:
     conn = connection()
     try:
-        row = conn.execute(_sections()["soak_account_balance"].encode(), {"id": account}).fetchone()
+        row = conn.execute(
+            package_queries("tenure.soak")["soak_account_balance"].encode(), {"id": account}
+        ).fetchone()
     except (psycopg.OperationalError, psycopg.InterfaceError):
         if conn.broken or conn.closed:
             _met_dead(_local.pid)

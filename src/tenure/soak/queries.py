@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -10,7 +9,7 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
-from tenure.db._sqlfiles import SCHEMA_PLACEHOLDER, quote_schema, read_sections
+from tenure.db._sqlfiles import package_queries
 from tenure.txn import SyncTransaction
 
 Row = dict[str, Any]
@@ -19,15 +18,9 @@ Row = dict[str, Any]
 INJECTED_TASK = "soak.injected"
 
 
-@functools.cache
-def _sections() -> dict[str, str]:
-    return read_sections("tenure.soak", "sql")
-
-
 class SoakQueries:
     def __init__(self, schema: str) -> None:
-        quoted = quote_schema(schema)
-        self._sql = {name: body.replace(SCHEMA_PLACEHOLDER, quoted) for name, body in _sections().items()}
+        self._sql = package_queries("tenure.soak", schema)
 
     async def _rows(self, conn: AsyncConnection[Any], name: str, params: Row | None = None) -> list[Row]:
         async with conn.cursor(row_factory=dict_row) as cur:

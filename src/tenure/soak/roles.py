@@ -20,9 +20,9 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection, conninfo, sql
 
+from tenure.db._sqlfiles import package_queries
 from tenure.db.migrate import latest_version, schema_version, statements_of
 from tenure.security.roles import Role, grants
-from tenure.soak.queries import _sections
 
 #: What a statement meets on a schema older than the one it was written for: a table or function
 #: a later migration adds.
@@ -30,7 +30,9 @@ NOT_YET = (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction)
 
 
 def _statement(name: str, **identifiers: str) -> sql.Composed:
-    return sql.SQL(_sections()[name]).format(**{k: sql.Identifier(v) for k, v in identifiers.items()})
+    return sql.SQL(package_queries("tenure.soak")[name]).format(
+        **{k: sql.Identifier(v) for k, v in identifiers.items()}
+    )
 
 
 class SoakRole:
@@ -74,7 +76,9 @@ class SoakRole:
         await conn.execute(_statement("soak_role_revoke_update", role=self.name, schema=self.schema))
 
     async def drop(self, conn: AsyncConnection[Any]) -> None:
-        found = await conn.execute(_sections()["soak_role_exists"].encode(), {"name": self.name})
+        found = await conn.execute(
+            package_queries("tenure.soak")["soak_role_exists"].encode(), {"name": self.name}
+        )
         row = await found.fetchone()
         if row and row[0]:
             await conn.execute(_statement("soak_role_drop", role=self.name))

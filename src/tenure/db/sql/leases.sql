@@ -3,6 +3,53 @@
 -- Clocks here are statement_timestamp(), not now(): a fenced completion inside a handler's own
 -- transaction (ctx.atomic) must be judged at the moment it runs, not when the transaction began.
 
+-- The claim family: job_claim (a queue without limits) and job_claim_limited (a queue with
+-- them) choose differently, and share every rule below, written once.
+
+-- part: claimable
+-- A job the claim may take (c: the candidate; the clock and paused CTEs in scope): pending in
+-- the queue and due, of a task the worker runs (%(tasks)s, NULL: any), its queue not paused,
+-- and the head of its ordering key: nothing of its key is running, and nothing earlier is
+-- waiting (scheduled or pending) or dead. Unkeyed rows skip the probe.
+c.state = 'pending'
+AND c.queue = %(queue)s
+AND c.available_at <= (SELECT now FROM clock)
+AND (%(tasks)s::text[] IS NULL OR c.task = ANY(%(tasks)s::text[]))
+AND (c.ordering_key IS NULL OR NOT EXISTS (
+      SELECT 1 FROM __schema__.jobs o
+      WHERE o.ordering_key = c.ordering_key
+        AND o.state IN ('scheduled', 'pending', 'running', 'dead')
+        AND o.id <> c.id
+        AND (o.state = 'running' OR o.id < c.id)))
+AND NOT (SELECT yes FROM paused)
+
+-- part: lease_policy
+-- The worker's lease length and max runtime by task name (the policy CTE's rows).
+SELECT *
+FROM unnest(%(policy_tasks)s::text[], %(policy_leases)s::float8[], %(policy_runtimes)s::float8[])
+    AS p(task, lease_seconds, runtime_seconds)
+
+-- part: take_lease
+-- The claim's transition (j: the job; clock and policy CTEs in scope): running, one attempt
+-- more, the next fencing token, and a lease of the task's length, never past its max runtime.
+state = 'running',
+attempt_count = j.attempt_count + 1,
+lease_token = j.lease_token + 1,
+lease_owner = %(owner)s,
+attempted_at = clock.now,
+lease_deadline = clock.now + make_interval(secs => coalesce(
+    (SELECT p.runtime_seconds FROM policy p WHERE p.task = j.task), %(default_runtime_seconds)s::float8)),
+lease_expires_at = clock.now + make_interval(secs => least(
+    coalesce((SELECT p.lease_seconds FROM policy p WHERE p.task = j.task), %(default_lease_seconds)s::float8),
+    coalesce((SELECT p.runtime_seconds FROM policy p WHERE p.task = j.task), %(default_runtime_seconds)s::float8)))
+
+-- part: claimed_columns
+-- What a claim returns of each job it took, in the order CLAIM_COLUMNS (queries.py) names.
+j.id, j.queue, j.task, j.payload, j.priority, j.attempt_count, j.max_attempts,
+j.lease_token, j.lease_expires_at, j.lease_deadline, j.progress, j.idempotency_key,
+j.available_at, j.created_at, j.result_wanted, j.snoozes, j.trace_context,
+clock.now AS db_now
+
 -- name: job_claim
 -- Claim and transition in one statement; each claim bumps the token and the attempt.
 -- Two lanes, each an ordered scan of its own partial index, with no sort at any backlog:
@@ -22,39 +69,16 @@ WITH clock AS (
 ), oldest AS (
     SELECT c.id
     FROM __schema__.jobs c
-    WHERE c.state = 'pending'
-      AND c.queue = %(queue)s
-      AND c.available_at <= (SELECT now FROM clock)
-      AND (%(tasks)s::text[] IS NULL OR c.task = ANY(%(tasks)s::text[]))
-      -- Per-key ordering: a keyed job is claimable only as the head of its key: nothing
-      -- of its key is running, and nothing earlier is waiting (scheduled or pending) or dead.
-      -- Unkeyed rows skip the probe.
-      AND (c.ordering_key IS NULL OR NOT EXISTS (
-            SELECT 1 FROM __schema__.jobs o
-            WHERE o.ordering_key = c.ordering_key
-              AND o.state IN ('scheduled', 'pending', 'running', 'dead')
-              AND o.id <> c.id
-              AND (o.state = 'running' OR o.id < c.id)))
-      AND NOT (SELECT yes FROM paused)
+    WHERE __part_claimable__
     ORDER BY c.available_at, c.id
     LIMIT %(oldest)s
     FOR UPDATE SKIP LOCKED
 ), by_priority AS (
     SELECT c.id
     FROM __schema__.jobs c
-    WHERE c.state = 'pending'
-      AND c.queue = %(queue)s
-      AND c.available_at <= (SELECT now FROM clock)
-      AND (%(tasks)s::text[] IS NULL OR c.task = ANY(%(tasks)s::text[]))
-      AND (c.ordering_key IS NULL OR NOT EXISTS (
-            SELECT 1 FROM __schema__.jobs o
-            WHERE o.ordering_key = c.ordering_key
-              AND o.state IN ('scheduled', 'pending', 'running', 'dead')
-              AND o.id <> c.id
-              AND (o.state = 'running' OR o.id < c.id)))
+    WHERE __part_claimable__
       -- SKIP LOCKED does not skip rows this statement itself locked in the other lane.
       AND c.id NOT IN (SELECT id FROM oldest)
-      AND NOT (SELECT yes FROM paused)
     ORDER BY c.priority DESC, c.available_at, c.id
     LIMIT %(by_priority)s
     FOR UPDATE SKIP LOCKED
@@ -63,30 +87,16 @@ WITH clock AS (
     UNION ALL
     SELECT id FROM by_priority
 ), policy AS (
-    SELECT *
-    FROM unnest(%(policy_tasks)s::text[], %(policy_leases)s::float8[], %(policy_runtimes)s::float8[])
-        AS p(task, lease_seconds, runtime_seconds)
+    __part_lease_policy__
 )
 UPDATE __schema__.jobs j
-SET state = 'running',
-    attempt_count = j.attempt_count + 1,
-    lease_token = j.lease_token + 1,
-    lease_owner = %(owner)s,
-    attempted_at = clock.now,
-    lease_deadline = clock.now + make_interval(secs => coalesce(
-        (SELECT p.runtime_seconds FROM policy p WHERE p.task = j.task), %(default_runtime_seconds)s::float8)),
-    lease_expires_at = clock.now + make_interval(secs => least(
-        coalesce((SELECT p.lease_seconds FROM policy p WHERE p.task = j.task), %(default_lease_seconds)s::float8),
-        coalesce((SELECT p.runtime_seconds FROM policy p WHERE p.task = j.task), %(default_runtime_seconds)s::float8)))
+SET __part_take_lease__
 FROM clock
 -- By primary key, not a join: a prepared claim settles on a generic plan, made without knowing
 -- the batch is small, and a join there becomes a scan of every pending row.
 WHERE j.id = ANY(ARRAY(SELECT id FROM candidate))
   AND j.state = 'pending'
-RETURNING j.id, j.queue, j.task, j.payload, j.priority, j.attempt_count, j.max_attempts,
-          j.lease_token, j.lease_expires_at, j.lease_deadline, j.progress, j.idempotency_key,
-          j.available_at, j.created_at, j.result_wanted, j.snoozes, j.trace_context,
-          clock.now AS db_now;
+RETURNING __part_claimed_columns__;
 
 -- name: limit_lock
 -- First statement of a limited queue's claim transaction: claims of that queue, from every
@@ -140,17 +150,7 @@ WITH clock AS (
     SELECT c.id, c.priority, c.available_at,
            CASE WHEN l.key_field IS NULL THEN c.id::text ELSE c.payload ->> l.key_field END AS k
     FROM __schema__.jobs c CROSS JOIN lim l
-    WHERE c.state = 'pending'
-      AND c.queue = %(queue)s
-      AND c.available_at <= (SELECT now FROM clock)
-      AND (%(tasks)s::text[] IS NULL OR c.task = ANY(%(tasks)s::text[]))
-      AND (c.ordering_key IS NULL OR NOT EXISTS (
-            SELECT 1 FROM __schema__.jobs o
-            WHERE o.ordering_key = c.ordering_key
-              AND o.state IN ('scheduled', 'pending', 'running', 'dead')
-              AND o.id <> c.id
-              AND (o.state = 'running' OR o.id < c.id)))
-      AND NOT (SELECT yes FROM paused)
+    WHERE __part_claimable__
       AND (SELECT n FROM budget) > 0
     ORDER BY c.priority DESC, c.available_at, c.id
     -- Without a per-key limit the batch's own size is the window. No row locks here: claims of
@@ -180,28 +180,14 @@ WITH clock AS (
     LIMIT (SELECT n FROM budget)
     FOR UPDATE OF j SKIP LOCKED
 ), policy AS (
-    SELECT *
-    FROM unnest(%(policy_tasks)s::text[], %(policy_leases)s::float8[], %(policy_runtimes)s::float8[])
-        AS p(task, lease_seconds, runtime_seconds)
+    __part_lease_policy__
 ), claimed AS (
     UPDATE __schema__.jobs j
-    SET state = 'running',
-        attempt_count = j.attempt_count + 1,
-        lease_token = j.lease_token + 1,
-        lease_owner = %(owner)s,
-        attempted_at = clock.now,
-        lease_deadline = clock.now + make_interval(secs => coalesce(
-            (SELECT p.runtime_seconds FROM policy p WHERE p.task = j.task), %(default_runtime_seconds)s::float8)),
-        lease_expires_at = clock.now + make_interval(secs => least(
-            coalesce((SELECT p.lease_seconds FROM policy p WHERE p.task = j.task), %(default_lease_seconds)s::float8),
-            coalesce((SELECT p.runtime_seconds FROM policy p WHERE p.task = j.task), %(default_runtime_seconds)s::float8)))
+    SET __part_take_lease__
     FROM clock
     WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
       AND j.state = 'pending'
-    RETURNING j.id, j.queue, j.task, j.payload, j.priority, j.attempt_count, j.max_attempts,
-              j.lease_token, j.lease_expires_at, j.lease_deadline, j.progress, j.idempotency_key,
-              j.available_at, j.created_at, j.result_wanted, j.snoozes, j.trace_context,
-              clock.now AS db_now
+    RETURNING __part_claimed_columns__
 ), spent AS (
     UPDATE __schema__.queue_limits l
     SET tokens = b.tokens - (SELECT count(*) FROM claimed), refilled_at = clock.now
