@@ -126,7 +126,11 @@ class Client:
             self._pool = None
 
     async def __aenter__(self) -> Client:
-        await self.pool()
+        if ASYNC:
+            # Fail fast: an unreachable server is told here, not at the first enqueue. The
+            # blocking client opens its pool at its first use instead: a web process that makes
+            # one for a request that enqueues nothing, or whose enqueue is refused, connects not.
+            await self.pool()
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -16,6 +16,7 @@ from tenure.errors import (
     RETRYABLE_SQLSTATES,
     ConfigurationError,
     Contention,
+    DatabaseUnavailable,
     JobFailure,
     LeaseLost,
     RetriesExhausted,
@@ -92,7 +93,8 @@ def is_infrastructure_error(exc: BaseException) -> bool:
         return not state and isinstance(
             exc, psycopg.OperationalError | psycopg.InterfaceError | psycopg.InternalError
         )
-    return isinstance(exc, PoolTimeout | TooManyRequests)
+    # Tenure's own word for a server it cannot reach (a pool that cannot open, a lost connection).
+    return isinstance(exc, PoolTimeout | TooManyRequests | DatabaseUnavailable)
 
 
 def _builtin_class(exc: BaseException) -> FailureClass:

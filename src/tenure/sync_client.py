@@ -112,7 +112,6 @@ class SyncClient:
             self._pool = None
 
     def __enter__(self) -> SyncClient:
-        self.pool()
         return self
 
     def __exit__(self, *exc: object) -> None:

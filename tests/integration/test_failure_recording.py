@@ -22,6 +22,7 @@ from tenure.runtime import listener as listener_module
 from tenure.runtime.listener import Listener
 from tenure.runtime.options import WorkerOptions
 from tenure.runtime.recovery import Recovery
+from tenure.runtime.service import Supervisor
 from tenure.runtime.services import WorkerServices
 from tenure.tasks import TaskRegistry
 
@@ -248,7 +249,7 @@ async def test_a_probe_lost_once_after_a_failover_makes_no_pooler_warning(
                 await conn.execute("SELECT pg_notify(%s, %s)", (listener.channel, payload))
 
     listener = Listener(dsn, "tenure", {"default"}, lambda: None, send_probe=lose_the_first)
-    task = asyncio.create_task(listener.run())
+    task = asyncio.create_task(Supervisor().run(listener))
     try:
         await eventually(lambda: len(sent) >= 2 and listener.probe_arrived.is_set(), what="a probe arriving")
     finally:

@@ -23,7 +23,7 @@ from tenure.db.pooler import behind_pooler, is_lost_prepared_statement, prepared
 from tenure.db.queries import Queries
 from tenure.errors import ConfigurationError
 from tenure.jobs import JobSpec
-from tenure.runtime.supervisor import ServiceHealthBoard
+from tenure.runtime.health import ServiceHealthBoard
 
 FIX = re.compile(r"--prepare-threshold none .*TENURE_PREPARE_THRESHOLD=none")
 
@@ -122,7 +122,7 @@ async def test_clients_with_prepared_statements_are_refused_through_pgbouncer(
         with tenure.SyncClient(pooled_dsn) as sync_client:
             for _ in range(10):
                 sync_client.enqueue("pooled.noop", queue="pooled")
-            with sync_client._get_pool().connection() as conn:
+            with sync_client.pool().connection() as conn:
                 assert conn.prepare_threshold is None
 
     await asyncio.to_thread(sync_enqueue)

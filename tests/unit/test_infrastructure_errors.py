@@ -93,3 +93,13 @@ def test_a_client_out_of_step_with_its_server_is_a_lost_connection_not_a_server_
     server_fault = psycopg.errors.lookup("XX000")("could not read block 7")
     assert not is_connection_lost(server_fault) and not is_infrastructure_error(server_fault)
     assert is_connection_lost(psycopg.OperationalError("server closed the connection unexpectedly"))
+
+
+def test_a_database_tenure_cannot_reach_is_transient() -> None:
+    """DatabaseUnavailable (a handler's blocking pool that cannot open, a lost connection) is the
+    infrastructure's failure, never a spend of the job's unknown budget."""
+    from tenure.errors import DatabaseUnavailable
+
+    error = DatabaseUnavailable("lost the connection to PostgreSQL at 127.0.0.1:5432/app")
+    assert is_infrastructure_error(error)
+    assert FailurePolicy().classify(error) is FailureClass.TRANSIENT

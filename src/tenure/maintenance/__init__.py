@@ -4,7 +4,7 @@ Safe to run from any number of processes at once: every delete takes a bounded b
 with SKIP LOCKED, so two passes share the work instead of waiting on each other.
 """
 
-from tenure.maintenance.presence import WorkerPresence
+from tenure.maintenance.presence import RetentionPass, WorkerPresence
 from tenure.maintenance.retention import PruneReport, RetentionPolicy, prune
 
-__all__ = ["PruneReport", "RetentionPolicy", "WorkerPresence", "prune"]
+__all__ = ["PruneReport", "RetentionPass", "RetentionPolicy", "WorkerPresence", "prune"]

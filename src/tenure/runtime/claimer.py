@@ -14,9 +14,10 @@ from tenure.db.control_queries import ControlQueries
 from tenure.db.queries import TaskLeasePolicy
 from tenure.jobs import ClaimedJob
 from tenure.runtime.executor import Executor
+from tenure.runtime.health import describe_error
 from tenure.runtime.oldest_share import OldestShare
+from tenure.runtime.service import Service
 from tenure.runtime.services import WorkerServices
-from tenure.runtime.supervisor import describe_error
 from tenure.tracing import batch_span, set_batch_size, tracing_on
 
 log = logging.getLogger("tenure.worker")
@@ -35,9 +36,22 @@ QUEUE_BACKOFF_CAP = 5.0
 TRICKLE_GAP = 0.005
 
 
-class Claimer:
-    def __init__(self, services: WorkerServices, executor: Executor, queues: list[str]) -> None:
+class Claimer(Service):
+    """Claims jobs into the worker's free slots: at once when woken (a notification, a freed
+    slot), else every poll interval. It waits while completions cannot be written."""
+
+    name = "claimer"
+
+    def __init__(
+        self,
+        services: WorkerServices,
+        executor: Executor,
+        queues: list[str],
+        stopping: asyncio.Event | None = None,
+    ) -> None:
         self.services = services
+        self.stopping = stopping or asyncio.Event()
+        self._backing_off = False
         self.executor = executor
         self.queues = queues
         self.control = ControlQueries(services.queries.schema)
@@ -48,7 +62,7 @@ class Claimer:
         self._noticed_at = 0.0
         self._paced_until = 0.0
         self._next_queue = 0
-        self.health = services.health.service("claimer")
+        self.health = services.health.service(self.name)
         #: Queues with a global limit, as last read; the plain claim takes nothing from a
         #: limited queue, so a limit set since then binds at once and is seen at the next read.
         self.limited: set[str] = set()
@@ -231,30 +245,28 @@ class Claimer:
         then lose its result, spending an attempt for nothing."""
         return self.free_slots() > 0 and not self.services.health.service("completer").failing
 
-    async def run(self, stopping: asyncio.Event) -> None:
-        """Claims until `stopping` is set; no exception ends the loop (each is logged, backed
-        off and counted in the claimer's health)."""
-        while not stopping.is_set():
-            if (pause := self._paced_until - time.monotonic()) > 0:
-                await asyncio.sleep(pause)
-            self._wake.clear()
-            if self.may_claim():
-                try:
-                    await self.claim_once()
-                except Exception as exc:
-                    self.health.failed(exc)
-                    self.services.stats.claim_errors += 1
-                    log.warning(
-                        "claim failed (%s in a row): %s",
-                        self.health.consecutive_failures,
-                        describe_error(exc),
-                        exc_info=self.health.consecutive_failures == 1 and not isinstance(exc, psycopg.Error),
-                    )
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stopping.wait(), self.health.backoff())
-                    continue
-                self.health.succeeded()
-            if self._wake.is_set() and self.may_claim():
-                continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self.services.options.poll_interval)
+    async def run_once(self) -> None:
+        """One claim pass, when the worker has free slots and its completions can be written."""
+        self._backing_off = False
+        if (pause := self._paced_until - self.clock.monotonic()) > 0:
+            await self.clock.sleep(pause)
+        self._wake.clear()
+        if self.may_claim():
+            await self.claim_once()
+
+    def next_delay(self, result: None) -> float:
+        if self._wake.is_set() and self.may_claim():
+            return 0.0  # woken while it claimed: claim again at once
+        return self.services.options.poll_interval
+
+    def failed(self, exc: BaseException) -> float:
+        self.services.stats.claim_errors += 1
+        self._backing_off = True
+        return self.health.backoff()
+
+    async def wait(self, delay: float) -> None:
+        """Until woken or `delay` passes; after a failure, the whole backoff (a notification
+        must not cut it short), unless the worker stops."""
+        event = self.stopping if self._backing_off else self._wake
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout=delay)

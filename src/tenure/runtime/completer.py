@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from tenure.jobs import ClaimedJob
+from tenure.runtime.service import Service
 from tenure.runtime.services import WorkerServices
-from tenure.runtime.supervisor import describe_error
 from tenure.tracing import batch_span, set_batch_size
 
 log = logging.getLogger("tenure.worker")
@@ -40,7 +41,7 @@ class _Pending:
     not_before: float = field(default=0.0)
 
 
-class Completer:
+class Completer(Service):
     """Collects completions and writes them in one fenced statement per batch.
 
     Under load many jobs finish while a write is in flight; the next write takes them all. Each
@@ -50,9 +51,11 @@ class Completer:
     elsewhere is retried alone, without holding up the rest of the batch.
     """
 
+    name = "completer"
+
     def __init__(self, services: WorkerServices) -> None:
         self.services = services
-        self.health = services.health.service("completer")
+        self.health = services.health.service(self.name)
         # A list and an event rather than an asyncio.Queue: one append per job, and a batch is
         # taken as a slice.
         self._queued: list[_Pending] = []
@@ -67,25 +70,29 @@ class Completer:
         self._arrived.set()
         return await done
 
-    async def run(self) -> None:
-        """Writes batches for ever; every exception is contained in `run_once`."""
-        while True:
-            await self.run_once()
-
     async def run_once(self) -> None:
-        """Waits for completions (or a retry falling due) and writes one batch."""
+        """Waits for completions (or a retry falling due) and writes one batch; a write that
+        fails raises, its jobs put back for a retry (or settled EXPIRED past their lease)."""
         batch = await self._next_batch()
         if batch:
             await self._write(batch)
         elif self.health.failing:
             await self._probe()
 
+    def next_delay(self, result: None) -> float:
+        return 0.0  # the next pass waits for completions itself
+
+    def failed(self, exc: BaseException) -> float:
+        # Retries fall due on their own schedule (_again); this only spaces the passes.
+        return min(self.health.backoff(), 0.5)
+
     async def drain(self) -> None:
         """Writes whatever is queued or waiting for a retry (used at shutdown)."""
         batch = self._retry + self._take_queued([])
         self._retry = []
         if batch:
-            await self._write(batch, final=True)
+            with contextlib.suppress(Exception):  # each job is settled, written or EXPIRED
+                await self._write(batch, final=True)
 
     def _take_queued(self, batch: list[_Pending]) -> list[_Pending]:
         room = self.services.options.completion_batch - len(batch)
@@ -130,22 +137,13 @@ class Completer:
                             (p.job.id, p.job.lease.token): p.result for p in batch if p.result is not None
                         },
                     )
-        except Exception as exc:
+        except Exception:
             services.stats.write_errors += 1
-            self.health.failed(exc)
-            log.warning(
-                "completion write of %s jobs failed (%s in a row): %s",
-                len(batch),
-                self.health.consecutive_failures,
-                describe_error(exc),
-            )
-            delay = self.health.backoff()
+            # The backoff after this failure, which the health counts once this raises.
+            delay = self.health.backoff(self.health.consecutive_failures + 1)
             for pending in batch:
                 self._again(pending, delay, final)
-            if not final:
-                await asyncio.sleep(min(delay, 0.5))
-            return
-        self.health.succeeded()
+            raise
         for pending in batch:
             outcome = result.get((pending.job.id, pending.job.lease.token), CompletionOutcome.LOST)
             if outcome == "busy":
@@ -170,10 +168,5 @@ class Completer:
         """An empty fenced completion: it changes no row but needs everything a real one does
         (a connection, a writable server, UPDATE on jobs), so it tells when writes work again."""
         services = self.services
-        try:
-            async with services.connection() as conn:
-                await services.queries.job_complete_many(conn, owner=services.owner, leases=[])
-        except Exception as exc:
-            self.health.failed(exc)
-            return
-        self.health.succeeded()
+        async with services.connection() as conn:
+            await services.queries.job_complete_many(conn, owner=services.owner, leases=[])

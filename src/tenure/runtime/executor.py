@@ -27,8 +27,8 @@ from tenure.outcomes import ResultRefused, Snooze, encode_result
 from tenure.retry import FailureClass, FailurePolicy, error_code
 from tenure.runtime.completer import Completer, CompletionOutcome
 from tenure.runtime.events import Outcome
+from tenure.runtime.health import describe_error
 from tenure.runtime.services import WorkerServices
-from tenure.runtime.supervisor import describe_error
 from tenure.secrets import has_secret_refs, redact, resolve_secrets, resolved_values
 from tenure.tasks import AnyTask, TaskRegistry
 from tenure.tracing import record_outcome, run_span

@@ -3,76 +3,46 @@ has run out even when the database cannot be reached."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
 from tenure.runtime.executor import Execution, Executor
 from tenure.runtime.revocation import RevocationCheck
+from tenure.runtime.service import Service
 from tenure.runtime.services import WorkerServices
-from tenure.runtime.supervisor import describe_error
 
 log = logging.getLogger("tenure.worker")
 
 
-class Heartbeat:
+class Heartbeat(Service):
+    """Renews the leases of running jobs that made progress, and learns of revoked ones. It runs
+    beside the watchdog, never in its way: a beat stuck on an unreachable database must not stop
+    the watchdog from ending expired jobs."""
+
+    name = "heartbeat"
+
     def __init__(
         self, services: WorkerServices, executor: Executor, revocations: RevocationCheck | None = None
     ) -> None:
         self.services = services
         self.executor = executor
         self.revocations = revocations
-        self.health = services.health.service("heartbeat")
-        self.watchdog_health = services.health.service("watchdog")
+        self.health = services.health.service(self.name)
 
-    async def run(self) -> None:
-        last_beat = time.monotonic()
-        beat: asyncio.Task[None] | None = None
-        try:
-            while True:
-                await asyncio.sleep(self.services.options.watchdog_every)
-                try:
-                    self.watchdog()
-                    self.watchdog_health.succeeded()
-                except Exception as exc:  # never let one bad execution end the watchdog
-                    self.watchdog_health.failed(exc)
-                    log.exception("watchdog pass failed")
-                # The beat runs beside the watchdog, never in its way: a beat stuck on an
-                # unreachable database must not stop the watchdog from ending expired jobs.
-                if (beat is None or beat.done()) and (
-                    time.monotonic() - last_beat >= self.services.options.heartbeat_every
-                ):
-                    last_beat = time.monotonic()
-                    beat = asyncio.create_task(self._beat(), name="tenure-heartbeat-beat")
-        finally:
-            if beat is not None and not beat.done():
-                beat.cancel()
-                await asyncio.wait([beat], timeout=1.0)
+    async def run_once(self) -> None:
+        """Renews the leases that are due, then checks for revocations."""
+        await self.beat_once()
+        if self.revocations is not None:
+            await self.revocations.check()
 
-    async def _beat(self) -> None:
-        try:
-            await self.beat_once()
-            if self.revocations is not None:
-                await self.revocations.check()
-        except Exception as exc:
-            self.health.failed(exc)
-            self.services.stats.heartbeat_failures += 1
-            self.services.events.heartbeat_failed()
-            log.warning("heartbeat failed: %s", describe_error(exc))
-        else:
-            self.health.succeeded()
+    def next_delay(self, result: None) -> float:
+        return self.services.options.heartbeat_every
 
-    def watchdog(self) -> None:
-        """Stops jobs past their max runtime, and jobs whose lease ran out by the local clock."""
-        now = time.monotonic()
-        for execution in list(self.executor.running.values()):
-            ctx = execution.ctx
-            if ctx.lease_lost or ctx.completed or execution.handler_done:
-                continue  # stopped already, or its outcome is being (or has been) written
-            if now >= execution.local_deadline:
-                self.executor.deadline_reached(execution)
-            elif now >= execution.local_expiry:
-                self.executor.lose(execution, "lease expired before it was renewed", "LEASE_EXPIRED")
+    def failed(self, exc: BaseException) -> float:
+        self.services.stats.heartbeat_failures += 1
+        self.services.events.heartbeat_failed()
+        # The next beat at its usual time, not later: a lease runs out while the backoff grows.
+        return min(self.health.backoff(), self.services.options.heartbeat_every)
 
     async def beat_once(self) -> None:
         """Renews the leases of running jobs whose progress marker moved since the last beat."""
@@ -116,3 +86,30 @@ class Heartbeat:
         if task is not None and task.policy.lease_seconds is not None:
             return task.policy.lease_seconds
         return self.services.options.lease_seconds
+
+
+class Watchdog(Service):
+    """Ends, by the local clock, jobs past their max runtime and jobs whose lease ran out, even
+    when the database cannot be reached to say so."""
+
+    name = "watchdog"
+
+    def __init__(self, services: WorkerServices, executor: Executor) -> None:
+        self.services = services
+        self.executor = executor
+        self.health = services.health.service(self.name)
+
+    async def run_once(self) -> None:
+        """Stops jobs past their max runtime, and jobs whose lease ran out by the local clock."""
+        now = self.clock.monotonic()
+        for execution in list(self.executor.running.values()):
+            ctx = execution.ctx
+            if ctx.lease_lost or ctx.completed or execution.handler_done:
+                continue  # stopped already, or its outcome is being (or has been) written
+            if now >= execution.local_deadline:
+                self.executor.deadline_reached(execution)
+            elif now >= execution.local_expiry:
+                self.executor.lose(execution, "lease expired before it was renewed", "LEASE_EXPIRED")
+
+    def next_delay(self, result: None) -> float:
+        return self.services.options.watchdog_every

@@ -20,7 +20,8 @@ from psycopg import sql
 
 from tenure.db.channels import notify_channel, revoke_hint, scheduled_hint
 from tenure.db.connect import application_name, describe_dsn, prepare_threshold
-from tenure.runtime.supervisor import ServiceHealth, describe_error
+from tenure.runtime.health import ServiceHealth, describe_error
+from tenure.runtime.service import Service
 
 log = logging.getLogger("tenure.worker")
 
@@ -30,7 +31,12 @@ PROBE_TIMEOUT = 5.0
 PROBE_ATTEMPTS = 3
 
 
-class Listener:
+class Listener(Service):
+    """LISTENs on the schema's channel and hands on what it hears: a queue's wake-up to the
+    claimer, a scheduled job's due time to the promoter, a revoked lease to its execution."""
+
+    name = "listener"
+
     def __init__(
         self,
         dsn: str,
@@ -58,24 +64,16 @@ class Listener:
         self._probe_payload = f"probe:{uuid.uuid4().hex}"
         self._warned = False
 
-    async def run(self) -> None:
-        while True:
-            try:
-                await self._listen()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self.connected.clear()
-                self.health.failed(exc)
-                log.warning(
-                    "listener connection lost (%s); polling every %.1fs continues, reconnecting in %.1fs",
-                    describe_error(exc),
-                    self.poll_interval,
-                    self.health.backoff(),
-                )
-            await asyncio.sleep(self.health.backoff())
+    def next_delay(self, result: None) -> float:
+        return self.health.backoff()  # the notifications ended: connect again
 
-    async def _listen(self) -> None:
+    def failed(self, exc: BaseException) -> float:
+        # Polling every poll_interval goes on meanwhile: a lost listener costs latency, no job.
+        self.connected.clear()
+        return self.health.backoff()
+
+    async def run_once(self) -> None:
+        """Connects, LISTENs and hands on every notification until the connection is lost."""
         async with await psycopg.AsyncConnection.connect(
             self.dsn,
             autocommit=True,

@@ -6,13 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from datetime import datetime
 
 from tenure.db.queries import Promotion
+from tenure.runtime.service import Service
 from tenure.runtime.services import WorkerServices
-from tenure.runtime.supervisor import describe_error
 
 log = logging.getLogger("tenure.worker")
 
@@ -21,9 +20,11 @@ log = logging.getLogger("tenure.worker")
 PROMOTION_RESOLUTION = 0.01
 
 
-class Promoter:
+class Promoter(Service):
     """Sleeps until the next scheduled job is due or the poll interval passes, whichever is
     sooner, and is woken earlier by `expect` when a job is scheduled for an earlier time."""
+
+    name = "promoter"
 
     def __init__(self, services: WorkerServices, wake_claimer: Callable[[], None] = lambda: None) -> None:
         self.services = services
@@ -36,10 +37,11 @@ class Promoter:
         self._wake_at = 0.0
         # The earliest due time announced while a pass ran: its statement may not have seen it.
         self._expected: datetime | None = None
-        self.health = services.health.service("promoter")
+        self.health = services.health.service(self.name)
 
     async def run_once(self, *, now: datetime | None = None) -> Promotion:
         """Promotes every job due at `now` (database time by default), in batches."""
+        self._expected = None
         services, batch = self.services, self.services.options.promotion_batch
         total = 0
         while True:
@@ -65,39 +67,29 @@ class Promoter:
             self._wake_at = local_due
             self._wake.set()
 
-    def _plan(self, result: Promotion) -> None:
-        self._db_base, self._local_base = result.db_now, time.monotonic()
+    def next_delay(self, result: Promotion) -> float:
+        """Until the next due job, or a job announced meanwhile, or the poll interval."""
+        self._db_base, self._local_base = result.db_now, self.clock.monotonic()
         sleep = self.services.options.poll_interval
         for due in (result.next_due, self._expected):
             if due is not None:
                 sleep = min(sleep, (due - result.db_now).total_seconds())
         self._wake_at = self._local_base + max(PROMOTION_RESOLUTION, sleep)
+        return self._wake_at - self._local_base
 
-    async def run(self) -> None:
-        """Promotes for ever; an exception is logged, counted in the promoter's health and
-        backed off, never the end of the loop."""
-        health = self.health
-        while True:
-            try:
-                self._expected = None
-                self._plan(await self.run_once())
-                health.succeeded()
-            except Exception as exc:
-                health.failed(exc)
-                log.warning(
-                    "promotion of scheduled jobs failed (%s in a row): %s",
-                    health.consecutive_failures,
-                    describe_error(exc),
-                )
-                self._db_base = None
-                self._wake_at = time.monotonic() + health.backoff()
-            while (left := self._wake_at - time.monotonic()) > 0:
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout=left)
-                if self._db_base is None:
-                    break  # scheduled for an unknown time: look now
-            # A wake-up earlier than the resolution is deferred to it, so that a burst of
-            # schedules costs one pass, not one each.
-            if self._db_base is not None:
-                await asyncio.sleep(max(0.0, self._local_base + PROMOTION_RESOLUTION - time.monotonic()))
+    def failed(self, exc: BaseException) -> float:
+        self._db_base = None  # the next due time is unknown: any announcement wakes the promoter
+        self._wake_at = self.clock.monotonic() + self.health.backoff()
+        return self.health.backoff()
+
+    async def wait(self, delay: float) -> None:
+        """Until `_wake_at`, which `expect` may bring forward; a wake-up earlier than the
+        resolution is deferred to it, so that a burst of schedules costs one pass, not one each."""
+        while (left := self._wake_at - self.clock.monotonic()) > 0:
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=left)
+            if self._db_base is None:
+                return  # scheduled for an unknown time: look now
+        if self._db_base is not None:
+            await self.clock.sleep(max(0.0, self._local_base + PROMOTION_RESOLUTION - self.clock.monotonic()))

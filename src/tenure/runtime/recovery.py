@@ -7,16 +7,22 @@ from datetime import datetime
 
 from tenure.db.queries import RecoveredLease, TaskBackoffPolicy
 from tenure.jobs import JobState
+from tenure.runtime.service import Service
 from tenure.runtime.services import WorkerServices
-from tenure.runtime.supervisor import supervise
 from tenure.tasks import TaskRegistry
 
 log = logging.getLogger("tenure.worker")
 
 
-class Recovery:
+class Recovery(Service):
+    """Gives back the jobs of leases that expired (their workers died or stalled), each to run
+    again after its backoff or dead when its attempts are spent."""
+
+    name = "recovery"
+
     def __init__(self, services: WorkerServices, registry: TaskRegistry | None = None) -> None:
         self.services = services
+        self.health = services.health.service(self.name)
         self.policies = [
             TaskBackoffPolicy(t.name, t.policy.backoff.base, t.policy.backoff.cap, t.policy.backoff.jitter)
             for t in (registry or [])
@@ -53,9 +59,5 @@ class Recovery:
             log.info("recovered %s expired leases", len(recovered))
         return recovered
 
-    async def run(self) -> None:
-        await supervise(
-            self.services.health.service("recovery"),
-            self.run_once,
-            lambda: self.services.options.recovery_every,
-        )
+    def next_delay(self, result: list[RecoveredLease]) -> float:
+        return self.services.options.recovery_every

@@ -8,8 +8,8 @@ from __future__ import annotations
 import logging
 
 from tenure.runtime.executor import Execution, Executor
+from tenure.runtime.health import describe_error
 from tenure.runtime.services import WorkerServices
-from tenure.runtime.supervisor import describe_error
 
 log = logging.getLogger("tenure.worker")
 

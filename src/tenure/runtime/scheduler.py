@@ -10,9 +10,7 @@ the code stops firing once no running worker declares it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,8 +20,8 @@ from cronsim import CronSimError
 
 from tenure.db.schedule_queries import ScheduleQueries, ScheduleState
 from tenure.errors import ConfigurationError
+from tenure.runtime.service import Service
 from tenure.runtime.services import WorkerServices
-from tenure.runtime.supervisor import describe_error
 from tenure.schedules import (
     MIN_ON_TIME_GRACE,
     Schedule,
@@ -55,7 +53,11 @@ class Tick:
     next_due: datetime | None = None
 
 
-class Scheduler:
+class Scheduler(Service):
+    """Fires the app's schedules: each due slot once, cluster-wide, as a job."""
+
+    name = "scheduler"
+
     def __init__(
         self,
         services: WorkerServices,
@@ -71,7 +73,7 @@ class Scheduler:
             grace = max(MIN_ON_TIME_GRACE, 2 * services.options.poll_interval)
         self.grace = grace
         self.wake_claimer = wake_claimer
-        self.health = services.health.service("scheduler", critical=False)
+        self.health = services.health.service(self.name, critical=False)
         self.fired = 0
         self._registered_at: float | None = None
 
@@ -79,14 +81,19 @@ class Scheduler:
         """Upserts this app's schedules; each name with True when it was new (starts at now)."""
         async with self.services.connection() as conn:
             created = await self.queries.register(conn, list(self.schedules.values()), now=now)
-        self._registered_at = time.monotonic()
+        self._registered_at = self.clock.monotonic()
         new = sorted(name for name, is_new in created.items() if is_new)
         if new:
             log.info("registered new schedules, firing from now on: %s", ", ".join(new))
         return created
 
     async def run_once(self, *, now: datetime | None = None) -> Tick:
-        """Fires every due slot of this app's schedules at `now` (database time by default)."""
+        """Fires every due slot of this app's schedules at `now` (database time by default).
+        On the database's own time, the schedules are registered first, now and then."""
+        if now is None and (
+            self._registered_at is None or self.clock.monotonic() - self._registered_at >= REGISTER_INTERVAL
+        ):
+            await self.register()
         services = self.services
         async with services.connection() as conn:
             db_now, states = await self.queries.state(conn, list(self.schedules), now=now)
@@ -156,20 +163,5 @@ class Scheduler:
             sleep = min(sleep, (tick.next_due - tick.db_now).total_seconds() + SLOT_MARGIN)
         return max(TICK_RESOLUTION, sleep)
 
-    async def run(self) -> None:
-        """Registers, then ticks for ever; a failure is logged, counted in the scheduler's
-        health and backed off, never the end of the loop."""
-        health = self.health
-        while True:
-            try:
-                if self._registered_at is None or time.monotonic() - self._registered_at >= REGISTER_INTERVAL:
-                    await self.register()
-                sleep = self._sleep_for(await self.run_once())
-                health.succeeded()
-            except Exception as exc:
-                health.failed(exc)
-                log.warning(
-                    "the scheduler failed (%s in a row): %s", health.consecutive_failures, describe_error(exc)
-                )
-                sleep = health.backoff()
-            await asyncio.sleep(sleep)
+    def next_delay(self, tick: Tick) -> float:
+        return self._sleep_for(tick)

@@ -13,14 +13,14 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from tenure.db.connect import application_name, prepare_threshold
+from tenure.db._sync.pool import open_pool as open_sync_pool
 from tenure.db.queries import Queries
 from tenure.jobs import ClaimedJob
 from tenure.logging_context import job_fields
 from tenure.runtime.events import Events
+from tenure.runtime.health import ServiceHealthBoard
 from tenure.runtime.options import WorkerOptions
 from tenure.runtime.stats import WorkerStats
-from tenure.runtime.supervisor import ServiceHealthBoard
 
 log = logging.getLogger("tenure.worker")
 
@@ -72,17 +72,9 @@ class WorkerServices:
         """A blocking pool for plain-function handlers' transactions, opened on first use."""
         with self._sync_lock:
             if self._sync_pool is None:
-                self._sync_pool = ConnectionPool(
-                    self.dsn,
-                    min_size=1,
-                    max_size=self.options.concurrency,
-                    name="tenure-sync",
-                    kwargs={
-                        "autocommit": True,
-                        "prepare_threshold": prepare_threshold(),
-                        **application_name(self.dsn, "tenure-sync"),
-                    },
-                    open=True,
+                # The blocking twin of the worker's own pool: the same set-up and checks.
+                self._sync_pool = open_sync_pool(
+                    self.dsn, min_size=1, max_size=self.options.concurrency, name="tenure-sync"
                 )
             return self._sync_pool
 

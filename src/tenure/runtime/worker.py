@@ -18,21 +18,22 @@ from tenure.db.control_queries import ControlQueries
 from tenure.db.migrate import WORKER_SCHEMA_FLOOR, require_current_schema
 from tenure.db.pool import open_pool
 from tenure.db.queries import Queries
-from tenure.maintenance import RetentionPolicy, WorkerPresence
+from tenure.maintenance import RetentionPass, RetentionPolicy, WorkerPresence
 from tenure.runtime.claimer import Claimer
 from tenure.runtime.completer import Completer
 from tenure.runtime.events import Events
 from tenure.runtime.executor import Executor
-from tenure.runtime.heartbeat import Heartbeat
+from tenure.runtime.health import describe_error
+from tenure.runtime.heartbeat import Heartbeat, Watchdog
 from tenure.runtime.listener import Listener
 from tenure.runtime.options import WorkerOptions
 from tenure.runtime.promoter import Promoter
 from tenure.runtime.recovery import Recovery
 from tenure.runtime.revocation import RevocationCheck
 from tenure.runtime.scheduler import Scheduler
+from tenure.runtime.service import HealthWatch, Service, Supervisor
 from tenure.runtime.services import WorkerServices
 from tenure.runtime.stats import WorkerStats
-from tenure.runtime.supervisor import describe_error
 from tenure.tasks import TaskPolicy, TaskRegistry
 from tenure.validation import check_schema_name
 
@@ -146,50 +147,56 @@ class Worker:
         threads = ThreadPoolExecutor(max_workers=self.options.concurrency, thread_name_prefix="tenure-job")
         completer = Completer(services)
         self.executor = executor = Executor(services, self.registry, completer, threads)
-        self.claimer = claimer = Claimer(services, executor, self.queues)
+        self.claimer = claimer = Claimer(services, executor, self.queues, self.stopping)
         self.recovery = Recovery(services, self.registry)
         self.promoter = promoter = Promoter(services, claimer.wake)
         services.scheduled = promoter.expect
         self.revocations = revocations = RevocationCheck(services, executor)
-        heartbeat = Heartbeat(services, executor, revocations)
-        background = [
-            asyncio.create_task(completer.run(), name="tenure-completer"),
-            asyncio.create_task(heartbeat.run(), name="tenure-heartbeat"),
-            asyncio.create_task(self.recovery.run(), name="tenure-recovery"),
-            asyncio.create_task(promoter.run(), name="tenure-promoter"),
-            asyncio.create_task(self._watch_health(services), name="tenure-health"),
+        board = services.health
+        background: list[Service] = [
+            completer,
+            Heartbeat(services, executor, revocations),
+            Watchdog(services, executor),
+            self.recovery,
+            promoter,
+            HealthWatch(board, self._give_up, every=min(1.0, self.options.service_failure_limit / 4)),
+            WorkerPresence(
+                self.schema,
+                board.service(WorkerPresence.name, critical=False),
+                worker_id=services.owner,
+                queues=self.queues,
+                concurrency=self.options.concurrency,
+                busy=lambda: len(executor.running),
+                connection=services.connection,
+                failing=board.failing,
+            ),
         ]
+        if self.retention is not None:
+            background.append(
+                RetentionPass(
+                    pool, self.schema, board.service(RetentionPass.name, critical=False), self.retention
+                )
+            )
         if self.registry.schedules:
             schedules = list(self.registry.schedules.values())
             self.scheduler = Scheduler(services, schedules, wake_claimer=claimer.wake)
-            background.append(asyncio.create_task(self.scheduler.run(), name="tenure-scheduler"))
-        presence = WorkerPresence(
-            pool,
-            self.schema,
-            worker_id=services.owner,
-            queues=self.queues,
-            concurrency=self.options.concurrency,
-            busy=lambda: len(executor.running),
-            retention=self.retention,
-            failing=services.health.failing,
-            connection=services.connection,
-        )
-        presence.health = services.health.service("registry refresh", critical=False)
-        presence.retention_health = services.health.service("retention", critical=False)
-        background.append(asyncio.create_task(presence.run(), name="tenure-presence"))
+            background.append(self.scheduler)
         if self.options.listen:
             self.listener = Listener(
                 self.options.listen_dsn or dsn,
                 self.schema,
                 set(self.queues),
                 claimer.notified,
-                health=services.health.service("listener", critical=False),
+                health=board.service(Listener.name, critical=False),
                 send_probe=lambda payload: self._notify(services, payload),
                 poll_interval=self.options.poll_interval,
                 scheduled=promoter.expect,
                 revoked=revocations.notice,
             )
-            background.append(asyncio.create_task(self.listener.run(), name="tenure-listener"))
+            background.append(self.listener)
+        supervisor = Supervisor()
+        for service in background:
+            supervisor.start(service)
         if handle_signals:
             self._install_signal_handlers()
         log.info(
@@ -201,14 +208,11 @@ class Worker:
         )
         self.started.set()
         try:
-            await claimer.run(self.stopping)
+            supervisor.start(claimer, until=self.stopping)
+            await supervisor.finish(claimer)
             await self._shutdown(executor, completer)
         finally:
-            for task in background:
-                task.cancel()
-            for task in background:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await supervisor.close()
             threads.shutdown(wait=False, cancel_futures=True)
             await services.close()
         if self.failure:
@@ -221,16 +225,13 @@ class Worker:
         async with services.connection() as conn:
             await services.queries.queue_notify(conn, [payload])
 
-    async def _watch_health(self, services: WorkerServices) -> None:
-        """Stops the worker when a critical service has failed for too long (exit non-zero)."""
-        while not self.stopping.is_set():
-            await asyncio.sleep(min(1.0, services.options.service_failure_limit / 4))
-            reason = services.health.fatal()
-            if reason is not None:
-                self.failure = reason
-                log.error("%s; stopping this worker so that its supervisor can restart it", reason)
-                self.stop()
-                return
+    def _give_up(self, reason: str) -> None:
+        """A critical service has failed for too long: stop, to exit non-zero."""
+        if self.stopping.is_set():
+            return
+        self.failure = reason
+        log.error("%s; stopping this worker so that its supervisor can restart it", reason)
+        self.stop()
 
     async def _shutdown(self, executor: Executor, completer: Completer) -> None:
         options = self.options

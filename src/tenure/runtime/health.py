@@ -1,22 +1,19 @@
-"""Keeps every long-lived service of a worker running, whatever it meets.
+"""How each long-lived service of a worker is doing, and when the worker must give up.
 
-Each service is a `run_once()` called in a loop. An exception from it is logged with its cause,
-counted in the service's health, and followed by a capped exponential backoff; the loop goes on.
-A critical service (one without which the worker cannot finish the jobs it claims) that has
-failed without a single success for longer than `service_failure_limit` makes the worker stop
-and exit non-zero, so a process supervisor restarts it instead of it running jobs it cannot
-finish. A failure that proves the configuration wrong (a prepared statement lost behind a pooler
-that cannot carry it, tenure.db.pooler) stops the worker at once: retrying cannot mend it, and
-until it stops its statements may run another client's. Health is what `tenure status` and the
-metrics show about a worker's services.
+The supervisor (tenure.runtime.service) counts every failure of a service here. A critical
+service (one without which the worker cannot finish the jobs it claims) that has failed without a
+single success for longer than `service_failure_limit` makes the worker stop and exit non-zero,
+so a process supervisor restarts it instead of it running jobs it cannot finish. A failure that
+proves the configuration wrong (a prepared statement lost behind a pooler that cannot carry it,
+tenure.db.pooler) stops the worker at once: retrying cannot mend it, and until it stops its
+statements may run another client's. Health is what `tenure status` and the metrics show about a
+worker's services.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from tenure.db.pooler import is_lost_prepared_statement, prepared_statements_lost
@@ -84,8 +81,10 @@ class ServiceHealth:
         self.consecutive_failures = 0
         self.failing_since = None
 
-    def backoff(self) -> float:
-        return min(MAX_BACKOFF, 0.1 * 2.0 ** min(self.consecutive_failures, 10))
+    def backoff(self, failures: int | None = None) -> float:
+        """The wait after `failures` failures in a row (by default, the ones so far)."""
+        count = self.consecutive_failures if failures is None else failures
+        return min(MAX_BACKOFF, 0.1 * 2.0 ** min(count, 10))
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -125,32 +124,3 @@ class ServiceHealthBoard:
                     f"(limit {self.failure_limit:.0f}s): {health.last_error}"
                 )
         return None
-
-
-async def supervise(
-    health: ServiceHealth,
-    run_once: Callable[[], Awaitable[object]],
-    interval: Callable[[], float],
-) -> None:
-    """Calls `run_once` every `interval()` seconds for ever; an exception never ends the loop."""
-    while True:
-        try:
-            await run_once()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            health.failed(exc)
-            level = logging.ERROR if health.consecutive_failures in (1, 10, 100) else logging.WARNING
-            log.log(
-                level,
-                "%s failed (%s in a row, retrying in %.1fs): %s",
-                health.name,
-                health.consecutive_failures,
-                health.backoff(),
-                describe_error(exc),
-                exc_info=health.consecutive_failures == 1,
-            )
-            await asyncio.sleep(health.backoff())
-            continue
-        health.succeeded()
-        await asyncio.sleep(interval())
