@@ -39,6 +39,8 @@ TWINS = {
     "tenure/db/producer_queries.py": "tenure/db/_sync/producer_queries.py",
     "tenure/result_wait.py": "tenure/_sync/result_wait.py",
     "tenure/client.py": "tenure/sync_client.py",
+    "tenure/transaction.py": "tenure/sync_transaction.py",
+    "tenure/atomic.py": "tenure/_sync/atomic.py",
 }
 
 #: Names whose blocking counterpart has another name.
@@ -55,6 +57,9 @@ TWIN_NAMES = {
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
     "Client": "SyncClient",
+    "AsyncTransaction": "SyncTransaction",
+    "run_transaction": "run_transaction_sync",
+    "run_atomic": "run_atomic_sync",
     # Blocking counterparts written by hand: a probe that needs asyncio's timeout runs on an
     # event loop of its own thread.
     "check_before_pool": "check_before_pool_sync",
@@ -73,6 +78,8 @@ HEADER = (
 _IF_ASYNC = re.compile(r"^(?P<indent>[ ]*)if (?P<negated>not )?ASYNC:[ ]*(#.*)?$")
 _ELSE = "else:"
 _ASYNC_FLAG = re.compile(r"^ASYNC = True\b.*$")
+#: A comment the async source carries for its twin's sake (an import only the twin uses).
+_FOR_THE_TWIN = re.compile(r"[ ]+# noqa: [A-Z0-9, ]+ - the blocking twin\b.*$", re.MULTILINE)
 _FROM_IMPORT = re.compile(r"^(?P<head>[ ]*from[ ]+)(?P<module>[\w.]+)(?P<tail>[ ]+import\b)")
 
 
@@ -153,6 +160,13 @@ def unasync(text: str) -> str:
         )
         if dropped and following is not None:
             edits.append((begin, starts[following.start[0] - 1] + following.start[1], ""))
+        elif token.string == "Awaitable" and following is not None and following.string == "[":
+            # Awaitable[X] is X once blocking: drop the wrapper and its closing bracket.
+            close = _closing_bracket(significant, at + 1)
+            edits.append((begin, starts[following.end[0] - 1] + following.end[1], ""))
+            edits.append(
+                (starts[close.start[0] - 1] + close.start[1], starts[close.end[0] - 1] + close.end[1], "")
+            )
         elif token.string in TWIN_NAMES:
             edits.append((begin, end, TWIN_NAMES[token.string]))
         elif (token.string, _attribute_after(significant, at)) in TWIN_ATTRIBUTES:
@@ -161,6 +175,15 @@ def unasync(text: str) -> str:
     for begin, end, replacement in sorted(edits, reverse=True):
         text = text[:begin] + replacement + text[end:]
     return text
+
+
+def _closing_bracket(tokens: list[tokenize.TokenInfo], opening: int) -> tokenize.TokenInfo:
+    depth = 0
+    for token in tokens[opening:]:
+        depth += {"[": 1, "]": -1}.get(token.string, 0)
+        if depth == 0:
+            return token
+    raise SystemExit("unbalanced [ in an async source")
 
 
 def _attribute_after(tokens: list[tokenize.TokenInfo], at: int) -> str | None:
@@ -192,9 +215,9 @@ def _ruff(args: list[str], text: str, filename: str) -> str:
 
 def twin_of(source: str, twin: str) -> str:
     text = (ROOT / "src" / source).read_text(encoding="utf-8")
-    text = HEADER.format(source=source) + unasync(resolve_branches(text))
+    text = HEADER.format(source=source) + unasync(_FOR_THE_TWIN.sub("", resolve_branches(text)))
     filename = str(ROOT / "src" / twin)
-    text = _ruff(["check", "--fix", "--quiet", "--select", "F401,I001", "--exit-zero"], text, filename)
+    text = _ruff(["check", "--fix", "--quiet", "--exit-zero"], text, filename)
     return _ruff(["format", "--quiet"], text, filename)
 
 

@@ -35,14 +35,10 @@ from tenure.secrets import (
     secret,
 )
 from tenure.sync_client import SyncClient
+from tenure.sync_transaction import SyncTransaction, run_transaction_sync
 from tenure.tasks import Task, TaskPolicy, TaskRegistry
-from tenure.txn import (
-    AsyncTransaction,
-    SyncTransaction,
-    TransactionPolicy,
-    run_transaction,
-    run_transaction_sync,
-)
+from tenure.transaction import AsyncTransaction, run_transaction
+from tenure.txn import TransactionPolicy
 from tenure.unique import Unique
 
 if TYPE_CHECKING:

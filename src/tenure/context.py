@@ -3,25 +3,19 @@ complete in its own transaction."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
-import time
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
+from tenure._sync.atomic import run_atomic_sync
+from tenure.atomic import run_atomic
 from tenure.errors import LeaseLost
+from tenure.job_services import JobServices
 from tenure.jobs import ClaimedJob
-from tenure.txn import (
-    AsyncTransaction,
-    SyncTransaction,
-    TransactionPolicy,
-    run_transaction,
-    run_transaction_sync,
-)
-
-if TYPE_CHECKING:
-    from tenure.runtime.services import WorkerServices
+from tenure.sync_transaction import SyncTransaction
+from tenure.transaction import AsyncTransaction
+from tenure.txn import TransactionPolicy
 
 T = TypeVar("T")
 
@@ -29,7 +23,7 @@ T = TypeVar("T")
 class JobContext:
     """The handler's view of one attempt of one job."""
 
-    def __init__(self, job: ClaimedJob, services: WorkerServices) -> None:
+    def __init__(self, job: ClaimedJob, services: JobServices) -> None:
         #: The claimed job: its queue, task, payload, and lease with its expiry and deadline.
         self.job = job
         self._services = services
@@ -152,93 +146,10 @@ class JobContext:
         changes (SET) are reset inside the transaction, after the completion: through a
         transaction pooler the session is the pooler's to lend out once the transaction ends.
         """
-        self.check()
-        services = self._services
-        lease, request = (self.job.id, self.token), str(self.job.id)
-
-        async def unit(tx: AsyncTransaction) -> T:
-            result = await work(tx)
-            # No result notification here: the result follows the commit (job_result_set).
-            # A success already recorded under this token is not ours to commit beside: after a
-            # failover that lost a claim, another worker can hold (and finish) the same token.
-            outcome = await services.queries.job_complete_many(
-                tx.conn, owner=services.owner, leases=[lease], notify_results=False, repeat_is_done=False
-            )
-            _check_completion(self, outcome.get(lease))
-            # A rolled-back unit takes its SETs with it; a committed one must not leave them.
-            await services.queries.session_reset(tx.conn)
-            return result
-
-        try:
-            for attempt in range(1, ROW_BUSY_ATTEMPTS + 1):
-                try:
-                    async with services.pool.connection() as conn:
-                        result = await run_transaction(conn, unit, policy=policy, request_id=request)
-                    break
-                except _RowBusy:
-                    self.check()
-                    if attempt == ROW_BUSY_ATTEMPTS:
-                        raise LeaseLost(
-                            self.job.id, self.token, "the job's row stayed locked elsewhere"
-                        ) from None
-                    await asyncio.sleep(min(1.0, 0.05 * 2**attempt))
-        except LeaseLost as exc:
-            self.mark_lost(exc.reason)
-            await services.record_fencing_loss(self.job, "FENCED_ATOMIC")
-            raise
-        self.completed = True
-        return result
+        return await run_atomic(self, self._services, work, policy)
 
     def atomic_sync(
         self, work: Callable[[SyncTransaction], T], *, policy: TransactionPolicy | None = None
     ) -> T:
         """`atomic` for plain-function handlers, which run in worker threads."""
-        self.check()
-        services = self._services
-        lease, request = (self.job.id, self.token), str(self.job.id)
-
-        def unit(tx: SyncTransaction) -> T:
-            result = work(tx)
-            outcome = services.queries.job_complete_many_sync(
-                tx.conn, owner=services.owner, leases=[lease], notify_results=False, repeat_is_done=False
-            )
-            _check_completion(self, outcome.get(lease))
-            services.queries.session_reset_sync(tx.conn)
-            return result
-
-        try:
-            for attempt in range(1, ROW_BUSY_ATTEMPTS + 1):
-                try:
-                    with services.sync_pool().connection() as conn:
-                        result = run_transaction_sync(conn, unit, policy=policy, request_id=request)
-                    break
-                except _RowBusy:
-                    self.check()
-                    if attempt == ROW_BUSY_ATTEMPTS:
-                        raise LeaseLost(
-                            self.job.id, self.token, "the job's row stayed locked elsewhere"
-                        ) from None
-                    time.sleep(min(1.0, 0.05 * 2**attempt))
-        except LeaseLost as exc:
-            self.mark_lost(exc.reason)
-            services.record_fencing_loss_threadsafe(self.job, "FENCED_ATOMIC")
-            raise
-        self.completed = True
-        return result
-
-
-#: How often ctx.atomic reruns its unit while the job's row is locked by another session.
-ROW_BUSY_ATTEMPTS = 8
-ROW_STAYED_LOCKED = "the job's row stayed locked by another session"
-
-
-class _RowBusy(Exception):
-    """The job's row is locked by another session: roll the unit back and run it again."""
-
-
-def _check_completion(ctx: JobContext, outcome: str | None) -> None:
-    if outcome == "done":
-        return
-    if outcome == "busy":
-        raise _RowBusy()
-    raise LeaseLost(ctx.job.id, ctx.token, "fence failed at transactional completion")
+        return run_atomic_sync(self, self._services, work, policy)

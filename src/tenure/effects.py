@@ -25,13 +25,11 @@ import inspect
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from tenure.db.effects_queries import EffectQueries, EffectStep
 from tenure.errors import LeaseLost, Permanent, Transient, ValidationError
-
-if TYPE_CHECKING:
-    from tenure.runtime.services import WorkerServices
+from tenure.job_services import JobServices
 
 
 class EffectContext(Protocol):
@@ -105,7 +103,7 @@ def check_effect_name(name: object) -> str:
 class EffectRunner:
     """Drives one effect of one attempt through the ledger."""
 
-    def __init__(self, ctx: EffectContext, services: WorkerServices, name: str) -> None:
+    def __init__(self, ctx: EffectContext, services: JobServices, name: str) -> None:
         self.ctx = ctx
         self.services = services
         self.name = check_effect_name(name)
@@ -167,7 +165,7 @@ class EffectRunner:
 
 
 async def run_effect(
-    ctx: EffectContext, services: WorkerServices, name: str, perform: Perform, reconcile: Reconcile | None
+    ctx: EffectContext, services: JobServices, name: str, perform: Perform, reconcile: Reconcile | None
 ) -> Any:
     runner = EffectRunner(ctx, services, name)
     step = await runner.begin()
@@ -191,7 +189,7 @@ async def run_effect(
 
 
 def run_effect_sync(
-    ctx: EffectContext, services: WorkerServices, name: str, perform: Perform, reconcile: Reconcile | None
+    ctx: EffectContext, services: JobServices, name: str, perform: Perform, reconcile: Reconcile | None
 ) -> Any:
     """`run_effect` for plain-function handlers: ledger writes on the worker's loop, calls here."""
 

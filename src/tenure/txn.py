@@ -1,4 +1,5 @@
-"""The transaction runner.
+"""The transaction runner's rules, shared by the async runner (tenure.transaction) and its
+blocking twin (tenure.sync_transaction).
 
 A unit of work is a function of a `Transaction`. The runner opens the transaction, bounds lock
 waits, and on a serialization failure (40001) or deadlock (40P01) rolls back and runs the WHOLE
@@ -10,20 +11,15 @@ other exception, the caller's own included, is reported as raised.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
-import uuid
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, Self, TypeVar
 
 import psycopg
 from psycopg import AsyncConnection, AsyncCursor, Connection, Cursor, IsolationLevel, sql
 from psycopg.pq import TransactionStatus
-from psycopg.rows import dict_row
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from tenure.db._sqlfiles import plain_queries
 from tenure.errors import (
@@ -111,7 +107,7 @@ class _RecordingCursor(Cursor[Any]):
 
 
 @contextlib.contextmanager
-def _recording(tx: Transaction[Any]) -> Iterator[None]:
+def recording(tx: Transaction[Any]) -> Iterator[None]:
     """Records the errors of every statement run on the connection during this attempt."""
     conn = tx.conn
     original = conn.cursor_factory
@@ -135,7 +131,7 @@ def _recording(tx: Transaction[Any]) -> Iterator[None]:
             conn.cursor_factory = original
 
 
-def _check_not_aborted(tx: Transaction[Any]) -> None:
+def check_not_aborted(tx: Transaction[Any]) -> None:
     """A unit that caught a database error and returned must not look committed: PostgreSQL
     answers COMMIT of an aborted transaction with a silent ROLLBACK."""
     if tx.conn.info.transaction_status == TransactionStatus.INERROR:
@@ -145,57 +141,6 @@ def _check_not_aborted(tx: Transaction[Any]) -> None:
             "the unit of work caught a database error and returned, so nothing was committed; "
             "let the error propagate, or wrap the statement in tx.savepoint()"
         )
-
-
-class AsyncTransaction(Transaction[AsyncConnection[Any]]):
-    """What an async unit of work receives: `execute`, `savepoint`, and `conn` itself."""
-
-    async def execute(self, query: Query, params: Any = None) -> list[dict[str, Any]]:
-        """Runs one statement and returns its rows as dicts (empty for statements without rows)."""
-        try:
-            async with self.conn.cursor(row_factory=dict_row) as cur:
-                await cur.execute(query, params)
-                return await cur.fetchall() if cur.description else []
-        except psycopg.Error as exc:
-            self._record(exc)
-            raise
-
-    @contextlib.asynccontextmanager
-    async def savepoint(self) -> AsyncIterator[None]:
-        """Rolls back to here on an expected local failure, keeping the outer transaction."""
-        recorded = self.first_error
-        try:
-            async with self.conn.transaction():
-                yield
-        except Exception:
-            # Rolled back to the savepoint: whatever failed inside no longer aborts the unit.
-            self.first_error = recorded
-            raise
-
-
-class SyncTransaction(Transaction[Connection[Any]]):
-    """What a blocking unit of work receives: `execute`, `savepoint`, and `conn` itself."""
-
-    def execute(self, query: Query, params: Any = None) -> list[dict[str, Any]]:
-        """Blocking `AsyncTransaction.execute`."""
-        try:
-            with self.conn.cursor(row_factory=dict_row) as cur:
-                cur.execute(query, params)
-                return cur.fetchall() if cur.description else []
-        except psycopg.Error as exc:
-            self._record(exc)
-            raise
-
-    @contextlib.contextmanager
-    def savepoint(self) -> Iterator[None]:
-        """Blocking `AsyncTransaction.savepoint`."""
-        recorded = self.first_error
-        try:
-            with self.conn.transaction():
-                yield
-        except Exception:
-            self.first_error = recorded
-            raise
 
 
 def first_error(exc: BaseException, tx: Transaction[Any]) -> BaseException:
@@ -219,7 +164,7 @@ def first_error(exc: BaseException, tx: Transaction[Any]) -> BaseException:
     return exc
 
 
-def _decide(
+def decide(
     exc: BaseException, tx: Transaction[Any], attempt: int, policy: TransactionPolicy
 ) -> tuple[BaseException, float | None]:
     """(error to raise, or seconds to wait before the whole unit runs again)."""
@@ -234,7 +179,7 @@ def _decide(
     return reported, None
 
 
-def _raise(reported: BaseException, original: BaseException) -> None:
+def raise_reported(reported: BaseException, original: BaseException) -> None:
     if reported is original:
         raise original
     if original is not reported and isinstance(original, psycopg.Error):
@@ -248,7 +193,7 @@ _ISOLATION_QUERY = {
 }
 
 
-def _setup_statements(policy: TransactionPolicy) -> list[tuple[str, dict[str, Any] | None]]:
+def setup_statements(policy: TransactionPolicy) -> list[tuple[str, dict[str, Any] | None]]:
     """The statements that open each attempt: isolation first, then the lock wait bound."""
     queries = plain_queries()
     stmts: list[tuple[str, dict[str, Any] | None]] = []
@@ -257,82 +202,3 @@ def _setup_statements(policy: TransactionPolicy) -> list[tuple[str, dict[str, An
     if policy.lock_timeout_ms is not None:
         stmts.append((queries["txn_lock_timeout"], {"lock_timeout": f"{policy.lock_timeout_ms}ms"}))
     return stmts
-
-
-async def run_transaction(
-    source: AsyncConnectionPool[Any] | AsyncConnection[Any],
-    work: Callable[[AsyncTransaction], Awaitable[T]],
-    *,
-    policy: TransactionPolicy | None = None,
-    request_id: str | None = None,
-) -> T:
-    """Runs `work` in a transaction, retrying the whole unit on 40001/40P01."""
-    policy = policy or TransactionPolicy()
-    request_id = request_id or uuid.uuid4().hex
-    attempt = 0
-    while True:
-        attempt += 1
-        async with _connection(source) as conn:
-            tx = AsyncTransaction(conn, request_id, attempt)
-            try:
-                with _recording(tx):
-                    async with conn.transaction():
-                        for stmt, params in _setup_statements(policy):
-                            await conn.execute(stmt.encode(), params)
-                        result = await work(tx)
-                        _check_not_aborted(tx)
-                return result
-            except Exception as exc:
-                reported, wait = _decide(exc, tx, attempt, policy)
-                if wait is None:
-                    _raise(reported, exc)
-        await asyncio.sleep(wait or 0.0)
-
-
-def run_transaction_sync(
-    source: ConnectionPool[Any] | Connection[Any],
-    work: Callable[[SyncTransaction], T],
-    *,
-    policy: TransactionPolicy | None = None,
-    request_id: str | None = None,
-) -> T:
-    """The blocking twin of `run_transaction`, for plain-function handlers and sync callers."""
-    policy = policy or TransactionPolicy()
-    request_id = request_id or uuid.uuid4().hex
-    attempt = 0
-    while True:
-        attempt += 1
-        with _connection_sync(source) as conn:
-            tx = SyncTransaction(conn, request_id, attempt)
-            try:
-                with _recording(tx), conn.transaction():
-                    for stmt, params in _setup_statements(policy):
-                        conn.execute(stmt.encode(), params)
-                    result = work(tx)
-                    _check_not_aborted(tx)
-                return result
-            except Exception as exc:
-                reported, wait = _decide(exc, tx, attempt, policy)
-                if wait is None:
-                    _raise(reported, exc)
-        time.sleep(wait or 0.0)
-
-
-@contextlib.asynccontextmanager
-async def _connection(
-    source: AsyncConnectionPool[Any] | AsyncConnection[Any],
-) -> AsyncIterator[AsyncConnection[Any]]:
-    if isinstance(source, AsyncConnection):
-        yield source
-    else:
-        async with source.connection() as conn:
-            yield conn
-
-
-@contextlib.contextmanager
-def _connection_sync(source: ConnectionPool[Any] | Connection[Any]) -> Iterator[Connection[Any]]:
-    if isinstance(source, Connection):
-        yield source
-    else:
-        with source.connection() as conn:
-            yield conn

@@ -16,7 +16,7 @@ import random
 
 from tenure import Backoff, JobContext, Tenure
 from tenure.demo.bank import EXTERNAL_LATENCY, QUEUE, TRANSFER, TRANSFER_TXN, InsufficientFunds
-from tenure.txn import AsyncTransaction
+from tenure.transaction import AsyncTransaction
 
 app = Tenure()
 

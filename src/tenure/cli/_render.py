@@ -16,8 +16,8 @@ from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.table import Table
 
-from tenure.cli._duration import human
 from tenure.jobs import Job, JobEvent
+from tenure.views.durations import human
 
 #: Lines of a traceback that are not the exception's own: its header, and the chaining notes.
 _FRAME = re.compile(r'^\s+File "')

@@ -20,7 +20,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from tenure.cli._common import EXIT_USAGE, emit_json, err, out, positive_int, resolve
-from tenure.cli._duration import duration, human
 from tenure.client import Client
 from tenure.control import DEFAULT_MAX_JOBS, CancelReport, ControlRefused, TooManyMatched
 from tenure.db.connect import connect
@@ -32,6 +31,7 @@ from tenure.errors import ValidationError
 from tenure.jobs import JobState
 from tenure.results import JobFailed, ResultTimeout, settled
 from tenure.validation import MAX_ATTEMPTS_LIMIT
+from tenure.views.durations import duration, human
 
 EXIT_REFUSED = 1
 #: How often `result --wait` reads a job that sends no notification when it finishes (one

@@ -10,7 +10,6 @@ import psycopg
 from rich.table import Table
 
 from tenure.cli._common import EXIT_USAGE, as_dict, emit_json, err, out, positive_int, resolve
-from tenure.cli._duration import duration, human
 from tenure.cli._render import error_line, history_table, job_panel
 from tenure.control import key_held
 from tenure.db.connect import connect
@@ -18,6 +17,7 @@ from tenure.db.control_queries import ControlQueries
 from tenure.db.migrate import require_current_schema
 from tenure.db.ops_queries import OpsQueries
 from tenure.db.queries import Queries
+from tenure.views.durations import duration, human
 
 MAX_REASON_CHARS = 2000
 

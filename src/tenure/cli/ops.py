@@ -10,13 +10,13 @@ import sys
 from typing import Any
 
 from tenure.cli._common import emit_json, log_level, out, resolve
-from tenure.cli._duration import duration, queue_duration
 from tenure.db.connect import connect
 from tenure.db.migrate import require_current_schema
 from tenure.db.pool import open_pool
 from tenure.errors import ConfigurationError, TenureError
 from tenure.logging_context import configure_logging
 from tenure.maintenance import RetentionPolicy, prune
+from tenure.views.durations import duration, queue_duration
 
 METRICS_MISSING = "metrics need prometheus-client: pip install 'tenure[metrics]'"
 

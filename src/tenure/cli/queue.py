@@ -10,9 +10,8 @@ from typing import Any
 
 from tenure.app import Tenure
 from tenure.builder import known_tasks_hint
-from tenure.cli._apps import connect_app, load_app, module_of_task
 from tenure.cli._common import EXIT_USAGE, emit_json, err, out, positive_int, resolve
-from tenure.cli._duration import human
+from tenure.cli.apps import connect_app, load_app, module_of_task
 from tenure.client import Client
 from tenure.db.connect import connect
 from tenure.db.migrate import migrate, require_current_schema
@@ -23,6 +22,7 @@ from tenure.runtime.options import WorkerOptions
 from tenure.runtime.recovery import Recovery
 from tenure.runtime.services import WorkerServices
 from tenure.tasks import AnyTask
+from tenure.views.durations import human
 
 
 async def cmd_migrate(args: argparse.Namespace) -> int:

@@ -14,48 +14,20 @@ import socket
 from typing import Any
 
 import psycopg
-from cronsim import CronSim, CronSimError
 from rich.markup import escape
 from rich.table import Table
 
 from tenure.cli._common import EXIT_USAGE, emit_json, err, out, positive_int, resolve
-from tenure.cli._duration import duration
 from tenure.cli._render import facts, plain, relative, when
 from tenure.db.connect import connect
 from tenure.db.migrate import require_current_schema
 from tenure.db.schedule_queries import ScheduleQueries
-from tenure.errors import ConfigurationError
-from tenure.schedules import DEFAULT_STALE_AFTER, next_fire, schedule_status, zone_of
+from tenure.schedules import DEFAULT_STALE_AFTER
+from tenure.views.durations import duration
+from tenure.views.schedules import planned
 
 EXIT_REFUSED = 1
 MAX_REASON_CHARS = 2000
-
-
-def schedule_problem(row: dict[str, Any]) -> str | None:
-    """Why this host cannot plan a listed schedule (a cron it cannot parse, a time zone it does
-    not know), or None. Such a row was written by another version of the app or by hand; the
-    scheduler skips it, and a listing shows it as broken instead of failing as a whole."""
-    try:
-        zone = zone_of(row["timezone"])
-    except ConfigurationError:
-        return f"unknown time zone {row['timezone']} on this host"
-    try:
-        CronSim(row["cron"], row["db_now"].astimezone(zone))
-    except CronSimError as exc:
-        text = str(exc) or "cronsim cannot parse it"
-        return f"invalid cron: {text[:1].lower()}{text[1:]}"
-    return None
-
-
-def planned(row: dict[str, Any], stale_after: float = DEFAULT_STALE_AFTER) -> dict[str, Any]:
-    """A schedule_list row with its `problem`, `next_fire` (None when broken or paused) and
-    `status`: 'broken' for one that would be active but cannot be planned, as it never fires."""
-    row["problem"] = schedule_problem(row)
-    row["next_fire"] = None if row["problem"] else next_fire(row)
-    row["status"] = schedule_status(row, stale_after)
-    if row["problem"] and row["status"] == "active":
-        row["status"] = "broken"
-    return row
 
 
 def resumed(row: dict[str, Any]) -> str:

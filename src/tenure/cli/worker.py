@@ -11,9 +11,9 @@ from typing import Any
 
 from rich.markup import escape
 
-from tenure.cli._apps import connect_app, load_app
-from tenure.cli._banner import start_banner, stop_summary
 from tenure.cli._common import emit_json, err, positive_int
+from tenure.cli.apps import connect_app, load_app
+from tenure.cli.banner import start_banner, stop_summary
 from tenure.cli.ops import add_worker_options, prepare_worker
 from tenure.db.connect import LISTEN_DSN_ENV, PREPARE_THRESHOLD_ENV, parse_prepare_threshold
 from tenure.errors import ConfigurationError, TenureError

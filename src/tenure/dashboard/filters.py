@@ -8,9 +8,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from tenure.cli._duration import duration
 from tenure.dashboard.queries import DeadFilter, JobFilter
 from tenure.jobs import JobState
+from tenure.views.durations import duration
 
 MAX_CONTAINS_BYTES = 4096
 MAX_TEXT_FILTER = 200

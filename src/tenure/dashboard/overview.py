@@ -9,10 +9,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
-from tenure.cli.health import Report, problems
 from tenure.dashboard.chart import MINUTES, throughput_chart, trouble_chart
 from tenure.dashboard.state import Dashboard, dashboard_of
 from tenure.jobs import JobState
+from tenure.views.health import Report, problems
 
 STATES = [s.value for s in JobState]
 #: States the overview counts over the charts' window only: their history grows without bound

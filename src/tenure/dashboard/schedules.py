@@ -5,10 +5,10 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
-from tenure.cli.schedules import planned
 from tenure.control import ControlRefused
 from tenure.dashboard.actions import Form, run_act
 from tenure.dashboard.state import Dashboard, dashboard_of
+from tenure.views.schedules import planned
 
 RECENT_FIRES = 5
 

@@ -12,7 +12,6 @@ from psycopg_pool import AsyncConnectionPool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
-from tenure.cli._duration import human
 from tenure.client import Client
 from tenure.dashboard.queries import DashboardQueries
 from tenure.dashboard.security import CSRF_COOKIE, LOCAL_USER, new_csrf_token
@@ -25,6 +24,7 @@ from tenure.db.ordering_queries import OrderingQueries
 from tenure.db.pool import open_pool
 from tenure.db.queries import Queries
 from tenure.db.schedule_queries import ScheduleQueries
+from tenure.views.durations import human
 
 #: Seconds between the overview's refreshes.
 REFRESH_SECONDS = 5

@@ -11,7 +11,7 @@ import time
 
 from tenure import Backoff, JobContext, Permanent, Tenure, TransactionPolicy
 from tenure.demo.queries import BankQueries
-from tenure.txn import SyncTransaction
+from tenure.sync_transaction import SyncTransaction
 
 TRANSFER = "demo.transfer"
 QUEUE = "bank"

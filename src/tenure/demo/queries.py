@@ -10,7 +10,7 @@ from psycopg import AsyncConnection, sql
 from psycopg.rows import dict_row
 
 from tenure.db._sqlfiles import package_queries
-from tenure.txn import SyncTransaction
+from tenure.sync_transaction import SyncTransaction
 
 Row = dict[str, Any]
 

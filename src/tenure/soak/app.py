@@ -21,7 +21,7 @@ from tenure.soak import orm
 from tenure.soak.attempts import AttemptLog
 from tenure.soak.ordered_effects import make_handlers
 from tenure.soak.queries import INJECTED_TASK, SoakQueries
-from tenure.txn import SyncTransaction
+from tenure.sync_transaction import SyncTransaction
 
 QUEUE = "soak"
 MAX_ATTEMPTS = 25

@@ -10,7 +10,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
 from tenure.db._sqlfiles import package_queries
-from tenure.txn import SyncTransaction
+from tenure.sync_transaction import SyncTransaction
 
 Row = dict[str, Any]
 #: The task of the rows the soak's faults inject (app.Kind.INJECTED): not the workload's jobs, so

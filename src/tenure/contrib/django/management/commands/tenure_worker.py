@@ -10,7 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from rich.console import Console
 
-from tenure.cli._banner import start_banner, stop_summary
+from tenure.cli.banner import start_banner, stop_summary
 from tenure.cli.worker import parse_queues
 from tenure.contrib.django.configured import tenure_app, tenure_dsn
 from tenure.contrib.django.settings import tenure_settings

@@ -8,10 +8,10 @@ import time
 from rich.console import Console
 from rich.markup import escape
 
-from tenure.cli._duration import human
 from tenure.db.connect import describe_dsn
 from tenure.runtime.stats import WorkerStats
 from tenure.runtime.worker import Worker
+from tenure.views.durations import human
 
 
 def start_banner(console: Console, worker: Worker, app_name: str, dsn: str) -> None:
