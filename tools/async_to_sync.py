@@ -37,6 +37,8 @@ TWINS = {
     "tenure/db/pool.py": "tenure/db/_sync/pool.py",
     "tenure/db/control_queries.py": "tenure/db/_sync/control_queries.py",
     "tenure/db/producer_queries.py": "tenure/db/_sync/producer_queries.py",
+    "tenure/db/handler_queries.py": "tenure/db/_sync/handler_queries.py",
+    "tenure/db/gauge_queries.py": "tenure/db/_sync/gauge_queries.py",
     "tenure/result_wait.py": "tenure/_sync/result_wait.py",
     "tenure/client.py": "tenure/sync_client.py",
     "tenure/transaction.py": "tenure/sync_transaction.py",

@@ -9,6 +9,7 @@ import time  # noqa: F401 - the blocking twin sleeps with it
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from tenure.db.handler_queries import HandlerQueries
 from tenure.errors import LeaseLost
 from tenure.job_services import JobServices
 from tenure.jobs import ClaimedJob
@@ -58,26 +59,19 @@ async def run_atomic(
     """Runs `work` and the job's fenced completion in one transaction (JobContext.atomic)."""
     ctx.check()
     lease, request = (ctx.job.id, ctx.token), str(ctx.job.id)
+    queries = HandlerQueries(services.queries.schema)
 
     async def unit(tx: AsyncTransaction) -> T:
         result = await work(tx)
         # No result notification here: the result follows the commit (job_result_set).
         # A success already recorded under this token is not ours to commit beside: after a
         # failover that lost a claim, another worker can hold (and finish) the same token.
-        if ASYNC:
-            outcome = await services.queries.job_complete_many(
-                tx.conn, owner=services.owner, leases=[lease], notify_results=False, repeat_is_done=False
-            )
-        else:
-            outcome = services.queries.job_complete_many_sync(
-                tx.conn, owner=services.owner, leases=[lease], notify_results=False, repeat_is_done=False
-            )
+        outcome = await queries.job_complete_many(
+            tx.conn, owner=services.owner, leases=[lease], notify_results=False, repeat_is_done=False
+        )
         _check_completion(ctx, outcome.get(lease))
         # A rolled-back unit takes its SETs with it; a committed one must not leave them.
-        if ASYNC:
-            await services.queries.session_reset(tx.conn)
-        else:
-            services.queries.session_reset_sync(tx.conn)
+        await queries.session_reset(tx.conn)
         return result
 
     try:

@@ -206,3 +206,22 @@ def test_both_claims_share_the_claim_family_s_rules() -> None:
         assert shared in queries["job_claim"] and shared in queries["job_claim_limited"]
     for claim in ("job_claim", "job_claim_limited"):
         assert "SKIP LOCKED" in queries[claim] and "__part_" not in queries[claim]
+
+
+FENCED_WRITES = (
+    "job_complete_many",
+    "lease_extend_many",
+    "lease_release_many",
+    "job_snooze",
+    "effect_begin",
+    "effect_reconciled",
+)
+
+
+def test_every_fenced_write_holds_the_one_lease_fence() -> None:
+    """The writes after a claim all carry the same fence (running, this owner, lease not run
+    out by the database's clock), written once as a part, so no statement can drift from it."""
+    queries = named_queries("tenure")
+    fence = "j.state = 'running'\nAND j.lease_owner = %(owner)s\nAND j.lease_expires_at > clock.now"
+    for name in FENCED_WRITES:
+        assert fence in queries[name], name

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from tenure.db._sync.handler_queries import HandlerQueries
 from tenure.errors import LeaseLost
 from tenure.job_services import JobServices
 from tenure.jobs import ClaimedJob
@@ -58,18 +59,19 @@ def run_atomic_sync(
     """Runs `work` and the job's fenced completion in one transaction (JobContext.atomic)."""
     ctx.check()
     lease, request = (ctx.job.id, ctx.token), str(ctx.job.id)
+    queries = HandlerQueries(services.queries.schema)
 
     def unit(tx: SyncTransaction) -> T:
         result = work(tx)
         # No result notification here: the result follows the commit (job_result_set).
         # A success already recorded under this token is not ours to commit beside: after a
         # failover that lost a claim, another worker can hold (and finish) the same token.
-        outcome = services.queries.job_complete_many_sync(
+        outcome = queries.job_complete_many(
             tx.conn, owner=services.owner, leases=[lease], notify_results=False, repeat_is_done=False
         )
         _check_completion(ctx, outcome.get(lease))
         # A rolled-back unit takes its SETs with it; a committed one must not leave them.
-        services.queries.session_reset_sync(tx.conn)
+        queries.session_reset(tx.conn)
         return result
 
     try:

@@ -2,174 +2,29 @@
 and retention with the worker registry (maintenance.sql).
 
 Every function takes `now`: None is the database clock; tests pass a time to age jobs without
-sleeping. Sync variants exist where a caller runs outside an event loop (the metrics exporter's
-HTTP thread).
+sleeping. The gauges are GaugeQueries', whose blocking twin the metrics exporter's HTTP thread runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from psycopg import AsyncConnection, Connection
+from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
-from tenure.db._sqlfiles import named_queries
-from tenure.db._sync.fetch import fetch as fetch_sync
 from tenure.db.channels import notify_channel
 from tenure.db.fetch import Row, fetch
-
-#: The window of the control-act gauge (tenure_control_acts_recent).
-CONTROL_WINDOW_SECONDS = 900.0
+from tenure.db.gauge_queries import GaugeQueries
 
 
-@dataclass(frozen=True, slots=True)
-class QueueGauges:
-    """One queue's state at one instant (database time)."""
+class OpsQueries(GaugeQueries):
+    """The gauges (GaugeQueries), the dead-job workflow, retention and the worker registry."""
 
-    queue: str
-    scheduled: int
-    pending: int
-    oldest_claimable_at: datetime | None
-    running: int
-    leases_near_expiry: int
-    dead: int
-    oldest_dead_at: datetime | None
-    db_now: datetime
-
-    @property
-    def oldest_claimable_age(self) -> float:
-        """Seconds the oldest claimable job has waited; 0 when nothing is claimable."""
-        return (self.db_now - self.oldest_claimable_at).total_seconds() if self.oldest_claimable_at else 0.0
-
-    @property
-    def oldest_dead_age(self) -> float:
-        """Seconds since the oldest unresolved dead job died; 0 when there is none."""
-        return (self.db_now - self.oldest_dead_at).total_seconds() if self.oldest_dead_at else 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerGauges:
-    registered: int
-    stale: int
-    busy: int
-    capacity: int
-    lease_owners: int
-    failing: int
-    db_now: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """Everything a scrape, `tenure status` or `tenure check` reads, from one snapshot."""
-
-    queues: list[QueueGauges]
-    workers: WorkerGauges
-    connections: list[Row]
-    lock_waits: int
-    longest_lock_wait: float
-    paused: list[Row] = field(default_factory=list)
-    """Queues paused now: queue, paused_seconds, until."""
-    control_recent: list[Row] = field(default_factory=list)
-    """Control acts (cancel, revoke, snooze, retry_now) of the last CONTROL_WINDOW_SECONDS."""
-    limits: list[Row] = field(default_factory=list)
-    """Limited queues: their limits and live leases now."""
-    schedules: list[Row] = field(default_factory=list)
-    """Schedules: name, paused, declared (by a live worker), since_last_fire_seconds."""
-
-
-class OpsQueries:
     def __init__(self, schema: str) -> None:
-        self.schema = schema
+        super().__init__(schema)
         self.channel = notify_channel(schema)
-        self._sql = named_queries(schema)
-
-    # -- gauges ---------------------------------------------------------------------------------
-
-    def _snapshot_params(self, near_expiry: float, stale: float, now: datetime | None) -> dict[str, Any]:
-        return {
-            "near_expiry_seconds": near_expiry,
-            "stale_seconds": stale,
-            "control_window_seconds": CONTROL_WINDOW_SECONDS,
-            "now": now,
-        }
-
-    @staticmethod
-    def _snapshot(results: list[list[Row]]) -> Snapshot:
-        queues, workers, connections, locks, paused, control, schedules, limits = results
-        return Snapshot(
-            queues=[QueueGauges(**r) for r in queues],
-            workers=WorkerGauges(**workers[0]),
-            connections=connections,
-            lock_waits=int(locks[0]["waiting"]),
-            longest_lock_wait=float(locks[0]["longest_seconds"]),
-            paused=paused,
-            control_recent=control,
-            schedules=schedules,
-            limits=limits,
-        )
-
-    def _snapshot_queries(self) -> list[str]:
-        return [
-            self._sql[n]
-            for n in (
-                "gauge_queues",
-                "gauge_workers",
-                "gauge_connections",
-                "gauge_lock_waits",
-                "gauge_paused",
-                "gauge_control_recent",
-                "gauge_schedules",
-                "queue_limits_list",
-            )
-        ]
-
-    async def snapshot(
-        self,
-        conn: AsyncConnection[Any],
-        *,
-        near_expiry_seconds: float = 10.0,
-        stale_seconds: float = 60.0,
-        now: datetime | None = None,
-    ) -> Snapshot:
-        """All gauges in one REPEATABLE READ, READ ONLY transaction (conn must be autocommit)."""
-        async with conn.transaction():
-            await self.begin_snapshot(conn)
-            return await self.read_gauges(
-                conn, near_expiry_seconds=near_expiry_seconds, stale_seconds=stale_seconds, now=now
-            )
-
-    async def begin_snapshot(self, conn: AsyncConnection[Any]) -> None:
-        """Makes the transaction just opened on `conn` one read-only snapshot (first statement)."""
-        await conn.execute(self._sql["snapshot_begin"])
-
-    async def read_gauges(
-        self,
-        conn: AsyncConnection[Any],
-        *,
-        near_expiry_seconds: float = 10.0,
-        stale_seconds: float = 60.0,
-        now: datetime | None = None,
-    ) -> Snapshot:
-        """The gauges, inside the caller's snapshot transaction."""
-        params = self._snapshot_params(near_expiry_seconds, stale_seconds, now)
-        return self._snapshot([await fetch(conn, q, params) for q in self._snapshot_queries()])
-
-    def snapshot_sync(
-        self,
-        conn: Connection[Any],
-        *,
-        near_expiry_seconds: float = 10.0,
-        stale_seconds: float = 60.0,
-        now: datetime | None = None,
-    ) -> Snapshot:
-        params = self._snapshot_params(near_expiry_seconds, stale_seconds, now)
-        with conn.transaction():
-            conn.execute(self._sql["snapshot_begin"])
-            results = [fetch_sync(conn, q, params) for q in self._snapshot_queries()]
-        return self._snapshot(results)
 
     async def finished_recent(
         self, conn: AsyncConnection[Any], *, minutes: int, now: datetime | None = None

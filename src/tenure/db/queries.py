@@ -14,11 +14,11 @@ from datetime import datetime
 from operator import itemgetter
 from typing import Any
 
-from psycopg import AsyncConnection, AsyncCursor, Connection
+from psycopg import AsyncConnection, AsyncCursor
 from psycopg.types.json import Jsonb
 
-from tenure.db._sync.fetch import fetch as fetch_sync
 from tenure.db.fetch import Row, fetch
+from tenure.db.handler_queries import HandlerQueries
 from tenure.db.job_rows import UNREADABLE, UNREADABLE_ROW
 from tenure.db.producer_queries import ProducerQueries
 from tenure.db.text import storable_text
@@ -116,7 +116,7 @@ def _check_claim_columns(description: Sequence[Any] | None) -> None:
 LIMITED_CLAIM_WINDOW = 100
 
 
-class Queries(ProducerQueries):
+class Queries(ProducerQueries, HandlerQueries):
     """Typed access to the named queries of one Tenure schema: the producer's, and the worker's."""
 
     def __init__(self, schema: str) -> None:
@@ -283,66 +283,6 @@ class Queries(ProducerQueries):
                 retry_delay=None,
             )
 
-    def _complete_params(
-        self,
-        owner: str,
-        leases: Sequence[tuple[int, int]],
-        now: datetime | None,
-        results: Mapping[tuple[int, int], Any] | None = None,
-        notify_results: bool = True,
-        repeat_is_done: bool = True,
-    ) -> dict[str, Any]:
-        ordered = sorted(leases)  # one lock order for every writer
-        found = results or {}
-        return {
-            "ids": [i for i, _ in ordered],
-            "tokens": [t for _, t in ordered],
-            # NULL when no job has a result (the usual case): unnest pads it with NULLs, and no
-            # array of nulls is built and sent.
-            "results": [_result_json(found.get(lease)) for lease in ordered] if found else None,
-            "results_channel": self.results_channel,
-            "notify_results": notify_results,
-            "repeat_is_done": repeat_is_done,
-            "owner": owner,
-            "now": now,
-        }
-
-    async def job_complete_many(
-        self,
-        conn: AsyncConnection[Any],
-        *,
-        owner: str,
-        leases: Sequence[tuple[int, int]],
-        results: Mapping[tuple[int, int], Any] | None = None,
-        notify_results: bool = True,
-        repeat_is_done: bool = True,
-        now: datetime | None = None,
-    ) -> dict[tuple[int, int], str]:
-        """Fenced success for (job id, token) pairs: each pair's outcome, 'done', 'busy' (locked
-        elsewhere, try again) or 'lost' (the fence did not hold). `results` holds each job's
-        result (JSON, already checked; absent or None: none; Jsonb(None): JSON null). A job
-        that already succeeded under the token is 'done' (a repeat after a lost reply) unless
-        `repeat_is_done` is false (ctx.atomic, whose work must not commit beside it): 'lost'."""
-        params = self._complete_params(owner, leases, now, results, notify_results, repeat_is_done)
-        async with conn.cursor() as cur:
-            await cur.execute(self._sql["job_complete_many"], params)
-            return {(job_id, token): outcome for job_id, token, outcome in await cur.fetchall()}
-
-    def job_complete_many_sync(
-        self,
-        conn: Connection[Any],
-        *,
-        owner: str,
-        leases: Sequence[tuple[int, int]],
-        results: Mapping[tuple[int, int], Any] | None = None,
-        notify_results: bool = True,
-        repeat_is_done: bool = True,
-        now: datetime | None = None,
-    ) -> dict[tuple[int, int], str]:
-        params = self._complete_params(owner, leases, now, results, notify_results, repeat_is_done)
-        rows = fetch_sync(conn, self._sql["job_complete_many"], params)
-        return {(r["id"], r["token"]): r["outcome"] for r in rows}
-
     async def job_snooze(
         self,
         conn: AsyncConnection[Any],
@@ -457,13 +397,6 @@ class Queries(ProducerQueries):
         params = {"id": job_id, "token": token, "owner": owner, "error_code": error_code}
         await fetch(conn, self._sql["fencing_lost_record"], params)
 
-    async def session_reset(self, conn: AsyncConnection[Any]) -> None:
-        """Undoes session settings a handler's unit of work may have made (SET ...)."""
-        await fetch(conn, self._sql["session_reset"], {})
-
-    def session_reset_sync(self, conn: Connection[Any]) -> None:
-        fetch_sync(conn, self._sql["session_reset"], {})
-
     async def lease_lost_record(
         self,
         conn: AsyncConnection[Any],
@@ -531,10 +464,3 @@ class Queries(ProducerQueries):
         params = {"limit": limit, "channel": self.channel, "now": now}
         [row] = await fetch(conn, self._sql["job_promote_due"], params)
         return Promotion(int(row["promoted"]), row["next_due"], row["db_now"])
-
-
-def _result_json(result: Any) -> Jsonb | None:
-    """None stores no result (SQL NULL); a Jsonb as given (Jsonb(None) is JSON null)."""
-    if result is None or isinstance(result, Jsonb):
-        return result
-    return Jsonb(result)

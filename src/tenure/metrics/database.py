@@ -12,8 +12,9 @@ import psycopg
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from tenure.db._sync.gauge_queries import GaugeQueries
 from tenure.db.connect import prepare_threshold
-from tenure.db.ops_queries import CONTROL_WINDOW_SECONDS, OpsQueries, Snapshot
+from tenure.db.gauges import CONTROL_WINDOW_SECONDS, Snapshot
 
 log = logging.getLogger("tenure.metrics")
 
@@ -35,7 +36,7 @@ class DatabaseCollector(Collector):
         application_name: str = "tenure-metrics",
     ) -> None:
         self.dsn = dsn
-        self.queries = OpsQueries(schema)
+        self.queries = GaugeQueries(schema)
         self.near_expiry_seconds = near_expiry_seconds
         self.stale_seconds = stale_seconds
         self.application_name = application_name
@@ -56,7 +57,7 @@ class DatabaseCollector(Collector):
     def read(self) -> Snapshot:
         with self._lock:
             try:
-                return self.queries.snapshot_sync(
+                return self.queries.snapshot(
                     self._connection(),
                     near_expiry_seconds=self.near_expiry_seconds,
                     stale_seconds=self.stale_seconds,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tenure.db.ops_queries import Snapshot
+from tenure.db.gauges import Snapshot
 from tenure.views.durations import human
 
 #: Minutes of throughput history the summaries keep.

@@ -12,10 +12,7 @@ WITH clock AS (
 ), lease AS (
     SELECT j.id FROM __schema__.jobs j CROSS JOIN clock
     WHERE j.id = %(job_id)s
-      AND j.state = 'running'
-      AND j.lease_owner = %(owner)s
-      AND j.lease_token = %(token)s
-      AND j.lease_expires_at > clock.now
+      AND j.lease_token = %(token)s AND __part_lease_live__
 ), recorded AS (
     INSERT INTO __schema__.job_effects AS e (job_id, name, state, token, created_at, updated_at)
     SELECT lease.id, %(name)s, 'intent', %(token)s, clock.now, clock.now
@@ -53,10 +50,7 @@ WITH clock AS (
 ), lease AS (
     SELECT j.id FROM __schema__.jobs j CROSS JOIN clock
     WHERE j.id = %(job_id)s
-      AND j.state = 'running'
-      AND j.lease_owner = %(owner)s
-      AND j.lease_token = %(token)s
-      AND j.lease_expires_at > clock.now
+      AND j.lease_token = %(token)s AND __part_lease_live__
 )
 UPDATE __schema__.job_effects e
 SET state = %(state)s,

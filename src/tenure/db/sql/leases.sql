@@ -6,6 +6,14 @@
 -- The claim family: job_claim (a queue without limits) and job_claim_limited (a queue with
 -- them) choose differently, and share every rule below, written once.
 
+-- part: lease_live
+-- The fence every write after the claim passes (j: the job; the clock CTE in scope): the job
+-- runs under this worker's lease, and the lease has not run out by the database's clock. Each
+-- write matches the lease's token beside it.
+j.state = 'running'
+AND j.lease_owner = %(owner)s
+AND j.lease_expires_at > clock.now
+
 -- part: claimable
 -- A job the claim may take (c: the candidate; the clock and paused CTEs in scope): pending in
 -- the queue and due, of a task the worker runs (%(tasks)s, NULL: any), its queue not paused,
@@ -220,9 +228,7 @@ WITH clock AS (
     CROSS JOIN clock
     -- By primary key: joined on input alone, the plan scans every running job of every worker.
     WHERE j.id = ANY(%(ids)s::bigint[])
-      AND j.state = 'running'
-      AND j.lease_owner = %(owner)s
-      AND j.lease_expires_at > clock.now
+      AND __part_lease_live__
     ORDER BY j.id
     FOR UPDATE OF j SKIP LOCKED
 ), done AS (
@@ -253,8 +259,7 @@ WITH clock AS (
     SELECT i.id, i.token,
            CASE WHEN j.state = 'succeeded' AND j.lease_token = i.token AND %(repeat_is_done)s::boolean
                 THEN 'done'
-                WHEN j.state = 'running' AND j.lease_token = i.token AND j.lease_owner = %(owner)s
-                     AND j.lease_expires_at > clock.now THEN 'busy'
+                WHEN j.lease_token = i.token AND __part_lease_live__ THEN 'busy'
                 ELSE 'lost' END AS outcome
     FROM unlocked i
     CROSS JOIN clock
@@ -342,9 +347,7 @@ WITH clock AS (
     FROM __schema__.jobs j
     JOIN input i ON i.id = j.id AND i.token = j.lease_token
     CROSS JOIN clock
-    WHERE j.state = 'running'
-      AND j.lease_owner = %(owner)s
-      AND j.lease_expires_at > clock.now
+    WHERE __part_lease_live__
       AND j.lease_deadline > clock.now
       AND j.progress IS DISTINCT FROM i.progress
     ORDER BY j.id
@@ -369,9 +372,7 @@ WITH clock AS (
     FROM __schema__.jobs j
     JOIN input i ON i.id = j.id AND i.token = j.lease_token
     CROSS JOIN clock
-    WHERE j.state = 'running'
-      AND j.lease_owner = %(owner)s
-      AND j.lease_expires_at > clock.now
+    WHERE __part_lease_live__
     ORDER BY j.id
     FOR UPDATE OF j SKIP LOCKED
 ), released AS (
@@ -405,10 +406,7 @@ WITH clock AS (
     SELECT j.id, j.snoozes >= %(max_snoozes)s AS over
     FROM __schema__.jobs j CROSS JOIN clock
     WHERE j.id = %(id)s
-      AND j.state = 'running'
-      AND j.lease_owner = %(owner)s
-      AND j.lease_token = %(token)s
-      AND j.lease_expires_at > clock.now
+      AND j.lease_token = %(token)s AND __part_lease_live__
     FOR UPDATE OF j SKIP LOCKED
 ), snoozed AS (
     UPDATE __schema__.jobs j
@@ -448,8 +446,7 @@ WITH clock AS (
     SELECT CASE WHEN EXISTS (SELECT 1 FROM snoozed) THEN 'snoozed'
                 WHEN EXISTS (
                     SELECT 1 FROM __schema__.jobs j CROSS JOIN clock
-                    WHERE j.id = %(id)s AND j.state = 'running' AND j.lease_owner = %(owner)s
-                      AND j.lease_token = %(token)s AND j.lease_expires_at > clock.now) THEN 'busy'
+                    WHERE j.id = %(id)s AND j.lease_token = %(token)s AND __part_lease_live__) THEN 'busy'
                 ELSE 'lost' END AS outcome
 ), lost AS (
     INSERT INTO __schema__.job_events (job_id, event, from_state, token, worker, error_code, at)

@@ -1,0 +1,106 @@
+"""The gauges one snapshot of the queue holds: what a scrape, `tenure status` and `tenure check`
+read, and how the snapshot's statements turn into them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from tenure.db.fetch import Row
+
+#: The window of the control-act gauge (tenure_control_acts_recent).
+CONTROL_WINDOW_SECONDS = 900.0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueGauges:
+    """One queue's state at one instant (database time)."""
+
+    queue: str
+    scheduled: int
+    pending: int
+    oldest_claimable_at: datetime | None
+    running: int
+    leases_near_expiry: int
+    dead: int
+    oldest_dead_at: datetime | None
+    db_now: datetime
+
+    @property
+    def oldest_claimable_age(self) -> float:
+        """Seconds the oldest claimable job has waited; 0 when nothing is claimable."""
+        return (self.db_now - self.oldest_claimable_at).total_seconds() if self.oldest_claimable_at else 0.0
+
+    @property
+    def oldest_dead_age(self) -> float:
+        """Seconds since the oldest unresolved dead job died; 0 when there is none."""
+        return (self.db_now - self.oldest_dead_at).total_seconds() if self.oldest_dead_at else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerGauges:
+    registered: int
+    stale: int
+    busy: int
+    capacity: int
+    lease_owners: int
+    failing: int
+    db_now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything a scrape, `tenure status` or `tenure check` reads, from one snapshot."""
+
+    queues: list[QueueGauges]
+    workers: WorkerGauges
+    connections: list[Row]
+    lock_waits: int
+    longest_lock_wait: float
+    paused: list[Row] = field(default_factory=list)
+    """Queues paused now: queue, paused_seconds, until."""
+    control_recent: list[Row] = field(default_factory=list)
+    """Control acts (cancel, revoke, snooze, retry_now) of the last CONTROL_WINDOW_SECONDS."""
+    limits: list[Row] = field(default_factory=list)
+    """Limited queues: their limits and live leases now."""
+    schedules: list[Row] = field(default_factory=list)
+    """Schedules: name, paused, declared (by a live worker), since_last_fire_seconds."""
+
+
+#: The snapshot's statements, in the order `snapshot_of` reads their rows.
+SNAPSHOT_QUERIES = (
+    "gauge_queues",
+    "gauge_workers",
+    "gauge_connections",
+    "gauge_lock_waits",
+    "gauge_paused",
+    "gauge_control_recent",
+    "gauge_schedules",
+    "queue_limits_list",
+)
+
+
+def snapshot_params(near_expiry: float, stale: float, now: datetime | None) -> dict[str, Any]:
+    return {
+        "near_expiry_seconds": near_expiry,
+        "stale_seconds": stale,
+        "control_window_seconds": CONTROL_WINDOW_SECONDS,
+        "now": now,
+    }
+
+
+def snapshot_of(results: list[list[Row]]) -> Snapshot:
+    """The Snapshot of the rows of SNAPSHOT_QUERIES, in their order."""
+    queues, workers, connections, locks, paused, control, schedules, limits = results
+    return Snapshot(
+        queues=[QueueGauges(**r) for r in queues],
+        workers=WorkerGauges(**workers[0]),
+        connections=connections,
+        lock_waits=int(locks[0]["waiting"]),
+        longest_lock_wait=float(locks[0]["longest_seconds"]),
+        paused=paused,
+        control_recent=control,
+        schedules=schedules,
+        limits=limits,
+    )
