@@ -2,28 +2,50 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Concatenate, Unpack, overload
-
-from psycopg import AsyncConnection, Connection
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 from tenure.client import Client
-from tenure.control import CancelReport, QueuePause
 from tenure.db.connect import connect, resolve_dsn
 from tenure.db.migrate import MigrationReport, migrate
 from tenure.errors import ConfigurationError
-from tenure.jobs import EnqueuedJob
 from tenure.limits import QueueLimit
 from tenure.schedules import Schedule, declare_schedule
 from tenure.secrets import CredentialPolicy, SecretResolver, check_credentials, credential_policy_from
 from tenure.sync_client import SyncClient
-from tenure.tasks import AnyTask, EnqueueOptions, Handler, P, R, Task, TaskRegistry
+from tenure.tasks import AnyTask, Handler, P, R, Task, TaskRegistry
 from tenure.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_schema_name
 
 if TYPE_CHECKING:
     from tenure.context import JobContext
     from tenure.runtime.options import WorkerOptions
     from tenure.runtime.worker import Worker
+
+
+V = ParamSpec("V")
+T = TypeVar("T")
+
+
+def _async_verb(verb: Callable[Concatenate[Client, V], T]) -> Callable[Concatenate[Tenure, V], T]:
+    """`app.verb(...)` is `app.client.verb(...)`: the client's signature, checked by mypy, and
+    its docs, written once on the client."""
+
+    @functools.wraps(verb)
+    def on_app(app: Tenure, /, *args: V.args, **kwargs: V.kwargs) -> T:
+        return verb(app.client, *args, **kwargs)
+
+    return on_app
+
+
+def _blocking_verb(verb: Callable[Concatenate[SyncClient, V], T]) -> Callable[Concatenate[Tenure, V], T]:
+    """`app.verb_sync(...)` is `app.sync_client.verb(...)`, as `_async_verb`."""
+
+    @functools.wraps(verb)
+    def on_app(app: Tenure, /, *args: V.args, **kwargs: V.kwargs) -> T:
+        return verb(app.sync_client, *args, **kwargs)
+
+    return on_app
 
 
 class Tenure:
@@ -179,73 +201,22 @@ class Tenure:
             )
         return self._sync_client
 
-    async def enqueue(
-        self,
-        task: str | AnyTask,
-        payload: dict[str, Any] | None = None,
-        *,
-        conn: AsyncConnection[Any] | None = None,
-        **options: Unpack[EnqueueOptions],
-    ) -> EnqueuedJob:
-        """Enqueues a job; with `conn`, inside that connection's transaction."""
-        return await self.client.enqueue(task, payload, conn=conn, **options)
+    # -- enqueue and job control: the clients' own verbs, with their signatures and docs --------
 
-    def enqueue_sync(
-        self,
-        task: str | AnyTask,
-        payload: dict[str, Any] | None = None,
-        *,
-        conn: Connection[Any] | None = None,
-        **options: Unpack[EnqueueOptions],
-    ) -> EnqueuedJob:
-        """Blocking enqueue, for Django, Flask and scripts."""
-        return self.sync_client.enqueue(task, payload, conn=conn, **options)
-
-    # -- job control: the same verbs as Client and SyncClient, documented there ----------------
-
-    async def cancel(self, ids: Sequence[int] | None = None, **options: Any) -> CancelReport:
-        """Cancels jobs, revoking running ones (`Client.cancel`)."""
-        return await self.client.cancel(ids, **options)
-
-    def cancel_sync(self, ids: Sequence[int] | None = None, **options: Any) -> CancelReport:
-        """Blocking `cancel` (`SyncClient.cancel`)."""
-        return self.sync_client.cancel(ids, **options)
-
-    async def retry(self, ids: Sequence[int], **options: Any) -> list[int]:
-        """Runs jobs now, reprocessing dead or cancelled ones (`Client.retry`)."""
-        return await self.client.retry(ids, **options)
-
-    def retry_sync(self, ids: Sequence[int], **options: Any) -> list[int]:
-        """Blocking `retry` (`SyncClient.retry`)."""
-        return self.sync_client.retry(ids, **options)
-
-    async def pause_queue(self, queue: str, **options: Any) -> QueuePause:
-        """Pauses a queue for every worker (`Client.pause_queue`)."""
-        return await self.client.pause_queue(queue, **options)
-
-    def pause_queue_sync(self, queue: str, **options: Any) -> QueuePause:
-        """Blocking `pause_queue` (`SyncClient.pause_queue`)."""
-        return self.sync_client.pause_queue(queue, **options)
-
-    async def resume_queue(self, queue: str, **options: Any) -> None:
-        """Ends a queue's pause (`Client.resume_queue`)."""
-        await self.client.resume_queue(queue, **options)
-
-    def resume_queue_sync(self, queue: str, **options: Any) -> None:
-        """Blocking `resume_queue` (`SyncClient.resume_queue`)."""
-        self.sync_client.resume_queue(queue, **options)
-
-    async def paused_queues(self) -> list[QueuePause]:
-        """The queue pauses in effect (`Client.paused_queues`)."""
-        return await self.client.paused_queues()
-
-    async def result(self, job_id: int, *, timeout: float | None = None, poll: float = 1.0) -> Any:
-        """Waits for a job's result (`Client.result`)."""
-        return await self.client.result(job_id, timeout=timeout, poll=poll)
-
-    def result_sync(self, job_id: int, *, timeout: float | None = None, poll: float = 1.0) -> Any:
-        """Blocking `result` (`SyncClient.result`)."""
-        return self.sync_client.result(job_id, timeout=timeout, poll=poll)
+    enqueue = _async_verb(Client.enqueue)
+    enqueue_sync = _blocking_verb(SyncClient.enqueue)
+    cancel = _async_verb(Client.cancel)
+    cancel_sync = _blocking_verb(SyncClient.cancel)
+    retry = _async_verb(Client.retry)
+    retry_sync = _blocking_verb(SyncClient.retry)
+    pause_queue = _async_verb(Client.pause_queue)
+    pause_queue_sync = _blocking_verb(SyncClient.pause_queue)
+    resume_queue = _async_verb(Client.resume_queue)
+    resume_queue_sync = _blocking_verb(SyncClient.resume_queue)
+    paused_queues = _async_verb(Client.paused_queues)
+    paused_queues_sync = _blocking_verb(SyncClient.paused_queues)
+    result = _async_verb(Client.result)
+    result_sync = _blocking_verb(SyncClient.result)
 
     async def migrate(self) -> MigrationReport:
         """Creates or upgrades the app's schema, as `tenure migrate` does."""

@@ -29,6 +29,9 @@ PROGRAM = textwrap.dedent(
         job: tenure.EnqueuedJob = await send_receipt.enqueue(order_id=7, email="a@b.c")
         await send_receipt.with_options(delay=60).enqueue(7, "a@b.c")
         compress.enqueue_sync(folder="/logs")
+        await app.cancel([job.id], reason="refunded")
+        app.pause_queue_sync("emails", reason="provider down", until=600)
+        paused: list[tenure.QueuePause] = app.paused_queues_sync()
 
 
     async def bad() -> None:
@@ -37,14 +40,17 @@ PROGRAM = textwrap.dedent(
         compress.enqueue_sync(directory="/logs")
         await send_receipt.with_options(dealy=60).enqueue(7, "a@b.c")
         await app.enqueue(send_receipt, {"order_id": 7, "email": "a@b.c"}, priorty=5)
+        await app.cancel([1])
+        app.retry_sync([1], reson="again")
     """
 )
 
 
 @pytest.mark.slow
 def test_mypy_accepts_right_calls_and_flags_each_wrong_one(tmp_path: Path) -> None:
-    """The five wrong calls (a str for an int, a missing argument, an unknown keyword, a misspelt
-    enqueue option twice) are each a mypy error on their line; the right ones are not."""
+    """The seven wrong calls (a str for an int, a missing argument, an unknown keyword, a misspelt
+    enqueue option twice, an app control verb without its required reason or with a misspelt
+    one) are each a mypy error on their line; the right ones are not."""
     program = tmp_path / "uses_tasks.py"
     program.write_text(PROGRAM)
     flags = ["--strict", "--no-incremental", "--python-version", "3.11", "--no-error-summary"]
@@ -58,4 +64,6 @@ def test_mypy_accepts_right_calls_and_flags_each_wrong_one(tmp_path: Path) -> No
         'compress.enqueue_sync(directory="/logs")',
         'await send_receipt.with_options(dealy=60).enqueue(7, "a@b.c")',
         'await app.enqueue(send_receipt, {"order_id": 7, "email": "a@b.c"}, priorty=5)',
+        "await app.cancel([1])",
+        'app.retry_sync([1], reson="again")',
     }, stdout + stderr
