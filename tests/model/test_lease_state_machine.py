@@ -474,8 +474,15 @@ class LeaseMachine(RuleBasedStateMachine):
             now=self.now,
             **filters,
         )
-        # The matching rows are locked in id order, up to the limit.
-        if set(chosen) & self._locked_by_others():
+        # The matching rows are locked in id order, up to the limit; then job_retry_many moves
+        # them, locking the waiting and running jobs of their keys first, as a retry does.
+        keys = {self.jobs[i].key for i in chosen} - {None}
+        kin = {
+            i
+            for i, j in self.jobs.items()
+            if j.key in keys and j.state in ("scheduled", "pending", "running")
+        }
+        if (set(chosen) | kin) & self._locked_by_others():
             self._waits_on_lock("dead reprocess", call)
             return
         assert self.run(call) == chosen, (ids, filters, limit)
@@ -605,7 +612,8 @@ class LeaseMachine(RuleBasedStateMachine):
         job = self.jobs[job_id]
         eligible = job.key is not None and job.state in ("scheduled", "pending", "dead")
         call = self.ordering.skip(self.conn, job_id, actor="operator", reason="skip", now=self.now)
-        if eligible and job_id in self._locked_by_others():
+        # job_cancel_many locks every keyed job it is named, then refuses the ineligible ones.
+        if job.key is not None and job_id in self._locked_by_others():
             self._waits_on_lock("ordering skip", call)
             return
         skipped = self.run(call)
@@ -614,7 +622,7 @@ class LeaseMachine(RuleBasedStateMachine):
             return
         assert skipped == {"id": job_id, "ordering_key": job.key}
         event(f"ordering skip: {job.state} job")
-        self.jobs[job_id] = self._finished(job, "cancelled")
+        self.jobs[job_id] = self._finished(job, "cancelled", error_code="CANCELLED")
         self._log(
             self.events,
             (job_id, "cancel", job.state, "cancelled", job.token, "operator", "ORDERING_SKIP"),

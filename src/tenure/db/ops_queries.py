@@ -15,6 +15,7 @@ from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
 from tenure.db.channels import notify_channel
+from tenure.db.control_queries import ControlQueries
 from tenure.db.fetch import Row, fetch
 from tenure.db.gauge_queries import GaugeQueries
 
@@ -72,7 +73,8 @@ class OpsQueries(GaugeQueries):
         limit: int = 1000,
         now: datetime | None = None,
     ) -> list[int]:
-        """Dead jobs (by ids and/or filter) back to pending; returns the ids moved."""
+        """Dead jobs (by ids and/or filter) back to pending; returns the ids moved. The move is
+        job_retry_many's, the one statement for it, on the jobs the filter locks first."""
         params = {
             "ids": list(ids) if ids is not None else None,
             "queue": queue,
@@ -80,13 +82,16 @@ class OpsQueries(GaugeQueries):
             "error_code": error_code,
             "older_than": older_than,
             "limit": limit,
-            "attempts": attempts,
-            "actor": actor,
-            "reason": reason,
-            "channel": self.channel,
             "now": now,
         }
-        return [r["id"] for r in await fetch(conn, self._sql["dead_reprocess_many"], params)]
+        async with conn.transaction():
+            matching = [r["id"] for r in await fetch(conn, self._sql["dead_matching"], params)]
+            if not matching:
+                return []
+            rows = await ControlQueries(self.schema).retry_many(
+                conn, matching, attempts=attempts, actor=actor, reason=reason, now=now
+            )
+        return [r["id"] for r in rows.moved]
 
     async def dead_purge(
         self,

@@ -9,11 +9,13 @@ from psycopg import AsyncConnection
 
 from tenure.db._sqlfiles import named_queries
 from tenure.db.channels import notify_channel
+from tenure.db.control_queries import ControlQueries
 from tenure.db.fetch import Row, fetch
 
 
 class OrderingQueries:
     def __init__(self, schema: str) -> None:
+        self.schema = schema
         self._sql = named_queries(schema)
         self.channel = notify_channel(schema)
 
@@ -33,7 +35,9 @@ class OrderingQueries:
         reason: str,
         now: datetime | None = None,
     ) -> Row | None:
-        """Cancels a dead or pending keyed job so its key moves on; None if it is neither."""
-        params = {"id": job_id, "actor": actor, "reason": reason, "channel": self.channel, "now": now}
-        rows = await fetch(conn, self._sql["ordering_skip"], params)
-        return rows[0] if rows else None
+        """Cancels a dead, pending or scheduled keyed job so its key moves on; None if it is none
+        of those (ControlQueries.skip_ordering_head, the cancel's own statement)."""
+        row = await ControlQueries(self.schema).skip_ordering_head(
+            conn, job_id, actor=actor, reason=reason, now=now
+        )
+        return None if row is None else {"id": row["id"], "ordering_key": row["ordering_key"]}

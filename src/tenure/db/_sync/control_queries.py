@@ -22,6 +22,9 @@ from tenure.db.text import storable_text
 from tenure.jobs import JobState
 from tenure.limits import QueueLimit
 
+#: The event code of a keyed job skipped so that its key moves on.
+ORDERING_SKIP = "ORDERING_SKIP"
+
 
 class ControlQueries:
     def __init__(self, schema: str) -> None:
@@ -47,6 +50,8 @@ class ControlQueries:
         else:
             accept = (*WAITING, JobState.RUNNING) if where.running else WAITING
         return {
+            "keyed": False,
+            "event_code": None,
             "ids": None if ids is None else sorted(set(ids)),
             "accept": [s.value for s in accept],
             "queue": where.queue,
@@ -80,6 +85,21 @@ class ControlQueries:
             ids, where, requeue=requeue, max_jobs=max_jobs, actor=actor, reason=reason, now=now
         )
         return split_rows(fetch(conn, self._sql["job_cancel_many"], params))
+
+    def skip_ordering_head(
+        self, conn: Connection[Any], job_id: int, *, actor: str, reason: str, now: datetime | None = None
+    ) -> Row | None:
+        """Cancels a keyed job that holds up its key (dead, pending or scheduled; never a running
+        one), so the key moves on: job_cancel_many's transition, its event marked ORDERING_SKIP.
+        The cancelled job's row (with its ordering_key), or None when it is no such job."""
+        params = self._cancel_params(
+            [job_id], NO_FILTER, requeue=False, max_jobs=1, actor=actor, reason=reason, now=now
+        )
+        params.update(
+            accept=[s.value for s in (*WAITING, JobState.DEAD)], keyed=True, event_code=ORDERING_SKIP
+        )
+        rows = split_rows(fetch(conn, self._sql["job_cancel_many"], params))
+        return rows.moved[0] if rows.moved else None
 
     def _retry_params(
         self, ids: Sequence[int], attempts: int, actor: str, reason: str, now: datetime | None

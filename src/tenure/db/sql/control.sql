@@ -8,13 +8,16 @@
 -- (payload %(revoke_prefix)s<id>:<old token>). With %(requeue)s a running job goes back to
 -- pending under a new token instead (the revoked attempt is not counted), for a worker that hangs.
 -- Nothing changes when any id given cannot be cancelled ('refused' rows say which and why) or
--- when more than %(max_jobs)s jobs match (a 'too_many' row).
+-- when more than %(max_jobs)s jobs match (a 'too_many' row). With %(keyed)s only jobs with an
+-- ordering key are taken (skipping a key's head: its event says %(event_code)s), and a cancelled
+-- keyed job wakes its queue, whose next job of the key may run now.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), target AS (
-    SELECT j.id, j.state, j.queue, j.lease_owner, j.lease_token, j.result_wanted
+    SELECT j.id, j.state, j.queue, j.lease_owner, j.lease_token, j.result_wanted, j.ordering_key
     FROM __schema__.jobs j CROSS JOIN clock
     WHERE (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
+      AND (NOT %(keyed)s::boolean OR j.ordering_key IS NOT NULL)
       AND (%(ids)s::bigint[] IS NOT NULL OR j.state = ANY(%(accept)s::__schema__.job_state[]))
       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
       AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
@@ -50,12 +53,14 @@ WITH clock AS (
       AND t.state = ANY(%(accept)s::__schema__.job_state[])
       AND allowed.ok
     RETURNING j.id, j.queue, t.state AS from_state, j.state AS to_state, j.lease_token,
-              t.lease_owner AS previous_owner, t.lease_token AS previous_token, t.result_wanted
+              t.lease_owner AS previous_owner, t.lease_token AS previous_token, t.result_wanted,
+              t.ordering_key
 ), logged AS (
     INSERT INTO __schema__.job_events (job_id, event, from_state, to_state, token, worker, error_code, error, at)
     SELECT m.id, CASE WHEN m.from_state = 'running' THEN 'revoke' ELSE 'cancel' END, m.from_state,
            m.to_state, m.lease_token, %(actor)s,
-           CASE WHEN m.from_state = 'running' THEN 'HELD_BY ' || left(m.previous_owner, 90) END,
+           CASE WHEN m.from_state = 'running' THEN 'HELD_BY ' || left(m.previous_owner, 90)
+                ELSE %(event_code)s END,
            left(%(reason)s, 2000), clock.now
     FROM moved m CROSS JOIN clock
 ), notified AS (
@@ -63,18 +68,20 @@ WITH clock AS (
     FROM (SELECT %(channel)s AS channel, %(revoke_prefix)s || m.id || ':' || m.previous_token AS payload
           FROM moved m WHERE m.from_state = 'running'
           UNION
-          SELECT %(channel)s, m.queue FROM moved m WHERE m.to_state = 'pending'
+          SELECT %(channel)s, m.queue FROM moved m
+          WHERE m.to_state = 'pending' OR m.ordering_key IS NOT NULL
           UNION
           SELECT %(results_channel)s, m.id::text FROM moved m
           WHERE m.result_wanted AND m.to_state = 'cancelled') n
 )
 SELECT m.id, m.queue, m.from_state::text AS from_state, m.to_state::text AS to_state,
-       m.previous_owner, 'moved' AS outcome
+       m.previous_owner, m.ordering_key, 'moved' AS outcome
 FROM moved m CROSS JOIN notified
 UNION ALL
-SELECT r.id, NULL, r.state::text, NULL, NULL, 'refused' FROM refused r
+SELECT r.id, NULL, r.state::text, NULL, NULL, NULL, 'refused' FROM refused r
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, 'too_many' FROM allowed WHERE (SELECT count(*) FROM target) > %(max_jobs)s
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, 'too_many' FROM allowed
+WHERE (SELECT count(*) FROM target) > %(max_jobs)s
 ORDER BY 1;
 
 -- name: job_retry_many

@@ -17,42 +17,25 @@ WHERE state = 'dead'
 ORDER BY finished_at DESC, id DESC
 LIMIT %(limit)s;
 
--- name: dead_reprocess_many
--- Dead -> pending with a fresh budget, by ids or by filter; keeps ids, tokens and history, and
--- records who and why in the audit log. Rows are locked in id order; one NOTIFY per queue.
+-- name: dead_matching
+-- The dead jobs a reprocess by filter takes (by ids and/or filter), locked in id order until the
+-- transaction ends, so that job_retry_many, the one statement that moves a job back to pending,
+-- finds each of them still dead.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
-), target AS (
-    SELECT j.id
-    FROM __schema__.jobs j CROSS JOIN clock
-    WHERE j.state = 'dead'
-      AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
-      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
-      AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
-      AND (%(error_code)s::text IS NULL OR j.last_error_code = %(error_code)s::text)
-      AND (%(older_than)s::float8 IS NULL
-           OR j.finished_at <= clock.now - make_interval(secs => %(older_than)s::float8))
-    ORDER BY j.id
-    LIMIT %(limit)s
-    FOR UPDATE OF j
-), moved AS (
-    UPDATE __schema__.jobs j
-    SET state = 'pending',
-        max_attempts = j.attempt_count + %(attempts)s,
-        available_at = clock.now,
-        finished_at = NULL
-    FROM target t CROSS JOIN clock
-    WHERE j.id = t.id
-      AND j.state = 'dead'
-    RETURNING j.id, j.lease_token, j.queue
-), logged AS (
-    INSERT INTO __schema__.job_events (job_id, event, from_state, to_state, token, worker, error, at)
-    SELECT m.id, 'reprocess', 'dead', 'pending', m.lease_token, %(actor)s, %(reason)s, clock.now
-    FROM moved m CROSS JOIN clock
-), notified AS (
-    SELECT count(pg_notify(%(channel)s, q.queue)) AS n FROM (SELECT DISTINCT queue FROM moved) q
 )
-SELECT moved.id, moved.queue FROM moved CROSS JOIN notified ORDER BY moved.id;
+SELECT j.id
+FROM __schema__.jobs j CROSS JOIN clock
+WHERE j.state = 'dead'
+  AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
+  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+  AND (%(error_code)s::text IS NULL OR j.last_error_code = %(error_code)s::text)
+  AND (%(older_than)s::float8 IS NULL
+       OR j.finished_at <= clock.now - make_interval(secs => %(older_than)s::float8))
+ORDER BY j.id
+LIMIT %(limit)s
+FOR UPDATE OF j;
 
 -- name: dead_purge
 -- Deletes dead jobs dead for longer than %(older_than)s seconds, with their history, in a
