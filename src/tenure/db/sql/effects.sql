@@ -3,6 +3,13 @@
 -- the next attempt turns it into 'uncertain', and only a reconciliation (the application's hook
 -- or an operator) may let the effect run again.
 
+-- part: effect_lease
+-- The job's row while its holder's lease holds under this token (only the lease holder writes
+-- the ledger); no row once it does not.
+SELECT j.id FROM __schema__.jobs j CROSS JOIN clock
+WHERE j.id = %(job_id)s
+  AND j.lease_token = %(token)s AND __part_lease_live__
+
 -- name: effect_begin
 -- Fenced (only the lease holder records an intent): returns what the attempt must do with the
 -- effect. 'perform': a fresh intent was recorded under this token; 'done': return the recorded
@@ -10,9 +17,7 @@
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), lease AS (
-    SELECT j.id FROM __schema__.jobs j CROSS JOIN clock
-    WHERE j.id = %(job_id)s
-      AND j.lease_token = %(token)s AND __part_lease_live__
+    __part_effect_lease__
 ), recorded AS (
     INSERT INTO __schema__.job_effects AS e (job_id, name, state, token, created_at, updated_at)
     SELECT lease.id, %(name)s, 'intent', %(token)s, clock.now, clock.now
@@ -48,9 +53,7 @@ RETURNING id;
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), lease AS (
-    SELECT j.id FROM __schema__.jobs j CROSS JOIN clock
-    WHERE j.id = %(job_id)s
-      AND j.lease_token = %(token)s AND __part_lease_live__
+    __part_effect_lease__
 )
 UPDATE __schema__.job_effects e
 SET state = %(state)s,
