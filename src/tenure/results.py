@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from tenure.db.control_rows import JobResultRow
 from tenure.errors import TenureError, ValidationError
 
 log = logging.getLogger("tenure.client")
@@ -54,25 +55,25 @@ class ResultTimeout(TenureError, TimeoutError):
         self.state = state
 
 
-def settled(row: dict[str, Any] | None, job_id: int) -> tuple[bool, Any]:
+def settled(row: JobResultRow | None, job_id: int) -> tuple[bool, Any]:
     """(True, result) for a succeeded job, (False, state) for an unfinished one; raises
     JobFailed for a dead or cancelled one."""
     if row is None:
         raise ValidationError(f"there is no job {job_id}")
-    state = row["state"]
+    state = row.state
     if state == "succeeded":
-        if row["result_pending"] and (row["finished_seconds_ago"] or 0.0) < RESULT_GRACE_SECONDS:
+        if row.result_pending and (row.finished_seconds_ago or 0.0) < RESULT_GRACE_SECONDS:
             return False, "succeeded, its result on its way"
-        return True, row["result"]
+        return True, row.result
     if state in ("dead", "cancelled"):
-        raise JobFailed(job_id, state, row["last_error_code"], row["last_error"])
+        raise JobFailed(job_id, state, row.last_error_code, row.last_error)
     return False, state
 
 
-def wait_interval(poll: float, *, listening: bool, row: dict[str, Any] | None) -> float:
+def wait_interval(poll: float, *, listening: bool, row: JobResultRow | None) -> float:
     """How long to wait before reading the job again: a job that notifies when it finishes is
     read only now and then in case a notification was lost; any other is polled."""
-    if listening and row is not None and row["result_wanted"]:
+    if listening and row is not None and row.result_wanted:
         return poll * LISTENING_POLL_FACTOR
     return poll
 

@@ -318,16 +318,16 @@ class SyncClient:
             row = self.control.pause(
                 c, queue, until=at, actor=actor or default_actor(), reason=text, allow_unknown=allow_unknown
             )
-        if not row["known"]:
+        if not row.known or row.paused_at is None:
             raise unknown_queue(queue)
-        return QueuePause(queue, row["paused_at"], row["until"], actor or default_actor(), text)
+        return QueuePause(queue, row.paused_at, row.until, actor or default_actor(), text)
 
     def resume_queue(self, queue: str, *, reason: str | None = None, actor: str | None = None) -> None:
         """Ends `queue`'s pause; its workers are woken at once."""
         check_queue(queue)
         with self._conn(None) as c:
             row = self.control.resume(c, queue, actor=actor or default_actor(), reason=reason)
-        if row is None or not row["was_in_effect"]:
+        if row is None or not row.was_in_effect:
             raise not_paused(queue)
 
     def paused_queues(self) -> list[QueuePause]:

@@ -210,7 +210,7 @@ class ControlMachine(RuleBasedStateMachine):
                     self.conn, FREE, until=None, actor="m", reason="model", allow_unknown=True, now=self.now
                 )
             )
-            assert row["known"]
+            assert row.known
             self.paused = True
         else:
             row = self.run(self.c.resume(self.conn, FREE, actor="m", reason=None, now=self.now))

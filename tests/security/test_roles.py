@@ -418,8 +418,8 @@ async def test_only_the_admin_may_cancel_or_pause_and_the_worker_may_snooze_and_
         ):  # a running job is not the worker's to cancel either
             await control.cancel_many(conn, [target], max_jobs=1, actor="w", reason="try")
     async with await psycopg.AsyncConnection.connect(admin, autocommit=True) as conn:
-        assert (await control.result(conn, waited.id))["result"] == {"answer": 42}
-        assert (await control.pause(conn, "sec", until=None, actor="admin", reason="hold"))["known"]
+        assert (await control.result(conn, waited.id)).result == {"answer": 42}
+        assert (await control.pause(conn, "sec", until=None, actor="admin", reason="hold")).known
         moved = await control.cancel_many(conn, [target], max_jobs=1, actor="admin", reason="stop")
         assert [(r["id"], r["from_state"]) for r in moved.moved] == [(target, "running")]
     async with await psycopg.AsyncConnection.connect(worker, autocommit=True) as conn:

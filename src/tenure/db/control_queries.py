@@ -13,7 +13,17 @@ from psycopg.types.json import Jsonb
 
 from tenure.db._sqlfiles import named_queries
 from tenure.db.channels import REVOKE_PREFIX, notify_channel, results_channel
-from tenure.db.control_rows import CANCELLABLE, NO_FILTER, WAITING, CancelFilter, ControlRows, split_rows
+from tenure.db.control_rows import (
+    CANCELLABLE,
+    NO_FILTER,
+    WAITING,
+    CancelFilter,
+    ControlRows,
+    JobResultRow,
+    PauseOutcome,
+    ResumeOutcome,
+    split_rows,
+)
 from tenure.db.fetch import Row, fetch
 from tenure.db.text import storable_text
 from tenure.jobs import JobState
@@ -155,11 +165,11 @@ class ControlQueries:
         reason: str,
         allow_unknown: bool = False,
         now: datetime | None = None,
-    ) -> Row:
-        """Pauses `queue` cluster-wide; the row says whether the queue was known (else nothing
-        was written) and, when paused, since and until when."""
+    ) -> PauseOutcome:
+        """Pauses `queue` cluster-wide: whether the queue was known (else nothing was written)
+        and, when paused, since and until when."""
         params = self._pause_params(queue, until, actor, reason, allow_unknown, now)
-        return (await fetch(conn, self._sql["queue_pause"], params))[0]
+        return PauseOutcome(**(await fetch(conn, self._sql["queue_pause"], params))[0])
 
     def _resume_params(
         self, queue: str, actor: str, reason: str | None, now: datetime | None
@@ -180,10 +190,10 @@ class ControlQueries:
         actor: str,
         reason: str | None,
         now: datetime | None = None,
-    ) -> Row | None:
+    ) -> ResumeOutcome | None:
         """Ends `queue`'s pause; None when it was not paused."""
         rows = await fetch(conn, self._sql["queue_resume"], self._resume_params(queue, actor, reason, now))
-        return rows[0] if rows else None
+        return ResumeOutcome(**rows[0]) if rows else None
 
     async def pauses(self, conn: AsyncConnection[Any], now: datetime | None = None) -> list[Row]:
         """The pauses in effect, by queue."""
@@ -217,6 +227,7 @@ class ControlQueries:
         """The jobs stored with unique key `key` (any period window), newest first."""
         return await fetch(conn, self._sql["unique_key_jobs"], {"key": key, "limit": limit})
 
-    async def result(self, conn: AsyncConnection[Any], job_id: int) -> Row | None:
+    async def result(self, conn: AsyncConnection[Any], job_id: int) -> JobResultRow | None:
+        """What a caller waiting for the job reads of it; None when there is no such job."""
         rows = await fetch(conn, self._sql["job_result_get"], {"id": job_id})
-        return rows[0] if rows else None
+        return JobResultRow(**rows[0]) if rows else None

@@ -4,6 +4,7 @@ a statement moved or refused."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from tenure.db.fetch import Row
@@ -49,3 +50,36 @@ def split_rows(rows: list[Row]) -> ControlRows:
         refused=[r for r in rows if r["outcome"] == "refused"],
         too_many=any(r["outcome"] == "too_many" for r in rows),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class JobResultRow:
+    """What a caller waiting for a job reads of it (job_result_get)."""
+
+    id: int
+    state: str
+    result: Any
+    result_wanted: bool
+    result_pending: bool
+    """Succeeded, waited for, and its result not stored yet (ctx.atomic stores it after)."""
+    last_error_code: str | None
+    last_error: str | None
+    finished_seconds_ago: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class PauseOutcome:
+    """What queue_pause did: nothing (an unknown queue) or the pause now in effect."""
+
+    known: bool
+    queue: str | None
+    paused_at: datetime | None
+    until: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeOutcome:
+    """What queue_resume did to a queue that had a pause row: whether the pause was in effect."""
+
+    queue: str
+    was_in_effect: bool
