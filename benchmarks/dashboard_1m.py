@@ -18,7 +18,7 @@ import psycopg
 from psycopg import conninfo
 from starlette.testclient import TestClient
 
-from tenure.dashboard import create_app
+from tenure.ops.dashboard import create_app
 
 ADMIN = sys.argv[1] if len(sys.argv) > 1 else "postgresql://postgres@127.0.0.1:5432/postgres"
 BENCH = ("tenure_dash_bench", 1_000_000)
@@ -49,7 +49,7 @@ def seed(name: str, jobs: int) -> None:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {name}")
     subprocess.run(
-        [sys.executable, "-m", "tenure.cli", "migrate", "--dsn", dsn_of(name)],
+        [sys.executable, "-m", "tenure.ops.cli", "migrate", "--dsn", dsn_of(name)],
         check=True,
         capture_output=True,
     )

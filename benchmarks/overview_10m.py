@@ -29,10 +29,10 @@ import psycopg
 from psycopg import conninfo
 from starlette.testclient import TestClient
 
-from tenure.dashboard import create_app
-from tenure.dashboard.queries import DashboardQueries
 from tenure.db.migrate import migrate
 from tenure.db.ops_queries import OpsQueries
+from tenure.ops.dashboard import create_app
+from tenure.ops.dashboard.queries import DashboardQueries
 
 DATABASE = "tenure_overview_bench"
 RUNS = 5

@@ -18,10 +18,10 @@ import psycopg
 from _bouncer import launch_pgbouncer
 from psycopg import conninfo
 
-from tenure.bench.drain import drain
-from tenure.bench.sections import Contenders, load, reset
 from tenure.db.connect import connect
 from tenure.db.migrate import migrate
+from tenure.lab.bench.drain import drain
+from tenure.lab.bench.sections import Contenders, load, reset
 
 ADMIN = sys.argv[1] if len(sys.argv) > 1 else "postgresql://postgres@127.0.0.1:5432/postgres"
 JOBS = int(sys.argv[2]) if len(sys.argv) > 2 else 20_000

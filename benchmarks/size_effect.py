@@ -21,13 +21,13 @@ import asyncio
 import statistics
 from collections.abc import Awaitable, Callable
 
-from tenure.bench import peers
-from tenure.bench.contenders import Contenders
-from tenure.bench.drain import PEER_WATCH, DrainResult, drain
-from tenure.bench.queries import execute
-from tenure.bench.sections import SCHEMA, drain_timeout, load, reset
-from tenure.bench.server import Databases
 from tenure.db.connect import connect, resolve_dsn
+from tenure.lab.bench import peers
+from tenure.lab.bench.contenders import Contenders
+from tenure.lab.bench.drain import PEER_WATCH, DrainResult, drain
+from tenure.lab.bench.queries import execute
+from tenure.lab.bench.sections import SCHEMA, drain_timeout, load, reset
+from tenure.lab.bench.server import Databases
 
 PROCESSES = 2
 RAW_BATCH = 100

@@ -39,10 +39,10 @@ TWINS = {
     "tenure/db/producer_queries.py": "tenure/db/_sync/producer_queries.py",
     "tenure/db/handler_queries.py": "tenure/db/_sync/handler_queries.py",
     "tenure/db/gauge_queries.py": "tenure/db/_sync/gauge_queries.py",
-    "tenure/result_wait.py": "tenure/_sync/result_wait.py",
-    "tenure/client.py": "tenure/sync_client.py",
-    "tenure/transaction.py": "tenure/sync_transaction.py",
-    "tenure/atomic.py": "tenure/_sync/atomic.py",
+    "tenure/producer/result_wait.py": "tenure/producer/_sync/result_wait.py",
+    "tenure/producer/client.py": "tenure/producer/sync_client.py",
+    "tenure/handler/transaction.py": "tenure/handler/sync_transaction.py",
+    "tenure/handler/atomic.py": "tenure/handler/_sync/atomic.py",
 }
 
 #: Names whose blocking counterpart has another name.

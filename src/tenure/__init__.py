@@ -4,11 +4,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from tenure.app import Tenure
-from tenure.client import Client
-from tenure.context import JobContext
-from tenure.control import CancelReport, ControlRefused, NothingMatched, QueuePause, TooManyMatched
-from tenure.effects import Confirmed, EffectRecord, EffectUncertain, NotHappened, RetryLater
-from tenure.errors import (
+from tenure.handler.context import JobContext
+from tenure.handler.effects import Confirmed, EffectRecord, EffectUncertain, NotHappened, RetryLater
+from tenure.handler.sync_transaction import SyncTransaction, run_transaction_sync
+from tenure.handler.transaction import AsyncTransaction, run_transaction
+from tenure.handler.txn import TransactionPolicy
+from tenure.model.errors import (
     ConfigurationError,
     Contention,
     DatabaseUnavailable,
@@ -23,31 +24,30 @@ from tenure.errors import (
     UnknownTask,
     ValidationError,
 )
-from tenure.jobs import ClaimedJob, EnqueuedJob, Job, JobEvent, JobSpec, JobState, Lease
-from tenure.outcomes import ResultRefused, Snooze
-from tenure.results import JobFailed, ResultTimeout
-from tenure.retry import Backoff, FailureClass, FailurePolicy
-from tenure.secrets import (
+from tenure.model.jobs import ClaimedJob, EnqueuedJob, Job, JobEvent, JobSpec, JobState, Lease
+from tenure.model.outcomes import ResultRefused, Snooze
+from tenure.model.retry import Backoff, FailureClass, FailurePolicy
+from tenure.model.secrets import (
     CredentialInPayloadWarning,
     CredentialPolicy,
     SecretValue,
     resolve_secrets,
     secret,
 )
-from tenure.sync_client import SyncClient
-from tenure.sync_transaction import SyncTransaction, run_transaction_sync
+from tenure.model.unique import Unique
+from tenure.producer.client import Client
+from tenure.producer.control import CancelReport, ControlRefused, NothingMatched, QueuePause, TooManyMatched
+from tenure.producer.results import JobFailed, ResultTimeout
+from tenure.producer.sync_client import SyncClient
 from tenure.tasks import Task, TaskPolicy, TaskRegistry
-from tenure.transaction import AsyncTransaction, run_transaction
-from tenure.txn import TransactionPolicy
-from tenure.unique import Unique
 
 if TYPE_CHECKING:
-    from tenure.runtime.options import WorkerOptions
-    from tenure.runtime.worker import Worker
+    from tenure.worker.options import WorkerOptions
+    from tenure.worker.worker import Worker
 
 #: Public names of the worker's runtime, imported on first use: `import tenure` in a web process
 #: that only enqueues loads no worker module.
-_LAZY = {"Worker": "tenure.runtime.worker", "WorkerOptions": "tenure.runtime.options"}
+_LAZY = {"Worker": "tenure.worker.worker", "WorkerOptions": "tenure.worker.options"}
 
 
 def __getattr__(name: str) -> Any:

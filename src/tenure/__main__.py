@@ -2,6 +2,6 @@
 
 import sys
 
-from tenure.cli import main
+from tenure.ops.cli import main
 
 sys.exit(main())

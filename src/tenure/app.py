@@ -6,21 +6,21 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
-from tenure.client import Client
 from tenure.db.connect import connect, resolve_dsn
 from tenure.db.migrate import MigrationReport, migrate
-from tenure.errors import ConfigurationError
-from tenure.limits import QueueLimit
-from tenure.schedules import Schedule, declare_schedule
-from tenure.secrets import CredentialPolicy, SecretResolver, check_credentials, credential_policy_from
-from tenure.sync_client import SyncClient
+from tenure.model.errors import ConfigurationError
+from tenure.model.limits import QueueLimit
+from tenure.model.schedules import Schedule, declare_schedule
+from tenure.model.secrets import CredentialPolicy, SecretResolver, check_credentials, credential_policy_from
+from tenure.model.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_schema_name
+from tenure.producer.client import Client
+from tenure.producer.sync_client import SyncClient
 from tenure.tasks import AnyTask, Handler, P, R, Task, TaskRegistry
-from tenure.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_schema_name
 
 if TYPE_CHECKING:
-    from tenure.context import JobContext
-    from tenure.runtime.options import WorkerOptions
-    from tenure.runtime.worker import Worker
+    from tenure.handler.context import JobContext
+    from tenure.worker.options import WorkerOptions
+    from tenure.worker.worker import Worker
 
 
 V = ParamSpec("V")
@@ -227,8 +227,8 @@ class Tenure:
     def worker(self, options: WorkerOptions | None = None, **option_fields: Any) -> Worker:
         """A worker for this app's tasks, with `options` or `WorkerOptions(**option_fields)`."""
         # Imported here: a web process that only enqueues never loads the worker's runtime.
-        from tenure.runtime.options import WorkerOptions
-        from tenure.runtime.worker import Worker
+        from tenure.worker.options import WorkerOptions
+        from tenure.worker.worker import Worker
 
         opts = options or WorkerOptions(**option_fields)
         return Worker(self.registry, dsn=self.dsn, schema=self.schema, options=opts)

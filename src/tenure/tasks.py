@@ -25,14 +25,14 @@ from typing import (
 
 from psycopg import AsyncConnection, Connection
 
-from tenure.errors import ConfigurationError, ValidationError
-from tenure.hints import payload_type_errors
-from tenure.limits import QueueLimit
-from tenure.outcomes import DEFAULT_MAX_SNOOZES
-from tenure.retry import Backoff, FailurePolicy
-from tenure.secrets import SecretResolver
-from tenure.unique import unique_from
-from tenure.validation import (
+from tenure.model.errors import ConfigurationError, ValidationError
+from tenure.model.hints import payload_type_errors
+from tenure.model.limits import QueueLimit
+from tenure.model.outcomes import DEFAULT_MAX_SNOOZES
+from tenure.model.retry import Backoff, FailurePolicy
+from tenure.model.secrets import SecretResolver
+from tenure.model.unique import unique_from
+from tenure.model.validation import (
     MAX_ATTEMPTS_LIMIT,
     PRIORITY_RANGE,
     check_queue,
@@ -40,9 +40,9 @@ from tenure.validation import (
 )
 
 if TYPE_CHECKING:
-    from tenure.context import JobContext
-    from tenure.jobs import EnqueuedJob
-    from tenure.schedules import Schedule
+    from tenure.handler.context import JobContext
+    from tenure.model.jobs import EnqueuedJob
+    from tenure.model.schedules import Schedule
 
 Handler = Callable[..., Any]
 P = ParamSpec("P")
@@ -257,7 +257,7 @@ AnyTask = Task[..., Any]
 
 class EnqueueOptions(TypedDict, total=False):
     """The options of every enqueue, besides the task, its payload and `conn` (the keywords of
-    tenure.client.JobBuilder.spec, which documents each; a test keeps the two the same). Typed,
+    tenure.producer.client.JobBuilder.spec, which documents each; a test keeps the two the same). Typed,
     so that a misspelt option (`dealy=5`) is a type error, not a job enqueued without its delay."""
 
     queue: str | None

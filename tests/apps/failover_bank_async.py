@@ -15,8 +15,8 @@ import asyncio
 import random
 
 from tenure import Backoff, JobContext, Tenure
-from tenure.demo.bank import EXTERNAL_LATENCY, QUEUE, TRANSFER, TRANSFER_TXN, InsufficientFunds
-from tenure.transaction import AsyncTransaction
+from tenure.handler.transaction import AsyncTransaction
+from tenure.ops.demo.bank import EXTERNAL_LATENCY, QUEUE, TRANSFER, TRANSFER_TXN, InsufficientFunds
 
 app = Tenure()
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tenure.bench import peers
+from tenure.lab.bench import peers
 
 pytestmark = [pytest.mark.slow, pytest.mark.crash]
 
@@ -45,7 +45,7 @@ TARGETS = (
 def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
     return subprocess.run(
-        [sys.executable, "-m", "tenure.cli", "bench", *args],
+        [sys.executable, "-m", "tenure.ops.cli", "bench", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

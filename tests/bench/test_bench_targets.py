@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tenure.bench.targets import MET, NOT_MEASURED, NOT_MET, targets
+from tenure.lab.bench.targets import MET, NOT_MEASURED, NOT_MET, targets
 
 
 def _drain(rate: float) -> dict[str, Any]:

@@ -162,7 +162,7 @@ def spawn_worker_process(
     cmd = [
         sys.executable,
         "-m",
-        "tenure.cli",
+        "tenure.ops.cli",
         "-v",
         "worker",
         app,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import tenure
-from tenure.runtime.stats import WorkerStats
+from tenure.worker.stats import WorkerStats
 
 HERE = Path(__file__).resolve().parent
 for _path in (str(HERE), str(HERE.parent)):  # _harness, and apps/ for worker processes

@@ -12,7 +12,7 @@ from _harness import job_row, states, wait_until
 
 import tenure
 from tenure.db.queries import Queries
-from tenure.jobs import JobSpec
+from tenure.model.jobs import JobSpec
 
 #: Deeper than Python's JSON decoder can read (its recursion limit, 1,000 by default, which test
 #: tools raise by a few thousand at most), inside what jsonb takes (about 14,000 levels).
@@ -82,9 +82,9 @@ async def test_an_unreadable_job_can_still_be_looked_at(
     payload empty and the reason, instead of failing."""
     from starlette.testclient import TestClient
 
-    from tenure.client import Client
-    from tenure.dashboard import create_app
-    from tenure.sync_client import SyncClient
+    from tenure.ops.dashboard import create_app
+    from tenure.producer.client import Client
+    from tenure.producer.sync_client import SyncClient
 
     cur = await db.execute(
         "INSERT INTO tenure.jobs (queue, task, payload) VALUES ('default', 't', %s::jsonb) RETURNING id",

@@ -12,7 +12,7 @@ import psycopg
 from _harness import at, db_now, rows
 
 from tenure.db.queries import Queries
-from tenure.jobs import JobSpec
+from tenure.model.jobs import JobSpec
 
 JOBS = 300
 CLAIMERS = 12

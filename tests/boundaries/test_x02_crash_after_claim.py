@@ -13,7 +13,7 @@ import pytest
 from _harness import job_events, job_row, marker, wait_for_marker, wait_until
 
 from tenure.db.queries import Queries
-from tenure.jobs import JobSpec
+from tenure.model.jobs import JobSpec
 
 LEASE = 1.0
 #: The same task as a plain function and as a coroutine (tests/apps/boundary_app.py).

@@ -19,7 +19,7 @@ import pytest
 from _harness import at, db_now, job_events, job_row, rows, wait_for_marker, wait_until
 
 from tenure.db.queries import Queries
-from tenure.jobs import JobSpec
+from tenure.model.jobs import JobSpec
 
 LEASE = 1.0
 #: Handlers that resume into their completion: a plain function, and a coroutine shielded from

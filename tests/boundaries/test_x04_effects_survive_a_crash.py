@@ -23,7 +23,7 @@ import pytest
 from _harness import TESTS_DIR, WorkerProcess, job_row, rows, wait_for_marker, wait_until
 
 from tenure.db.queries import Queries
-from tenure.jobs import JobSpec
+from tenure.model.jobs import JobSpec
 
 LEASE = 1.0
 
@@ -98,7 +98,7 @@ def spawn_effects_worker(dsn: str, tmp_path: Path) -> Iterator[Any]:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS_DIR), env.get("PYTHONPATH")) if p)
         env.pop("TENURE_DSN", None)
-        cmd = [sys.executable, "-m", "tenure.cli", "-v", "worker", "apps.effects_app", "--dsn", dsn]
+        cmd = [sys.executable, "-m", "tenure.ops.cli", "-v", "worker", "apps.effects_app", "--dsn", dsn]
         cmd += ["--lease", str(LEASE), "--worker-id", worker_id, "--poll-interval", "0.2", "--json"]
         out_path, log_path = tmp_path / f"{worker_id}.out", tmp_path / f"{worker_id}.log"
         with out_path.open("wb") as out, log_path.open("wb") as log:
@@ -211,7 +211,7 @@ async def test_x04_without_a_hook_the_effect_stays_uncertain_until_an_operator_r
     assert len(state.sends) == 1
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "tenure.cli", *args, "--dsn", dsn, "--json"]
+        command = [sys.executable, "-m", "tenure.ops.cli", *args, "--dsn", dsn, "--json"]
         return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
 
     listed = cli("effects", "list", "--uncertain")

@@ -22,7 +22,7 @@ from _harness import PartitionProxy, at, db_now, job_events, job_row, wait_for, 
 
 import tenure
 from tenure.db.queries import Queries
-from tenure.jobs import JobSpec
+from tenure.model.jobs import JobSpec
 
 LEASE = 1.0
 #: Slack allowed on top of the lease: the watchdog's tick (lease/10), the claim's round trip and

@@ -12,7 +12,7 @@ from _harness import at, db_now, job_events, job_row, states, wait_until
 import tenure
 from tenure.db.ops_queries import OpsQueries
 from tenure.db.queries import Queries
-from tenure.jobs import JobSpec
+from tenure.model.jobs import JobSpec
 
 ATTEMPTS = 3
 CLAIM = {"queue": "default", "limit": 1, "default_lease_seconds": 10, "default_runtime_seconds": 600}

@@ -12,7 +12,7 @@ from _harness import at, db_now, job_row, states, wait_until
 
 import tenure
 from tenure.db.queries import Queries
-from tenure.jobs import JobSpec
+from tenure.model.jobs import JobSpec
 
 CLAIM = {"queue": "default", "default_lease_seconds": 10, "default_runtime_seconds": 600}
 #: A claim that had to wait for the lock would hang; this turns the hang into a failure.

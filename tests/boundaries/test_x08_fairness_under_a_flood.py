@@ -16,7 +16,7 @@ from _harness import db_now, wait_until
 import tenure
 from tenure import JobSpec
 from tenure.db.queries import Queries
-from tenure.runtime.oldest_share import OldestShare
+from tenure.worker.oldest_share import OldestShare
 
 
 async def pending(db: psycopg.AsyncConnection[Any]) -> int:

@@ -19,10 +19,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from tenure.client import Client
 from tenure.db._sqlfiles import named_queries
 from tenure.db.queries import Queries
-from tenure.jobs import JobSpec
+from tenure.model.jobs import JobSpec
+from tenure.producer.client import Client
 
 SCHEMA = "tenure"
 BACKLOG = int(os.environ.get("TENURE_X10_BACKLOG", "150000"))

@@ -15,7 +15,7 @@ from _harness import job_events, job_row, rows, wait_for_marker, wait_until
 
 import tenure
 from tenure.db.queries import Queries
-from tenure.jobs import JobSpec
+from tenure.model.jobs import JobSpec
 
 CONTROL_APP = "apps.control_app"
 RESULTS_TABLE = "CREATE TABLE public.boundary_results (job_id bigint, token bigint, pid integer)"
@@ -174,7 +174,9 @@ async def test_x11_a_pause_holds_off_two_worker_processes_until_resumed(
 
     async def drained() -> bool:
         found = await rows(
-            db, "SELECT count(*) AS n FROM tenure.jobs WHERE id = ANY(%s) AND state = 'succeeded'", (ids,)
+            db,
+            "SELECT count(*) AS n FROM tenure.jobs WHERE id = ANY(%s) AND state = 'succeeded'",
+            (ids,),
         )
         return int(found[0]["n"]) == len(ids)
 

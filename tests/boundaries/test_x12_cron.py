@@ -18,7 +18,7 @@ import pytest
 from _harness import rows, wait_until
 
 from apps.cron_app import CLOCK_DIR_ENV
-from tenure.soak.fleet import FAKETIME_LIBRARY
+from tenure.lab.soak.fleet import FAKETIME_LIBRARY
 
 CRON_APP = "apps.cron_app"
 SCHEDULES = ("cron.backfill", "cron.latest", "cron.skip")
@@ -106,7 +106,8 @@ async def test_x12_every_slot_fires_once_across_skewed_workers_and_a_gap_follows
             max(f["fired_at"] - f["slot"] for f in fired),
         )
     doubled = await rows(
-        db, "SELECT task, available_at, count(*) AS n FROM tenure.jobs GROUP BY 1, 2 HAVING count(*) > 1"
+        db,
+        "SELECT task, available_at, count(*) AS n FROM tenure.jobs GROUP BY 1, 2 HAVING count(*) > 1",
     )
     assert doubled == []
     assert (await rows(db, "SELECT count(*) AS n FROM tenure.jobs"))[0]["n"] == len(before_gap)

@@ -14,7 +14,7 @@ import pytest
 from _harness import rows, wait_until
 
 from tenure.db.queries import Queries
-from tenure.jobs import JobSpec
+from tenure.model.jobs import JobSpec
 
 CONTROL_APP = "apps.control_app"
 LEASE = 3.0
@@ -50,7 +50,8 @@ async def test_x13_three_workers_never_run_more_than_the_limit_and_a_dead_holder
         held = await live_leases(db, "limited")
         if len(held) >= peak:
             [row] = await rows(
-                db, "SELECT count(*) AS n FROM tenure.jobs WHERE queue = 'limited' AND state = 'pending'"
+                db,
+                "SELECT count(*) AS n FROM tenure.jobs WHERE queue = 'limited' AND state = 'pending'",
             )
             peak, waiting_at_peak = len(held), max(waiting_at_peak, int(row["n"]))
         await asyncio.sleep(0.02)

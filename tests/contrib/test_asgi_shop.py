@@ -21,7 +21,7 @@ from starlette.applications import Starlette
 
 import tenure
 from tenure.contrib.asgi import lifespan
-from tenure.errors import SchemaNotMigrated
+from tenure.model.errors import SchemaNotMigrated
 
 SHOP = Path(__file__).resolve().parents[2] / "examples" / "fastapi_shop"
 SRC = Path(tenure.__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ pytest.importorskip("django")
 
 from tenure.contrib.django.joined import psycopg_connection_of
 from tenure.contrib.django.settings import dsn_from_database
-from tenure.errors import ConfigurationError
+from tenure.model.errors import ConfigurationError
 
 
 def test_dsn_from_database_keeps_libpq_options() -> None:

@@ -21,7 +21,7 @@ import psycopg
 import pytest
 
 import tenure
-from tenure.jobs import Job
+from tenure.model.jobs import Job
 
 pytest.importorskip("django")
 

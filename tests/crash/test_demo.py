@@ -13,10 +13,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from tenure.demo.database import drop_database, with_database
-from tenure.demo.queries import BankQueries
-from tenure.demo.report import read_report
-from tenure.demo.workload import OPENING_BALANCE
+from tenure.ops.demo.database import drop_database, with_database
+from tenure.ops.demo.queries import BankQueries
+from tenure.ops.demo.report import read_report
+from tenure.ops.demo.workload import OPENING_BALANCE
 
 pytestmark = [pytest.mark.crash, pytest.mark.slow]
 
@@ -50,7 +50,7 @@ def run_demo(server_dsn: str, database: str, *extra: str) -> tuple[int, dict[str
     argv = [
         sys.executable,
         "-m",
-        "tenure.cli",
+        "tenure.ops.cli",
         "demo",
         "--dsn",
         server_dsn,

@@ -27,7 +27,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tenure.dashboard import create_app
+from tenure.ops.dashboard import create_app
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -70,7 +70,7 @@ def billing_worker(dsn: str) -> Iterator[subprocess.Popen[bytes]]:
     """A real `tenure worker` serving the billing queue only, so the seeded running job's lease
     and the other queues stay as they are."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parents[1] / "src"), str(HERE)])}
-    argv = ["-m", "tenure.cli", "worker", "_billing_app:app", "--dsn", dsn, "--queues", "billing"]
+    argv = ["-m", "tenure.ops.cli", "worker", "_billing_app:app", "--dsn", dsn, "--queues", "billing"]
     proc = subprocess.Popen([sys.executable, *argv, "--poll-interval", "0.2"], env=env, cwd=HERE)
     try:
         yield proc

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tenure.dashboard.chart import HEIGHT, WIDTH, throughput_chart, trouble_chart
+from tenure.ops.dashboard.chart import HEIGHT, WIDTH, throughput_chart, trouble_chart
 
 
 def test_bars_stack_per_minute_scaled_to_the_busiest_minute_with_now_rightmost() -> None:

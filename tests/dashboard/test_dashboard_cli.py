@@ -18,8 +18,8 @@ import httpx
 import psycopg
 import pytest
 
-from tenure.cli import main
-from tenure.demo.database import drop_database, with_database
+from tenure.ops.cli import main
+from tenure.ops.demo.database import drop_database, with_database
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -46,7 +46,7 @@ def serve(dsn: str, port: int, token: str | None, *extra: str) -> Iterator[subpr
     if token:
         env["TENURE_DASHBOARD_TOKEN"] = token
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tenure.cli", "dashboard", "--dsn", dsn, "--port", str(port), *extra],
+        [sys.executable, "-m", "tenure.ops.cli", "dashboard", "--dsn", dsn, "--port", str(port), *extra],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -100,7 +100,7 @@ def test_after_tenure_demo_the_dashboard_shows_its_crashes_and_expired_leases(se
     env = {**os.environ, "PYTHONPATH": SRC}
     try:
         demo = subprocess.run(
-            [sys.executable, "-m", "tenure.cli", *argv, "--lease", "1", "--concurrency", "4"],
+            [sys.executable, "-m", "tenure.ops.cli", *argv, "--lease", "1", "--concurrency", "4"],
             capture_output=True,
             text=True,
             timeout=150,

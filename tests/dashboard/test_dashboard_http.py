@@ -14,7 +14,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient
 
-from tenure.dashboard import create_app, token_auth
+from tenure.ops.dashboard import create_app, token_auth
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
@@ -253,7 +253,8 @@ def test_an_action_on_a_job_that_changed_state_meanwhile_is_a_409(
     token = csrf_of(http, f"/jobs/{seeded.dead}")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
-            "UPDATE tenure.jobs SET state = 'succeeded', finished_at = now() WHERE id = %s", (seeded.dead,)
+            "UPDATE tenure.jobs SET state = 'succeeded', finished_at = now() WHERE id = %s",
+            (seeded.dead,),
         )
     page = http.post(f"/jobs/{seeded.dead}/retry", data={"reason": "late", "csrf": token})
     assert page.status_code == 409
@@ -382,7 +383,9 @@ def test_revoke_and_run_again_gives_a_running_job_a_new_token_and_a_second_try_i
     done = http.post(f"/jobs/{seeded.running}/requeue", data={"reason": "worker is sick", "csrf": token})
     assert done.status_code == 200 and "pending again" in done.text
     assert fetch_one(
-        dsn, "SELECT state::text, lease_token, attempt_count FROM tenure.jobs WHERE id = %s", seeded.running
+        dsn,
+        "SELECT state::text, lease_token, attempt_count FROM tenure.jobs WHERE id = %s",
+        seeded.running,
     ) == ("pending", 2, 0)
     assert fetch_one(
         dsn,
@@ -404,8 +407,8 @@ def test_a_schema_behind_this_version_gets_a_page_saying_what_to_run_and_then_th
     import psycopg
     from starlette.testclient import TestClient
 
-    from tenure.dashboard import create_app
     from tenure.db.migrate import WORKER_SCHEMA_FLOOR, migrate
+    from tenure.ops.dashboard import create_app
 
     async def upgrade(up_to: int | None) -> None:
         async with await psycopg.AsyncConnection.connect(empty_dsn, autocommit=True) as conn:

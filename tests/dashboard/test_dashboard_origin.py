@@ -12,7 +12,7 @@ import pytest
 from _dashboard_jobs import LOCAL, Seeded, seed
 from starlette.testclient import TestClient
 
-from tenure.dashboard import create_app, is_loopback_host, token_auth
+from tenure.ops.dashboard import create_app, is_loopback_host, token_auth
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 EVIL = "evil.example"

@@ -11,7 +11,7 @@ import pytest
 from _dashboard_jobs import LOCAL
 from starlette.testclient import TestClient
 
-from tenure.dashboard import create_app
+from tenure.ops.dashboard import create_app
 
 CELL = re.compile(r'data-label="(\w+)(?:, last hour)?"><a [^>]*>(\d+)</a>')
 

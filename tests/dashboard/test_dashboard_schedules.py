@@ -12,7 +12,7 @@ import pytest
 from _dashboard_jobs import LOCAL
 from starlette.testclient import TestClient
 
-from tenure.dashboard import create_app
+from tenure.ops.dashboard import create_app
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 

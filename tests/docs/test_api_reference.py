@@ -80,8 +80,11 @@ def test_members_render_with_their_docstrings(site: Path) -> None:
     context = (site / "api" / "context" / "index.html").read_text(encoding="utf-8")
     clients = (site / "api" / "clients" / "index.html").read_text(encoding="utf-8")
     app = (site / "api" / "app" / "index.html").read_text(encoding="utf-8")
-    assert 'id="tenure.context.JobContext.atomic"' in context and "fenced completion" in context
-    assert 'id="tenure.client.Client.enqueue"' in clients and 'id="tenure.sync_client.SyncClient"' in clients
+    assert 'id="tenure.handler.context.JobContext.atomic"' in context and "fenced completion" in context
+    assert (
+        'id="tenure.producer.client.Client.enqueue"' in clients
+        and 'id="tenure.producer.sync_client.SyncClient"' in clients
+    )
     assert 'id="tenure.app.Tenure.task"' in app and "Registers a handler" in app
 
 

@@ -28,7 +28,7 @@ import psycopg
 import pytest
 
 import tenure
-from tenure.cli import build_parser
+from tenure.ops.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

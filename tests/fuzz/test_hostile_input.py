@@ -15,11 +15,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tenure.cli import main
 from tenure.db.connect import describe_dsn, resolve_dsn
-from tenure.errors import TenureError, ValidationError
-from tenure.sync_client import SyncClient
-from tenure.validation import MAX_PAYLOAD_DEPTH
+from tenure.model.errors import TenureError, ValidationError
+from tenure.model.validation import MAX_PAYLOAD_DEPTH
+from tenure.ops.cli import main
+from tenure.producer.sync_client import SyncClient
 
 SCHEMA = "tenure"
 FUZZ = settings(
@@ -184,7 +184,7 @@ def test_cli_rejects_invalid_utf8_arguments_cleanly(dsn: str) -> None:
         [b"enqueue", b"--by-name", b"--queue", b"q\xff", b"task"],
     ):
         done = subprocess.run(
-            [sys.executable.encode(), b"-m", b"tenure.cli", *argv],
+            [sys.executable.encode(), b"-m", b"tenure.ops.cli", *argv],
             env={**os.environ, "TENURE_DSN": dsn},
             capture_output=True,
             timeout=60,

@@ -13,10 +13,10 @@ import psycopg
 import pytest
 from psycopg import conninfo
 
-from tenure.cli import EXIT_NOT_MIGRATED, EXIT_UNAVAILABLE, EXIT_USAGE, main
 from tenure.db.migrate import known_versions
 from tenure.db.queries import Queries
-from tenure.jobs import JobSpec
+from tenure.model.jobs import JobSpec
+from tenure.ops.cli import EXIT_NOT_MIGRATED, EXIT_UNAVAILABLE, EXIT_USAGE, main
 
 SECRET = "hunter2secret"
 CLAIM = {"queue": "default", "limit": 10, "default_lease_seconds": 30, "default_runtime_seconds": 60}
@@ -41,7 +41,7 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
 def run_module(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "TENURE_DSN"}
     done = subprocess.run(
-        [sys.executable, "-m", "tenure.cli", *args], capture_output=True, text=True, timeout=60, env=env
+        [sys.executable, "-m", "tenure.ops.cli", *args], capture_output=True, text=True, timeout=60, env=env
     )
     assert SECRET not in done.stdout and SECRET not in done.stderr
     return done
@@ -74,7 +74,7 @@ def test_two_concurrent_migrate_processes_both_succeed(empty_dsn: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "TENURE_DSN"}
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "tenure.cli", "migrate", "--dsn", dsn, "--json"],
+            [sys.executable, "-m", "tenure.ops.cli", "migrate", "--dsn", dsn, "--json"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -377,7 +377,7 @@ def test_unreachable_database_exits_3_without_the_password(
 
 
 def test_unreachable_database_exits_3_as_a_process() -> None:
-    """`python -m tenure.cli status` against a closed port exits 3 with the reason on stderr."""
+    """`python -m tenure.ops.cli status` against a closed port exits 3 with the reason on stderr."""
     done = run_module("status", "--dsn", UNREACHABLE)
     assert done.returncode == EXIT_UNAVAILABLE
     assert "cannot connect to PostgreSQL at alice@127.0.0.1:1/jobs" in " ".join(done.stderr.split())
@@ -405,7 +405,7 @@ def test_unmigrated_schema_exits_4(
 
 
 def test_unmigrated_schema_exits_4_as_a_process(empty_dsn: str) -> None:
-    """`python -m tenure.cli dead list` on an unmigrated database exits 4 with the fix on stderr."""
+    """`python -m tenure.ops.cli dead list` on an unmigrated database exits 4 with the fix on stderr."""
     done = run_module("dead", "list", "--dsn", with_password(empty_dsn), "--schema", "billing")
     assert done.returncode == EXIT_NOT_MIGRATED, done.stderr
     assert "tenure migrate --schema billing" in " ".join(done.stderr.split())

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from psycopg import AsyncConnection
 
-import tenure.client
+import tenure.producer.client
 from tenure import Client, DatabaseUnavailable, SyncClient
 
 
@@ -87,14 +87,14 @@ async def test_concurrent_first_enqueues_open_one_pool(
     """Twenty enqueues racing on a fresh client open one pool, not a pool each (the others'
     connections would outlive close()); after close() none of its sessions is left."""
     opened: list[object] = []
-    real_open_pool = tenure.client.open_pool
+    real_open_pool = tenure.producer.client.open_pool
 
     async def counted_open_pool(*args: Any, **kwargs: Any) -> Any:
         pool = await real_open_pool(*args, **kwargs)
         opened.append(pool)
         return pool
 
-    monkeypatch.setattr(tenure.client, "open_pool", counted_open_pool)
+    monkeypatch.setattr(tenure.producer.client, "open_pool", counted_open_pool)
     client = Client(dsn)
     try:
         await asyncio.gather(*(client.enqueue("t", {}, queue="default") for _ in range(20)))

@@ -17,7 +17,7 @@ from psycopg import AsyncConnection
 import tenure
 from tenure import Client, JobSpec, SyncClient, Tenure, ValidationError
 from tenure.db.channels import notify_channel
-from tenure.validation import DEFAULT_MAX_PAYLOAD_BYTES
+from tenure.model.validation import DEFAULT_MAX_PAYLOAD_BYTES
 
 CHANNEL = notify_channel("tenure")
 

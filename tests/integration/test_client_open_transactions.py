@@ -11,8 +11,8 @@ import psycopg
 import pytest
 
 import tenure
-from tenure.client_support import join_open_transactions
-from tenure.jobs import JobSpec
+from tenure.model.jobs import JobSpec
+from tenure.producer.client_support import join_open_transactions
 
 
 def committed(dsn: str) -> int:

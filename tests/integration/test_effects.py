@@ -14,10 +14,10 @@ from psycopg import AsyncConnection
 
 import tenure
 from tenure import Backoff, Confirmed, JobContext, NotHappened, RetryLater, WorkerOptions
-from tenure.cli import main
 from tenure.db.control_queries import ControlQueries
 from tenure.db.effects_queries import EffectQueries
 from tenure.db.queries import Queries
+from tenure.ops.cli import main
 
 FAST = Backoff(base=0.01, cap=0.02, jitter=0.0)
 

@@ -18,13 +18,13 @@ from psycopg import AsyncConnection
 from tenure import Backoff, FailurePolicy, JobContext, JobSpec, Tenure
 from tenure.db.pool import open_pool
 from tenure.db.queries import Queries
-from tenure.runtime import listener as listener_module
-from tenure.runtime.listener import Listener
-from tenure.runtime.options import WorkerOptions
-from tenure.runtime.recovery import Recovery
-from tenure.runtime.service import Supervisor
-from tenure.runtime.services import WorkerServices
 from tenure.tasks import TaskRegistry
+from tenure.worker import listener as listener_module
+from tenure.worker.listener import Listener
+from tenure.worker.options import WorkerOptions
+from tenure.worker.recovery import Recovery
+from tenure.worker.service import Supervisor
+from tenure.worker.services import WorkerServices
 
 CLAIM = {"queue": "default", "limit": 5, "default_lease_seconds": 30.0, "default_runtime_seconds": 60.0}
 

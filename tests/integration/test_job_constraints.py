@@ -13,7 +13,7 @@ from psycopg import AsyncConnection
 
 from tenure.db.control_queries import ControlQueries
 from tenure.db.queries import Queries
-from tenure.jobs import JobSpec, JobState
+from tenure.model.jobs import JobSpec, JobState
 
 CLAIM = {"queue": "default", "limit": 10, "default_lease_seconds": 30, "default_runtime_seconds": 60}
 

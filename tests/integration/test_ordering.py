@@ -18,7 +18,7 @@ from tenure.db.control_queries import ControlQueries
 from tenure.db.ops_queries import OpsQueries
 from tenure.db.ordering_queries import OrderingQueries
 from tenure.db.queries import Queries
-from tenure.errors import ValidationError
+from tenure.model.errors import ValidationError
 
 OWNER = "w1"
 

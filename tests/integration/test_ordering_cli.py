@@ -12,10 +12,10 @@ import pytest
 from psycopg import AsyncConnection
 
 from tenure import JobSpec, WorkerOptions
-from tenure.cli import main
-from tenure.cli.worker import oldest_every, parse_queues
 from tenure.db.queries import Queries
-from tenure.errors import ConfigurationError, TenureError
+from tenure.model.errors import ConfigurationError, TenureError
+from tenure.ops.cli import main
+from tenure.ops.cli.worker import oldest_every, parse_queues
 
 
 async def dead_head(db: AsyncConnection[Any], queries: Queries) -> tuple[int, int]:

@@ -25,7 +25,7 @@ from _harness import (  # noqa: E402
 )
 
 from tenure.db.queries import Queries  # noqa: E402
-from tenure.jobs import JobSpec  # noqa: E402
+from tenure.model.jobs import JobSpec  # noqa: E402
 
 LEASE = 1.0
 

@@ -15,7 +15,7 @@ from psycopg import AsyncConnection
 import tenure
 from tenure import JobContext, Tenure
 from tenure.db.queries import Queries
-from tenure.jobs import JobSpec
+from tenure.model.jobs import JobSpec
 
 
 async def live(db: AsyncConnection[Any], queue: str) -> list[tuple[Any, ...]]:

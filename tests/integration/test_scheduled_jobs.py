@@ -16,8 +16,8 @@ import tenure
 from tenure import JobContext, Tenure
 from tenure.db.control_queries import ControlQueries
 from tenure.db.queries import Queries
-from tenure.jobs import JobSpec, JobState
-from tenure.retry import Backoff
+from tenure.model.jobs import JobSpec, JobState
+from tenure.model.retry import Backoff
 
 #: A poll interval no test waits for: a job that starts promptly was not found by polling.
 SLOW_POLL = 30.0

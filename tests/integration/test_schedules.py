@@ -20,10 +20,10 @@ import tenure
 from tenure.db.pool import open_pool
 from tenure.db.queries import Queries
 from tenure.db.schedule_queries import ScheduleQueries
-from tenure.runtime.options import WorkerOptions
-from tenure.runtime.scheduler import Scheduler
-from tenure.runtime.services import WorkerServices
-from tenure.schedules import slot_key
+from tenure.model.schedules import slot_key
+from tenure.worker.options import WorkerOptions
+from tenure.worker.scheduler import Scheduler
+from tenure.worker.services import WorkerServices
 
 SCHEMA = "tenure"
 T0 = datetime(2030, 1, 1, 12, 0, 0, 200000, tzinfo=UTC)
@@ -324,7 +324,7 @@ async def test_retention_prunes_old_fired_slots_but_the_schedule_keeps_its_last_
 ) -> None:
     """The retention pass deletes fired-slot history older than the audit retention and keeps the
     newer rows; the schedule's row still shows its last fired slot."""
-    from tenure.maintenance import RetentionPolicy, prune
+    from tenure.worker.maintenance import RetentionPolicy, prune
 
     app = make_app(dsn, ("pruned", "* * * * *", "latest"))
     async with scheduler(dsn, app, "only") as only:
@@ -348,7 +348,7 @@ async def test_the_database_gauges_count_schedules_and_their_last_fire_age(
 ) -> None:
     """A scrape counts active, paused and undeclared schedules and shows, per schedule that has
     fired, the seconds since its last fired slot."""
-    from tenure.metrics.database import DatabaseCollector
+    from tenure.ops.metrics.database import DatabaseCollector
 
     app = make_app(
         dsn,

@@ -12,13 +12,13 @@ import pytest
 from psycopg.rows import dict_row
 
 import tenure
-from tenure.cli import main
-from tenure.cli._common import out as console
 from tenure.db.pool import open_pool
 from tenure.db.queries import Queries
-from tenure.runtime.options import WorkerOptions
-from tenure.runtime.scheduler import Scheduler
-from tenure.runtime.services import WorkerServices
+from tenure.ops.cli import main
+from tenure.ops.cli._common import out as console
+from tenure.worker.options import WorkerOptions
+from tenure.worker.scheduler import Scheduler
+from tenure.worker.services import WorkerServices
 
 
 def schedule_rows(dsn: str) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ from psycopg import AsyncConnection
 
 import tenure
 from tenure import CredentialInPayloadWarning, JobContext, SecretValue, WorkerOptions
-from tenure.errors import ConfigurationError, ValidationError
+from tenure.model.errors import ConfigurationError, ValidationError
 
 VALUE = "sk_live_51HxQ-very-secret"
 

@@ -16,7 +16,7 @@ from tenure.db._sync.producer_queries import ProducerQueries as BlockingProducer
 from tenure.db.channels import SCHEDULED_PREFIX, notify_channel
 from tenure.db.queries import Queries
 from tenure.db.wakeups import Wakeups
-from tenure.jobs import JobSpec
+from tenure.model.jobs import JobSpec
 
 #: Columns a stored job's enqueue decides (its id, key and clock-derived times aside).
 STORED = (
@@ -118,6 +118,7 @@ def test_the_sync_client_path_stores_the_same_row(dsn: str) -> None:
             many = blocking.job_insert_many(conn, [spec, spec], now=NOW, wakeups=Wakeups())
             assert one[0].available_at == many[0].available_at
             rows = conn.execute(
-                f"SELECT {STORED} FROM tenure.jobs WHERE id = ANY(%s) ORDER BY id", [[one[0].id, many[0].id]]
+                f"SELECT {STORED} FROM tenure.jobs WHERE id = ANY(%s) ORDER BY id",
+                [[one[0].id, many[0].id]],
             ).fetchall()
             assert tuple(rows[0]) == tuple(rows[1]), spec

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tenure.db.queries import Queries
-from tenure.jobs import JobSpec, JobState
+from tenure.model.jobs import JobSpec, JobState
 
 
 async def test_enqueued_job_is_claimed_once_and_completes_under_its_token(db, queries: Queries) -> None:

@@ -18,9 +18,9 @@ from psycopg import AsyncConnection
 import tenure
 from tenure import JobContext, Tenure
 from tenure.db.queries import Queries
-from tenure.runtime.worker import task_declaration
+from tenure.model.unique import Unique, held_key
 from tenure.tasks import TaskPolicy
-from tenure.unique import Unique, held_key
+from tenure.worker.worker import task_declaration
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "sql.md"
 

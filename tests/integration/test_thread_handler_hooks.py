@@ -14,7 +14,7 @@ from _inprocess import FAST, running, wait_state
 from psycopg import AsyncConnection
 
 from tenure import JobContext, Tenure
-from tenure.runtime.executor import around_thread_handlers
+from tenure.worker.executor import around_thread_handlers
 
 
 class Recorder:
@@ -157,7 +157,7 @@ async def test_async_handlers_run_without_thread_hooks(
 
 def test_registering_a_hook_twice_wraps_once_and_removal_unregisters() -> None:
     """The same hook registered twice is entered once per handler; its remover takes it away."""
-    from tenure.runtime import executor
+    from tenure.worker import executor
 
     recorder = Recorder()
     remove = around_thread_handlers(recorder.hook)

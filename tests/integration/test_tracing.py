@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 import tenure
-import tenure.tracing
+import tenure.telemetry.tracing
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    monkeypatch.setattr(tenure.tracing.trace, "get_tracer_provider", lambda: provider)
+    monkeypatch.setattr(tenure.telemetry.tracing.trace, "get_tracer_provider", lambda: provider)
     yield exporter
     provider.shutdown()
 
@@ -69,7 +69,7 @@ async def test_a_trace_runs_from_the_request_through_every_attempt(
             raise tenure.Transient("the mail server said try later")
 
     request_tracer = trace.get_tracer(
-        "the-web-app", tracer_provider=tenure.tracing.trace.get_tracer_provider()
+        "the-web-app", tracer_provider=tenure.telemetry.tracing.trace.get_tracer_provider()
     )
     with request_tracer.start_as_current_span("POST /orders") as request:
         await send.enqueue(to="ann@example.com")
@@ -112,7 +112,7 @@ def test_a_synchronous_enqueue_carries_the_context_too(dsn: str, spans: InMemory
     @app.task(name="files.compress", queue="files")
     def compress(ctx: tenure.JobContext, folder: str) -> None: ...
 
-    tracer = tenure.tracing.trace.get_tracer_provider().get_tracer("script")
+    tracer = tenure.telemetry.tracing.trace.get_tracer_provider().get_tracer("script")
     try:
         with tracer.start_as_current_span("nightly") as outer:
             compress.enqueue_sync(folder="/logs")
@@ -125,7 +125,7 @@ def test_a_synchronous_enqueue_carries_the_context_too(dsn: str, spans: InMemory
 
 async def test_with_no_tracer_provider_nothing_is_stored_or_recorded(dsn: str) -> None:
     """The API's default (no SDK configured): no trace context is written and no span is made."""
-    assert tenure.tracing._tracer() is None
+    assert tenure.telemetry.tracing._tracer() is None
     app = tenure.Tenure(dsn)
 
     @app.task(name="noop", queue="q")

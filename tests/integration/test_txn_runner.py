@@ -16,8 +16,8 @@ from psycopg_pool import AsyncConnectionPool
 
 import tenure
 from tenure import Backoff, TransactionPolicy, run_transaction, run_transaction_sync
-from tenure.sync_transaction import SyncTransaction
-from tenure.transaction import AsyncTransaction
+from tenure.handler.sync_transaction import SyncTransaction
+from tenure.handler.transaction import AsyncTransaction
 
 FAST = Backoff(base=0.001, cap=0.01, jitter=1.0)
 SERIALIZABLE = TransactionPolicy(max_attempts=5, backoff=FAST, isolation=IsolationLevel.SERIALIZABLE)

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 import tenure
-from tenure.errors import ConfigurationError, ValidationError
+from tenure.model.errors import ConfigurationError, ValidationError
 
 
 def make_app(dsn: str) -> tuple[tenure.Tenure, Any, Any]:

@@ -43,7 +43,8 @@ async def test_reclaim_by_the_same_worker_stops_the_older_attempt_at_once(
         assert 1 in runs, "the first attempt never started"
         # The database's view: the lease ran out (a pause, a clock the worker cannot see).
         await db.execute(
-            "UPDATE tenure.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = %s", (job.id,)
+            "UPDATE tenure.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = %s",
+            (job.id,),
         )
         recovered = await queries.lease_recover_expired(
             db, limit=10, backoff_base=0.0, backoff_cap=0.0, jitter=0.0

@@ -16,8 +16,8 @@ import tenure
 from tenure import Backoff, FailureClass, FailurePolicy, JobContext, JobSpec, Tenure, WorkerOptions
 from tenure.db.pool import open_pool
 from tenure.db.queries import Queries
-from tenure.runtime.recovery import Recovery
-from tenure.runtime.services import WorkerServices
+from tenure.worker.recovery import Recovery
+from tenure.worker.services import WorkerServices
 
 # -- retries and classification (R2, R3) -------------------------------------------------------
 

@@ -28,8 +28,8 @@ from psycopg.types.json import Jsonb
 from tenure.db.control_queries import ControlQueries
 from tenure.db.ops_queries import OpsQueries
 from tenure.db.queries import Queries
-from tenure.jobs import JobSpec
-from tenure.unique import Unique
+from tenure.model.jobs import JobSpec
+from tenure.model.unique import Unique
 
 SCHEMA = "tenure"
 LIMITED, FREE = "limited", "free"  # LIMITED may run LIMIT jobs at once; FREE may be paused

@@ -31,14 +31,14 @@ from hypothesis.stateful import (
 )
 from psycopg.rows import dict_row
 
-from tenure.control import check_cancel
 from tenure.db.control_queries import ControlQueries
 from tenure.db.control_rows import CancelFilter
 from tenure.db.effects_queries import EffectQueries
 from tenure.db.ops_queries import OpsQueries
 from tenure.db.ordering_queries import OrderingQueries
 from tenure.db.queries import Queries
-from tenure.jobs import JobSpec
+from tenure.model.jobs import JobSpec
+from tenure.producer.control import check_cancel
 
 SCHEMA = "tenure"
 QUEUE = "model"

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 import tenure
-from tenure.cli import main
+from tenure.ops.cli import main
 
 
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

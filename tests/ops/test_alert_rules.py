@@ -11,7 +11,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from tenure.metrics import DatabaseCollector, RuntimeMetrics
+from tenure.ops.metrics import DatabaseCollector, RuntimeMetrics
 
 RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "alerts.yml"
 SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count", "_created")}

@@ -20,7 +20,11 @@ def test_check_trips_on_an_artificially_aged_job(dsn: str, capsys: pytest.Captur
     job_id = enqueue(capsys, dsn, "emails")
     code, out, _ = cli(capsys, "check", "--dsn", dsn, "--max-claimable-age", "5m")
     assert (code, out.strip()) == (0, "OK")
-    sql(dsn, "UPDATE tenure.jobs SET available_at = now() - interval '10 minutes' WHERE id = %s", (job_id,))
+    sql(
+        dsn,
+        "UPDATE tenure.jobs SET available_at = now() - interval '10 minutes' WHERE id = %s",
+        (job_id,),
+    )
     code, out, _ = cli(capsys, "check", "--dsn", dsn, "--max-claimable-age", "5m")
     assert code == 1
     assert out.count("\n") == 1 and out.startswith(
@@ -136,7 +140,11 @@ def test_a_paused_queue_waits_on_purpose_until_the_pause_is_too_old(
     """A paused queue's old job does not trip --max-claimable-age; the pause shows in status;
     --max-paused-age trips on a pause held too long, naming the fix."""
     job_id = enqueue(capsys, dsn, "reports")
-    sql(dsn, "UPDATE tenure.jobs SET available_at = now() - interval '10 minutes' WHERE id = %s", (job_id,))
+    sql(
+        dsn,
+        "UPDATE tenure.jobs SET available_at = now() - interval '10 minutes' WHERE id = %s",
+        (job_id,),
+    )
     assert cli(capsys, "queues", "pause", "reports", "--reason", "month end", "--dsn", dsn)[0] == 0
     code, out, _ = cli(capsys, "check", "--dsn", dsn, "--max-claimable-age", "5m")
     assert (code, out.strip()) == (0, "OK")

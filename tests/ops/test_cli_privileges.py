@@ -64,7 +64,7 @@ def test_cancel_as_the_worker_role_names_the_admin_role_in_one_line(
     env = {**os.environ, "PYTHONPATH": SRC}
     argv = ["cancel", str(job_id), "--reason", "stop", "--dsn", as_role(dsn, roles[Role.WORKER])]
     done = subprocess.run(
-        [sys.executable, "-m", "tenure.cli", *argv],
+        [sys.executable, "-m", "tenure.ops.cli", *argv],
         env=env,
         capture_output=True,
         text=True,

@@ -17,9 +17,9 @@ import pytest
 from _ops import cli, run_worker_until, sql, states
 
 import tenure
-from tenure.control import default_actor
 from tenure.db.queries import Queries
-from tenure.jobs import JobSpec
+from tenure.model.actor import default_actor
+from tenure.model.jobs import JobSpec
 
 SNAPSHOT = "SELECT * FROM tenure.jobs ORDER BY id"
 EVENTS = "SELECT * FROM tenure.job_events ORDER BY id"
@@ -171,7 +171,9 @@ def test_cancel_by_filter_takes_at_most_100_jobs_unless_yes(
     code, _, err = cli(capsys, "cancel", *old, "--dsn", dsn)
     assert code == 1 and "no job matches the filter" in err
     sql(
-        dsn, "UPDATE tenure.jobs SET created_at = created_at - interval '2 hours' WHERE id = %s", (elsewhere,)
+        dsn,
+        "UPDATE tenure.jobs SET created_at = created_at - interval '2 hours' WHERE id = %s",
+        (elsewhere,),
     )
     code, out, _ = cli(capsys, "cancel", *old, "--dsn", dsn)
     assert code == 0 and f"cancelled 1 waiting or dead job(s): {elsewhere}" in out
@@ -243,7 +245,11 @@ def test_retry_runs_waiting_jobs_now_and_reprocesses_finished_failures(
     assert claim(dsn, "run", 1) == [busy]
     [later] = enqueue(dsn, "q", [{}], delay=3600)
     [cancelled, dead] = enqueue(dsn, "q", [{}, {}])
-    sql(dsn, "UPDATE tenure.jobs SET state = 'cancelled', finished_at = now() WHERE id = %s", (cancelled,))
+    sql(
+        dsn,
+        "UPDATE tenure.jobs SET state = 'cancelled', finished_at = now() WHERE id = %s",
+        (cancelled,),
+    )
     make_dead(dsn, dead)
 
     before = sql(dsn, SNAPSHOT) + sql(dsn, EVENTS)

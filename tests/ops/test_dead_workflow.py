@@ -53,7 +53,11 @@ def test_dead_jobs_are_found_reprocessed_with_a_reason_and_run_again(
     assert listed("--task", "reports.build") == [report]
     assert listed("--error-code", "SMTP_REJECTED") == mail
     assert listed("--older-than", "1h") == []
-    sql(dsn, "UPDATE tenure.jobs SET finished_at = finished_at - interval '2 hours' WHERE id = %s", (report,))
+    sql(
+        dsn,
+        "UPDATE tenure.jobs SET finished_at = finished_at - interval '2 hours' WHERE id = %s",
+        (report,),
+    )
     assert listed("--older-than", "1h") == [report]
 
     code, out, _ = cli(capsys, "dead", "show", str(mail[0]), "--dsn", dsn, "--json")

@@ -11,10 +11,10 @@ import pytest
 from _ops import cli, run_worker_until, sql
 
 import tenure
-from tenure.cli import _common as cli_common
-from tenure.cli import build_parser
-from tenure.cli._common import log_level
-from tenure.cli._render import error_line
+from tenure.ops.cli import _common as cli_common
+from tenure.ops.cli import build_parser
+from tenure.ops.cli._common import log_level
+from tenure.ops.cli._render import error_line
 
 SEND = "tests.apps.shop_app.send"
 #: What a Python repr looks like in a command's output.
@@ -96,9 +96,9 @@ def test_error_line_finds_the_exception_in_a_chained_traceback() -> None:
         '  File "a.py", line 5, in f\n'
         "    raise Permanent('no such mailbox')\n"
         "    ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
-        "tenure.errors.Permanent: no such mailbox\n"
+        "tenure.model.errors.Permanent: no such mailbox\n"
     )
-    assert error_line(text) == "tenure.errors.Permanent: no such mailbox"
+    assert error_line(text) == "tenure.model.errors.Permanent: no such mailbox"
     assert error_line("card declined\nmore detail") == "card declined"
     assert error_line(None) == ""
 

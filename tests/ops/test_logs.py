@@ -13,7 +13,7 @@ import pytest
 from _ops import run_worker_until, sql
 
 import tenure
-from tenure.logging_context import JOB_FIELDS, MAX_MESSAGE_CHARS, JsonFormatter, configure_logging
+from tenure.telemetry.logging_context import JOB_FIELDS, MAX_MESSAGE_CHARS, JsonFormatter, configure_logging
 
 SECRET = "sk_live_51HzT0pSecretValue"
 

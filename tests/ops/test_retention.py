@@ -12,7 +12,7 @@ import psycopg
 
 from tenure.db.migrate import migrate
 from tenure.db.pool import open_pool
-from tenure.maintenance import RetentionPolicy, prune
+from tenure.worker.maintenance import RetentionPolicy, prune
 
 DAY = 86400.0
 STATES = ("scheduled", "pending", "running", "succeeded", "cancelled", "dead")

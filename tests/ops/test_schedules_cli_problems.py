@@ -8,7 +8,7 @@ import json
 import pytest
 from _ops import cli, sql
 
-from tenure.cli._common import out as console
+from tenure.ops.cli._common import out as console
 
 
 @pytest.fixture(autouse=True)

@@ -8,8 +8,8 @@ import json
 import pytest
 from _ops import cli, sql
 
-from tenure.cli._common import out as console
-from tenure.control import default_actor
+from tenure.model.actor import default_actor
+from tenure.ops.cli._common import out as console
 
 
 @pytest.fixture(autouse=True)

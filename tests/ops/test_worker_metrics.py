@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import tenure
-from tenure.metrics.worker import attach
+from tenure.ops.metrics.worker import attach
 
 #: docs/metrics.md's metrics, item by item, and the sample that proves the item was measured.
 M_METRICS = {

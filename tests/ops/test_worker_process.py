@@ -54,13 +54,16 @@ def test_worker_process_serves_metrics_logs_json_and_registers_itself(dsn: str, 
     env = {k: v for k, v in os.environ.items() if k != "TENURE_DSN"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS_DIR), env.get("PYTHONPATH")) if p)
     log_path = tmp_path / "worker.log"
-    cmd = [sys.executable, "-m", "tenure.cli", "-v", "worker", "apps.ops_app", "--dsn", dsn,
+    cmd = [sys.executable, "-m", "tenure.ops.cli", "-v", "worker", "apps.ops_app", "--dsn", dsn,
            "--worker-id", "ops-proc-1", "--metrics-port", str(port), "--metrics-host", "127.0.0.1",
            "--log-format", "json", "--poll-interval", "0.1"]  # fmt: skip
     with log_path.open("wb") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, env=env, cwd=str(TESTS_DIR))
     try:
-        sql(dsn, "INSERT INTO tenure.jobs (queue, task) SELECT 'ops', 'ops.noop' FROM generate_series(1, 5)")
+        sql(
+            dsn,
+            "INSERT INTO tenure.jobs (queue, task) SELECT 'ops', 'ops.noop' FROM generate_series(1, 5)",
+        )
         wait_for(
             lambda: sql(dsn, "SELECT count(*) FROM tenure.jobs WHERE state = 'succeeded'") == [(5,)],
             "the worker process to finish 5 jobs",
@@ -90,7 +93,7 @@ def test_standalone_exporter_serves_the_cluster_gauges_until_sigterm(dsn: str) -
         dsn,
         "INSERT INTO tenure.jobs (queue, task, available_at) VALUES ('late', 't', now() - interval '1 hour')",
     )
-    cmd = [sys.executable, "-m", "tenure.cli", "metrics", "serve", "--dsn", dsn, "--port", str(port),
+    cmd = [sys.executable, "-m", "tenure.ops.cli", "metrics", "serve", "--dsn", dsn, "--port", str(port),
            "--host", "127.0.0.1"]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:

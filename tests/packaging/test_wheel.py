@@ -39,7 +39,11 @@ def test_a_wheel_in_a_fresh_venv_runs_the_demo(tmp_path: Path) -> None:
     assert built.returncode == 0, built.stderr[-3000:]
     [wheel] = list((tmp_path / "dist").glob("tenure-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
-    for shipped in ("tenure/py.typed", "tenure/db/sql/leases.sql", "tenure/dashboard/templates/base.html"):
+    for shipped in (
+        "tenure/py.typed",
+        "tenure/db/sql/leases.sql",
+        "tenure/ops/dashboard/templates/base.html",
+    ):
         assert shipped in names, shipped
     assert any(n.startswith("tenure/db/migrations/") and n.endswith(".sql") for n in names)
 

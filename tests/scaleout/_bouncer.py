@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.rows import dict_row
 
-from tenure.soak.bouncer import Bouncer, launch_pgbouncer
+from tenure.lab.soak.bouncer import Bouncer, launch_pgbouncer
 
 __all__ = ["Bouncer", "launch_pgbouncer"]
 
@@ -101,7 +101,7 @@ class WorkerProcesses:
         environment = {k: v for k, v in os.environ.items() if not k.startswith("TENURE_")}
         environment.update(env or {})
         environment["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)
-        command = [*prefix, sys.executable, "-m", "tenure.cli", "-v", "worker", APP, "--dsn", dsn,
+        command = [*prefix, sys.executable, "-m", "tenure.ops.cli", "-v", "worker", APP, "--dsn", dsn,
                    "--worker-id", name, *args]  # fmt: skip
         with log_path.open("wb") as log:
             popen = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log, env=environment)

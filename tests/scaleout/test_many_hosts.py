@@ -15,8 +15,8 @@ from _bouncer import Bouncer, WorkerProcesses, launch_pgbouncer, rows, states, w
 from psycopg import conninfo
 
 from tenure.db.queries import Queries
-from tenure.jobs import JobSpec
-from tenure.soak.network import WorkerNetwork
+from tenure.lab.soak.network import WorkerNetwork
+from tenure.model.jobs import JobSpec
 
 pytestmark = pytest.mark.slow
 

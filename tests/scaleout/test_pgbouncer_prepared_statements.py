@@ -21,9 +21,9 @@ from tenure.db.connect import PREPARE_THRESHOLD_ENV, connect
 from tenure.db.pool import open_pool
 from tenure.db.pooler import behind_pooler, is_lost_prepared_statement, prepared_statements_carried
 from tenure.db.queries import Queries
-from tenure.errors import ConfigurationError
-from tenure.jobs import JobSpec
-from tenure.runtime.health import ServiceHealthBoard
+from tenure.model.errors import ConfigurationError
+from tenure.model.jobs import JobSpec
+from tenure.worker.health import ServiceHealthBoard
 
 FIX = re.compile(r"--prepare-threshold none .*TENURE_PREPARE_THRESHOLD=none")
 

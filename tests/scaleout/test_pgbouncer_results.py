@@ -10,10 +10,10 @@ import threading
 import psycopg
 import pytest
 
-from tenure.client import Client
 from tenure.db.queries import Queries
-from tenure.jobs import JobSpec
-from tenure.sync_client import SyncClient
+from tenure.model.jobs import JobSpec
+from tenure.producer.client import Client
+from tenure.producer.sync_client import SyncClient
 
 CLAIM = {"queue": "pooled", "limit": 1, "default_lease_seconds": 30, "default_runtime_seconds": 60}
 

@@ -12,8 +12,8 @@ from _pooled_app import LEAKED_TIMEOUT, LIMITED_MAX_RUNNING
 from psycopg import conninfo
 
 from tenure.db.queries import Queries
-from tenure.jobs import JobSpec
-from tenure.runtime.listener import PROBE_ATTEMPTS, PROBE_TIMEOUT
+from tenure.model.jobs import JobSpec
+from tenure.worker.listener import PROBE_ATTEMPTS, PROBE_TIMEOUT
 
 NO_PREPARE = ("--prepare-threshold", "none")
 CONCURRENCY = 4

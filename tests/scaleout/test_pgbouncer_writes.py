@@ -16,7 +16,7 @@ from _bouncer import WorkerProcesses, rows, states
 import tenure
 from tenure.db.connect import LISTEN_DSN_ENV, PREPARE_THRESHOLD_ENV
 from tenure.db.queries import Queries
-from tenure.jobs import JobSpec
+from tenure.model.jobs import JobSpec
 
 QUEUE = "pooled"
 
@@ -98,7 +98,10 @@ async def test_enqueue_in_the_callers_transaction_through_pgbouncer(
 
     kept_sync = await asyncio.to_thread(sync_enqueue)
     assert [r["id"] for r in await rows(db, "SELECT id FROM public.orders ORDER BY id")] == [1, 3]
-    assert [r["id"] for r in await rows(db, "SELECT id FROM tenure.jobs ORDER BY id")] == [kept.id, kept_sync]
+    assert [r["id"] for r in await rows(db, "SELECT id FROM tenure.jobs ORDER BY id")] == [
+        kept.id,
+        kept_sync,
+    ]
 
 
 async def test_copy_enqueue_through_pgbouncer(
@@ -121,7 +124,7 @@ async def test_copy_enqueue_through_pgbouncer(
 
 def test_migrate_through_pgbouncer_is_refused_naming_the_direct_dsn(pooled_dsn: str, dsn: str) -> None:
     """`tenure migrate` through the pooler exits non-zero asking for the server's own DSN; on that it runs."""
-    command = [sys.executable, "-m", "tenure.cli", "migrate", "--dsn"]
+    command = [sys.executable, "-m", "tenure.ops.cli", "migrate", "--dsn"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("TENURE_")}
     refused = subprocess.run([*command, pooled_dsn], capture_output=True, text=True, timeout=60, env=env)
     assert refused.returncode != 0

@@ -15,9 +15,9 @@ import psycopg
 import pytest
 from psycopg import conninfo
 
-from tenure.cli import main
-from tenure.client import Client
-from tenure.errors import TenureError
+from tenure.model.errors import TenureError
+from tenure.ops.cli import main
+from tenure.producer.client import Client
 
 PASSWORD = "Pw-" + uuid.uuid4().hex  # unique, so a hit can only be a leak
 
@@ -73,7 +73,7 @@ def test_status_and_worker_logs_hide_the_password(
     assert PASSWORD not in captured.out + captured.err + caplog.text
 
     env = {**os.environ, "TENURE_DSN": secret_dsn}
-    argv = [sys.executable, "-m", "tenure.cli", "-v", "worker", "tests.apps.boundary_app", "--lease", "2"]
+    argv = [sys.executable, "-m", "tenure.ops.cli", "-v", "worker", "tests.apps.boundary_app", "--lease", "2"]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(4)
     proc.send_signal(signal.SIGTERM)

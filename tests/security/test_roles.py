@@ -11,12 +11,12 @@ import psycopg
 import pytest
 from psycopg import conninfo, errors
 
-from tenure.cli import main
-from tenure.client import Client
 from tenure.db.control_queries import ControlQueries
 from tenure.db.ops_queries import OpsQueries
 from tenure.db.queries import Queries
-from tenure.jobs import JobSpec, JobState
+from tenure.model.jobs import JobSpec, JobState
+from tenure.ops.cli import main
+from tenure.producer.client import Client
 from tenure.security.roles import Role, grants
 
 SCHEMA = "tenure"

@@ -12,7 +12,7 @@ from typing import Any
 def run_soak(*options: str, timeout: float) -> dict[str, Any]:
     """The soak's report, once every check held, nothing was lost or doubled and every fault of
     its schedule ran (one that could not run fails the soak: it is never passed over quietly)."""
-    argv = [sys.executable, "-m", "tenure.cli", "soak", "--json", *options]
+    argv = [sys.executable, "-m", "tenure.ops.cli", "soak", "--json", *options]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=os.environ.copy())
     assert done.stdout.strip(), done.stderr[-3000:]
     report: dict[str, Any] = json.loads(done.stdout)

@@ -8,8 +8,8 @@ import psycopg
 import pytest
 
 from tenure import Backoff, ConfigurationError, FailureClass, FailurePolicy, Permanent, Transient
-from tenure.errors import LeaseLost
-from tenure.retry import error_code
+from tenure.model.errors import LeaseLost
+from tenure.model.retry import error_code
 
 
 class FixedDraw(random.Random):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 
-from tenure.builder import JobBuilder
+from tenure.producer.builder import JobBuilder
 from tenure.tasks import ENQUEUE_OPTIONS
 
 

@@ -13,8 +13,8 @@ from psycopg_pool import PoolTimeout
 
 from tenure.db.connect import is_connection_lost, parse_prepare_threshold, prepare_threshold
 from tenure.db.text import storable_text
-from tenure.errors import ConfigurationError
-from tenure.retry import FailureClass, FailurePolicy, is_infrastructure_error
+from tenure.model.errors import ConfigurationError
+from tenure.model.retry import FailureClass, FailurePolicy, is_infrastructure_error
 
 INFRASTRUCTURE = ["08006", "08001", "26000", "42P05", "25006", "57P01", "57P03", "53300", "53100", "57014"]
 
@@ -66,7 +66,7 @@ def test_tenure_worker_refuses_a_bad_prepare_threshold_before_connecting() -> No
     """`tenure worker --prepare-threshold bogus` exits 2 with the reason, touching no database."""
     env = {**os.environ, "TENURE_DSN": "postgresql://nobody@127.0.0.1:1/none"}
     done = subprocess.run(
-        [sys.executable, "-m", "tenure.cli", "worker", "nowhere", "--prepare-threshold", "bogus"],
+        [sys.executable, "-m", "tenure.ops.cli", "worker", "nowhere", "--prepare-threshold", "bogus"],
         capture_output=True,
         text=True,
         env=env,
@@ -98,7 +98,7 @@ def test_a_client_out_of_step_with_its_server_is_a_lost_connection_not_a_server_
 def test_a_database_tenure_cannot_reach_is_transient() -> None:
     """DatabaseUnavailable (a handler's blocking pool that cannot open, a lost connection) is the
     infrastructure's failure, never a spend of the job's unknown budget."""
-    from tenure.errors import DatabaseUnavailable
+    from tenure.model.errors import DatabaseUnavailable
 
     error = DatabaseUnavailable("lost the connection to PostgreSQL at 127.0.0.1:5432/app")
     assert is_infrastructure_error(error)

@@ -140,10 +140,10 @@ def test_no_named_query_holds_text_across_lines() -> None:
 
     for package, folder in (
         ("tenure.db", "sql"),
-        ("tenure.dashboard", "sql"),
-        ("tenure.bench", "sql"),
-        ("tenure.soak", "sql"),
-        ("tenure.demo", "sql"),
+        ("tenure.ops.dashboard", "sql"),
+        ("tenure.lab.bench", "sql"),
+        ("tenure.lab.soak", "sql"),
+        ("tenure.ops.demo", "sql"),
         ("tenure.security", "sql"),
     ):
         for name, body in read_sections(package, folder).items():

@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 import tenure
-from tenure.schedules import MissedPolicy, missed_policy, next_slot, plan_slots, slots_before
+from tenure.model.schedules import MissedPolicy, missed_policy, next_slot, plan_slots, slots_before
 
 BERLIN = ZoneInfo("Europe/Berlin")
 

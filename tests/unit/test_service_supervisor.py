@@ -9,8 +9,8 @@ import logging
 
 import pytest
 
-from tenure.runtime.health import ServiceHealth, ServiceHealthBoard
-from tenure.runtime.service import HealthWatch, Service, Supervisor
+from tenure.worker.health import ServiceHealth, ServiceHealthBoard
+from tenure.worker.service import HealthWatch, Service, Supervisor
 
 
 class FakeClock:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tenure import JobSpec, ValidationError
-from tenure.validation import (
+from tenure.model.validation import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_PAYLOAD_DEPTH,
     check_payload,

@@ -25,7 +25,7 @@ from shop.tasks import send_receipt
 from shop.views import PaymentDeclined
 from tenure.contrib.django import django_connection, enqueue, tenure_app, tenure_dsn
 from tenure.contrib.django.settings import tenure_settings
-from tenure.errors import ConfigurationError
+from tenure.model.errors import ConfigurationError
 
 HERE = Path(__file__).resolve().parent.parent
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from fastapi_shop.tasks import app, send_receipt
 from tenure.contrib.asgi import running, transaction
-from tenure.runtime.options import WorkerOptions
+from tenure.worker.options import WorkerOptions
 
 CREATE_ORDERS = "CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, email text NOT NULL)"
 INSERT_ORDER = "INSERT INTO orders (email) VALUES (%s) RETURNING id"

@@ -27,9 +27,9 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from tenure.app import Tenure
-from tenure.errors import ConfigurationError
-from tenure.runtime.options import WorkerOptions
-from tenure.runtime.worker import Worker
+from tenure.model.errors import ConfigurationError
+from tenure.worker.options import WorkerOptions
+from tenure.worker.worker import Worker
 
 
 @dataclass(frozen=True)

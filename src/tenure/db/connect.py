@@ -15,7 +15,7 @@ from psycopg import conninfo
 from tenure.db.adapters import use_tenure_adapters
 from tenure.db.embedded import default_data_dir, start_embedded
 from tenure.db.pooler import check_prepared_statements
-from tenure.errors import ConfigurationError, DatabaseUnavailable
+from tenure.model.errors import ConfigurationError, DatabaseUnavailable
 
 DSN_ENV = "TENURE_DSN"
 LISTEN_DSN_ENV = "TENURE_LISTEN_DSN"

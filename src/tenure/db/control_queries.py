@@ -26,8 +26,8 @@ from tenure.db.control_rows import (
 )
 from tenure.db.fetch import Row, fetch
 from tenure.db.text import storable_text
-from tenure.jobs import JobState
-from tenure.limits import QueueLimit
+from tenure.model.jobs import JobState
+from tenure.model.limits import QueueLimit
 
 ASYNC = True
 

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from tenure.db.fetch import Row
-from tenure.jobs import JobState
+from tenure.model.jobs import JobState
 
 #: States a cancel by filter takes, and those an id may be in to be cancelled.
 WAITING = (JobState.SCHEDULED, JobState.PENDING)

@@ -7,7 +7,7 @@ import os
 import warnings
 from pathlib import Path
 
-from tenure.errors import DatabaseUnavailable
+from tenure.model.errors import DatabaseUnavailable
 
 DATA_DIR_ENV = "TENURE_DATA_DIR"
 

@@ -11,8 +11,16 @@ from typing import Any
 import psycopg
 
 from tenure.db.fetch import Row
-from tenure.jobs import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, EnqueuedJob, Job, JobEvent, JobSpec, JobState
-from tenure.unique import held_key, unique_from
+from tenure.model.jobs import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_PRIORITY,
+    EnqueuedJob,
+    Job,
+    JobEvent,
+    JobSpec,
+    JobState,
+)
+from tenure.model.unique import held_key, unique_from
 
 
 def readable_row(row: Row) -> Row:

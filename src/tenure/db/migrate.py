@@ -20,7 +20,7 @@ from psycopg.rows import dict_row
 from tenure.db._sqlfiles import migration_files, named_queries, plain_queries, quote_schema, schema_file
 from tenure.db.migrate_hint import migrate_hint
 from tenure.db.pooler import behind_pooler
-from tenure.errors import ConfigurationError, MigrationFailed, SchemaNotMigrated
+from tenure.model.errors import ConfigurationError, MigrationFailed, SchemaNotMigrated
 
 log = logging.getLogger("tenure.migrate")
 

@@ -30,7 +30,7 @@ import psycopg
 from psycopg import AsyncConnection
 
 from tenure.db._sqlfiles import plain_queries
-from tenure.errors import ConfigurationError, DatabaseUnavailable
+from tenure.model.errors import ConfigurationError, DatabaseUnavailable
 
 log = logging.getLogger("tenure.db")
 

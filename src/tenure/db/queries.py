@@ -22,7 +22,7 @@ from tenure.db.handler_queries import HandlerQueries
 from tenure.db.job_rows import UNREADABLE, UNREADABLE_ROW
 from tenure.db.producer_queries import ProducerQueries
 from tenure.db.text import storable_text
-from tenure.jobs import (
+from tenure.model.jobs import (
     ClaimedJob,
     JobState,
     Lease,

@@ -351,7 +351,7 @@ CREATE TABLE __schema__.task_policies (
 );
 
 -- The key part of a job unique by payload fields (all of them when `fields` is NULL), exactly as
--- the Python client writes it (tenure.unique): compact JSON, keys in code point order. Values
+-- the Python client writes it (tenure.model.unique): compact JSON, keys in code point order. Values
 -- that two JSON writers could spell differently (objects, arrays, non-integer numbers) are
 -- refused with the fix instead of risking a key the client would not match.
 CREATE FUNCTION __schema__.unique_part(payload jsonb, fields text[]) RETURNS text
@@ -385,7 +385,7 @@ END
 $$;
 
 -- The key a job of `task` holds for key part `part`: scoped to its task, a digest when long
--- (tenure.unique.held_key).
+-- (tenure.model.unique.held_key).
 CREATE FUNCTION __schema__.unique_held_key(task text, part text) RETURNS text
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT CASE WHEN char_length(task || ':' || part) > 400

@@ -7,7 +7,7 @@ import enum
 from psycopg import sql
 
 from tenure.db._sqlfiles import package_queries
-from tenure.validation import check_schema_name
+from tenure.model.validation import check_schema_name
 
 
 class Role(enum.StrEnum):
@@ -24,7 +24,7 @@ def grants(role: Role, role_name: str, schema: str) -> str:
     """The GRANT statements giving `role_name` the privileges of `role` on `schema`."""
     check_schema_name(schema)
     if not role_name or len(role_name) > 63:
-        from tenure.errors import ConfigurationError
+        from tenure.model.errors import ConfigurationError
 
         raise ConfigurationError(f"role name {role_name!r} must be 1 to 63 characters")
     template = sql.SQL(_templates()[role.value])

@@ -22,13 +22,13 @@ import psycopg
 from _cluster import FailoverCluster
 from psycopg.rows import dict_row
 
-from tenure.client import Client
-from tenure.demo.bank import TRANSFER, app
-from tenure.demo.database import prepare, recreate_database
-from tenure.demo.fleet import Fleet
-from tenure.demo.queries import BankQueries
-from tenure.demo.workload import make_workload
-from tenure.soak.fleet import FAKETIME_LIBRARY
+from tenure.lab.soak.fleet import FAKETIME_LIBRARY
+from tenure.ops.demo.bank import TRANSFER, app
+from tenure.ops.demo.database import prepare, recreate_database
+from tenure.ops.demo.fleet import Fleet
+from tenure.ops.demo.queries import BankQueries
+from tenure.ops.demo.workload import make_workload
+from tenure.producer.client import Client
 
 SCHEMA = "tenure"
 LEASE = 4.0
@@ -57,7 +57,7 @@ class SkewedFleet(Fleet):
             raise RuntimeError(
                 f"libfaketime is missing ({FAKETIME_LIBRARY}): run scripts/install-system-deps.sh"
             )
-        # Every clock of the process moves, monotonic ones too (see tenure.soak.fleet).
+        # Every clock of the process moves, monotonic ones too (see tenure.lab.soak.fleet).
         return {
             "LD_PRELOAD": str(FAKETIME_LIBRARY),
             "FAKETIME": SKEWED[name],

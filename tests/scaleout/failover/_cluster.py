@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from tenure.soak.cluster import FailoverCluster, Node
+from tenure.lab.soak.cluster import FailoverCluster, Node
 
 __all__ = ["FailoverCluster", "Node"]

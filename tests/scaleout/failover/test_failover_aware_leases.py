@@ -41,7 +41,7 @@ from _harness import (  # noqa: E402
 )
 
 from tenure.db.queries import Queries  # noqa: E402
-from tenure.jobs import JobSpec  # noqa: E402
+from tenure.model.jobs import JobSpec  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.crash]
 

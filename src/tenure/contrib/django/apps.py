@@ -12,7 +12,6 @@ class TenureConfig(AppConfig):
     verbose_name = "Tenure"
 
     def ready(self) -> None:
-        from tenure.client_support import join_open_transactions
         from tenure.contrib.django.configured import tenure_app
         from tenure.contrib.django.connections import fresh_connections
         from tenure.contrib.django.hints import django_migrate_hint
@@ -20,7 +19,8 @@ class TenureConfig(AppConfig):
         from tenure.contrib.django.migrations_hook import after_django_migrate
         from tenure.contrib.django.settings import tenure_settings
         from tenure.db.migrate_hint import set_migrate_hint
-        from tenure.runtime.executor import around_thread_handlers
+        from tenure.producer.client_support import join_open_transactions
+        from tenure.worker.executor import around_thread_handlers
 
         tenure_app()  # imports the app, so its tasks are registered, and fails early on bad settings
         # Every worker of this process, whichever app it runs: any thread handler may use the ORM.

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from django.db import connections
 
 from tenure.app import Tenure
-from tenure.cli.apps import load_app
 from tenure.contrib.django.settings import dsn_from_database, tenure_settings
+from tenure.ops.cli.apps import load_app
 
 
 @dataclass

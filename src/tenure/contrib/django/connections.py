@@ -36,7 +36,7 @@ def close_stale_connections() -> None:
 
 @contextlib.contextmanager
 def fresh_connections() -> Iterator[None]:
-    """Entered around each thread handler (see `tenure.runtime.executor.around_thread_handlers`):
+    """Entered around each thread handler (see `tenure.worker.executor.around_thread_handlers`):
     stale connections are closed before the handler, so it never starts on a dead one, and after
     it, so a connection its error left unusable does not wait for the thread's next job."""
     close_stale_connections()

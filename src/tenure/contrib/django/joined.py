@@ -18,11 +18,11 @@ import psycopg
 from django.db import connections, transaction
 from psycopg import conninfo
 
-from tenure.client_support import JoiningClient
 from tenure.contrib.django.settings import dsn_from_database, tenure_settings
 from tenure.db.connect import describe_dsn
-from tenure.errors import ConfigurationError
-from tenure.jobs import EnqueuedJob
+from tenure.model.errors import ConfigurationError
+from tenure.model.jobs import EnqueuedJob
+from tenure.producer.client_support import JoiningClient
 from tenure.tasks import P, Task
 
 PSYCOPG2_REFUSED = (
@@ -81,7 +81,7 @@ def _server_and_database(dsn: str) -> tuple[str, str, str]:
 
 @contextlib.contextmanager
 def open_transaction(client: JoiningClient) -> Iterator[psycopg.Connection[Any] | None]:
-    """What a blocking enqueue given no `conn` joins (`tenure.client_support.join_open_transactions`,
+    """What a blocking enqueue given no `conn` joins (`tenure.producer.client_support.join_open_transactions`,
     registered when Django starts): inside an atomic() block on `TENURE["DATABASE"]`, that block's
     transaction, on Django's connection and in a savepoint of its own, as `enqueue` does; outside
     any, nothing, so the client commits the job at once as the ORM would its writes. A client

@@ -18,7 +18,7 @@ import psycopg
 from django.conf import settings
 from psycopg import conninfo
 
-from tenure.errors import ConfigurationError
+from tenure.model.errors import ConfigurationError
 
 KNOWN_KEYS = ("APP", "DSN", "SCHEMA", "DATABASE", "MIGRATE")
 

@@ -29,8 +29,8 @@ from tenure.db.control_rows import (
     split_rows,
 )
 from tenure.db.text import storable_text
-from tenure.jobs import JobState
-from tenure.limits import QueueLimit
+from tenure.model.jobs import JobState
+from tenure.model.limits import QueueLimit
 
 #: The event code of a keyed job skipped so that its key moves on.
 ORDERING_SKIP = "ORDERING_SKIP"

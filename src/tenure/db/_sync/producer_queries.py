@@ -41,8 +41,8 @@ from tenure.db.job_rows import (
     unique_params,
 )
 from tenure.db.wakeups import Wakeups
-from tenure.jobs import EnqueuedJob, Job, JobEvent, JobSpec
-from tenure.unique import unique_from
+from tenure.model.jobs import EnqueuedJob, Job, JobEvent, JobSpec
+from tenure.model.unique import unique_from
 
 
 class ProducerQueries:

@@ -10,10 +10,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
-from tenure.cli import main as tenure_main
 from tenure.contrib.django.configured import tenure_app, tenure_dsn
 from tenure.contrib.django.settings import tenure_settings
-from tenure.errors import TenureError
+from tenure.model.errors import TenureError
+from tenure.ops.cli import main as tenure_main
 
 #: Commands that build databases and data of their own: run here, they would write into the
 #: project's database.

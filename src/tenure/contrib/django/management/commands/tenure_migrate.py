@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from tenure.contrib.django.migrations_hook import describe, migrate_tenure
-from tenure.errors import TenureError
+from tenure.model.errors import TenureError
 
 
 class Command(BaseCommand):

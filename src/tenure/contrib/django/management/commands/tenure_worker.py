@@ -10,12 +10,12 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from rich.console import Console
 
-from tenure.cli.banner import start_banner, stop_summary
-from tenure.cli.worker import parse_queues
 from tenure.contrib.django.configured import tenure_app, tenure_dsn
 from tenure.contrib.django.settings import tenure_settings
-from tenure.errors import TenureError
-from tenure.runtime.options import WorkerOptions
+from tenure.model.errors import TenureError
+from tenure.ops.cli.banner import start_banner, stop_summary
+from tenure.ops.cli.worker import parse_queues
+from tenure.worker.options import WorkerOptions
 
 
 class Command(BaseCommand):

@@ -1,5 +1,0 @@
-import sys
-
-from tenure.cli import main
-
-sys.exit(main())

@@ -1,6 +1,0 @@
-"""A web dashboard over a Tenure schema: see every queue and job, and act on them."""
-
-from tenure.dashboard.app import create_app
-from tenure.dashboard.security import Authenticator, is_loopback_host, token_auth
-
-__all__ = ["Authenticator", "create_app", "is_loopback_host", "token_auth"]

@@ -1,0 +1,100 @@
+"""ctx.atomic: a handler's work and its job's fenced completion in one transaction. Written
+once, async; tools/async_to_sync.py writes its blocking twin (tenure.handler._sync.atomic), which thread
+handlers run."""
+
+from __future__ import annotations
+
+import asyncio
+import time  # noqa: F401 - the blocking twin sleeps with it
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from tenure.db.handler_queries import HandlerQueries
+from tenure.handler.job_services import JobServices
+from tenure.handler.transaction import AsyncTransaction, run_transaction
+from tenure.handler.txn import T, TransactionPolicy
+from tenure.model.errors import LeaseLost
+from tenure.model.jobs import ClaimedJob
+
+ASYNC = True
+
+
+class AtomicContext(Protocol):
+    """What ctx.atomic needs of the job's context."""
+
+    job: ClaimedJob
+    completed: bool
+
+    @property
+    def token(self) -> int: ...
+
+    def check(self) -> None: ...
+
+    def mark_lost(self, reason: str) -> None: ...
+
+
+#: How often ctx.atomic reruns its unit while the job's row is locked by another session.
+ROW_BUSY_ATTEMPTS = 8
+ROW_STAYED_LOCKED = "the job's row stayed locked by another session"
+
+
+class _RowBusy(Exception):
+    """The job's row is locked by another session: roll the unit back and run it again."""
+
+
+def _check_completion(ctx: AtomicContext, outcome: str | None) -> None:
+    if outcome == "done":
+        return
+    if outcome == "busy":
+        raise _RowBusy()
+    raise LeaseLost(ctx.job.id, ctx.token, "fence failed at transactional completion")
+
+
+async def run_atomic(
+    ctx: AtomicContext,
+    services: JobServices,
+    work: Callable[[AsyncTransaction], Awaitable[T]],
+    policy: TransactionPolicy | None,
+) -> T:
+    """Runs `work` and the job's fenced completion in one transaction (JobContext.atomic)."""
+    ctx.check()
+    lease, request = (ctx.job.id, ctx.token), str(ctx.job.id)
+    queries = HandlerQueries(services.queries.schema)
+
+    async def unit(tx: AsyncTransaction) -> T:
+        result = await work(tx)
+        # No result notification here: the result follows the commit (job_result_set).
+        # A success already recorded under this token is not ours to commit beside: after a
+        # failover that lost a claim, another worker can hold (and finish) the same token.
+        outcome = await queries.job_complete_many(
+            tx.conn, owner=services.owner, leases=[lease], notify_results=False, repeat_is_done=False
+        )
+        _check_completion(ctx, outcome.get(lease))
+        # A rolled-back unit takes its SETs with it; a committed one must not leave them.
+        await queries.session_reset(tx.conn)
+        return result
+
+    try:
+        for attempt in range(1, ROW_BUSY_ATTEMPTS + 1):
+            try:
+                if ASYNC:  # noqa: SIM108 - a branch for each twin
+                    pool = services.pool
+                else:
+                    pool = services.sync_pool()
+                async with pool.connection() as conn:
+                    result = await run_transaction(conn, unit, policy=policy, request_id=request)
+                break
+            except _RowBusy:
+                ctx.check()
+                if attempt == ROW_BUSY_ATTEMPTS:
+                    raise LeaseLost(ctx.job.id, ctx.token, "the job's row stayed locked elsewhere") from None
+                await asyncio.sleep(min(1.0, 0.05 * 2**attempt))
+    except LeaseLost as exc:
+        ctx.mark_lost(exc.reason)
+        if ASYNC:
+            await services.record_fencing_loss(ctx.job, "FENCED_ATOMIC")
+        else:
+            services.record_fencing_loss_threadsafe(ctx.job, "FENCED_ATOMIC")
+        raise
+    ctx.completed = True
+    return result

@@ -1,0 +1,155 @@
+"""What a handler receives: its job, its lease, and the means to prove progress and to
+complete in its own transaction."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from tenure.handler._sync.atomic import run_atomic_sync
+from tenure.handler.atomic import run_atomic
+from tenure.handler.job_services import JobServices
+from tenure.handler.sync_transaction import SyncTransaction
+from tenure.handler.transaction import AsyncTransaction
+from tenure.handler.txn import TransactionPolicy
+from tenure.model.errors import LeaseLost
+from tenure.model.jobs import ClaimedJob
+
+T = TypeVar("T")
+
+
+class JobContext:
+    """The handler's view of one attempt of one job."""
+
+    def __init__(self, job: ClaimedJob, services: JobServices) -> None:
+        #: The claimed job: its queue, task, payload, and lease with its expiry and deadline.
+        self.job = job
+        self._services = services
+        self._lock = threading.Lock()
+        self._progress: Any = job.progress
+        self._progress_version = 0
+        self.lost_reason: str | None = None
+        self.completed = False
+
+    # -- identity ---------------------------------------------------------------------------
+
+    @property
+    def job_id(self) -> int:
+        """The job's id, the one enqueue returned."""
+        return self.job.id
+
+    @property
+    def attempt(self) -> int:
+        """1 on the first run, 2 on the first retry, ..."""
+        return self.job.attempt
+
+    @property
+    def token(self) -> int:
+        """The fencing token of this attempt: pass it to stores that reject older tokens."""
+        return self.job.lease.token
+
+    @property
+    def snoozes(self) -> int:
+        """How many times this job has snoozed (tenure.Snooze) before this run."""
+        return self.job.snoozes
+
+    @property
+    def idempotency_key(self) -> uuid.UUID:
+        """Stable across every retry of this job: pass it to payment, e-mail, webhook APIs."""
+        return self.job.idempotency_key
+
+    def step_key(self, step: str) -> str:
+        """A stable idempotency key for one external step of this job."""
+        return str(uuid.uuid5(self.job.idempotency_key, step))
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        """The payload as stored; `tenure.secret()` references are still references here."""
+        return self.job.payload
+
+    @property
+    def checkpoint(self) -> Any:
+        """The last progress marker recorded for this job, from this attempt or an earlier one."""
+        return self._progress
+
+    # -- progress and the lease -------------------------------------------------------------
+
+    def progress(self, marker: Any) -> None:
+        """Reports progress: the heartbeat renews the lease only when this marker changes.
+
+        `marker` must be JSON (a cursor, a count of chunks done). Raises LeaseLost once the
+        lease is gone, which makes this call the handler's cancellation point.
+        """
+        self.check()
+        with self._lock:
+            if marker != self._progress:
+                self._progress = marker
+                self._progress_version += 1
+
+    def progress_snapshot(self) -> tuple[int, Any]:
+        with self._lock:
+            return self._progress_version, self._progress
+
+    def check(self) -> None:
+        """Raises LeaseLost if this worker no longer holds the job."""
+        if self.lost_reason is not None:
+            raise LeaseLost(self.job.id, self.token, self.lost_reason)
+
+    @property
+    def lease_lost(self) -> bool:
+        """True once this worker no longer holds the job (`check` raises then)."""
+        return self.lost_reason is not None
+
+    def mark_lost(self, reason: str) -> None:
+        if self.lost_reason is None:
+            self.lost_reason = reason
+
+    # -- external effects ---------------------------------------------------------------
+
+    async def effect(
+        self, name: str, *, perform: Callable[[str], Any], reconcile: Callable[..., Any] | None = None
+    ) -> Any:
+        """Performs an external call at most once across retries, through the effect ledger.
+
+        `perform(key)` makes the call (pass `key` on to the destination if it takes one) and
+        returns a JSON outcome. A 'done' effect returns its recorded outcome without calling
+        again; an effect an earlier attempt may have performed goes to `reconcile` first
+        (see tenure.handler.effects). Without `reconcile` the job fails with EFFECT_UNCERTAIN.
+        """
+        from tenure.handler.effects import run_effect
+
+        return await run_effect(self, self._services, name, perform, reconcile)
+
+    def effect_sync(
+        self, name: str, *, perform: Callable[[str], Any], reconcile: Callable[..., Any] | None = None
+    ) -> Any:
+        """`effect` for plain-function handlers, which run in worker threads."""
+        from tenure.handler.effects import run_effect_sync
+
+        return run_effect_sync(self, self._services, name, perform, reconcile)
+
+    # -- transactional completion ------------------------------------------------------
+
+    async def atomic(
+        self,
+        work: Callable[[AsyncTransaction], Awaitable[T]],
+        *,
+        policy: TransactionPolicy | None = None,
+    ) -> T:
+        """Runs `work` and this job's fenced completion in ONE transaction.
+
+        If the fence fails (the lease was lost), the transaction, with all of `work`'s writes,
+        rolls back and LeaseLost is raised. 40001/40P01 rerun the whole unit, and so does the
+        job's row being locked by another session for the moment. Session settings `work`
+        changes (SET) are reset inside the transaction, after the completion: through a
+        transaction pooler the session is the pooler's to lend out once the transaction ends.
+        """
+        return await run_atomic(self, self._services, work, policy)
+
+    def atomic_sync(
+        self, work: Callable[[SyncTransaction], T], *, policy: TransactionPolicy | None = None
+    ) -> T:
+        """`atomic` for plain-function handlers, which run in worker threads."""
+        return run_atomic_sync(self, self._services, work, policy)

@@ -1,0 +1,1 @@
+"""The lab: `tenure bench` and `tenure soak`. The library never imports it."""

@@ -1,0 +1,81 @@
+"""The worker process groups of each contender, with the run's settings, and how the start gate
+recognises each one's claim (a fragment of its claim statement, as the server shows it)."""
+
+from __future__ import annotations
+
+from tenure.db._sqlfiles import named_queries
+from tenure.lab.bench import peers
+from tenure.lab.bench.procs import ProcessGroup, module_argv
+from tenure.lab.bench.queries import bench_queries
+from tenure.lab.bench.server import SCHEMA
+
+
+def _first_line(sql: str) -> str:
+    return sql.strip().splitlines()[0]
+
+
+def loops_for(concurrency: int, batch: int) -> int:
+    """Raw loops per process: as many batches in flight as a Tenure worker's slots hold."""
+    return max(1, concurrency // batch)
+
+
+class Contenders:
+    def __init__(self, concurrency: int, claim_batch: int) -> None:
+        self.concurrency = concurrency
+        self.claim_batch = claim_batch
+        #: Batches a Tenure worker can hold at once; the raw loop keeps as many in flight.
+        self.raw_loops = loops_for(concurrency, claim_batch)
+
+    def tenure(
+        self, dsn: str, processes: int, env: dict[str, str] | None = None, *, profile: str | None = None
+    ) -> ProcessGroup:
+        """Tenure worker processes; with `profile`, under cProfile from SIGUSR1 (tenure_worker)."""
+        argv = module_argv(
+            "tenure.lab.bench.tenure_worker",
+            *("--dsn", dsn, "--concurrency", str(self.concurrency), "--claim-batch", str(self.claim_batch)),
+            *(("--profile", profile) if profile else ()),
+        )
+        marker = _first_line(named_queries(SCHEMA)["job_claim"])
+        return ProcessGroup(argv, processes, env or {}, label="tenure", claim_marker=marker)
+
+    def raw(self, dsn: str, processes: int, batch: int | None = None) -> ProcessGroup:
+        """The raw-SQL loop claiming `batch` (default: Tenure's claim batch) at a time."""
+        batch = batch or self.claim_batch
+        argv = module_argv(
+            "tenure.lab.bench.raw_worker",
+            *("--dsn", dsn, "--batch", str(batch), "--loops", str(loops_for(self.concurrency, batch))),
+        )
+        marker = _first_line(bench_queries(SCHEMA)["bench_raw_claim"])
+        return ProcessGroup(argv, processes, label="raw", claim_marker=marker)
+
+    def peer(
+        self,
+        name: str,
+        dsn: str,
+        processes: int,
+        env: dict[str, str] | None = None,
+        *,
+        batch: int | None = None,
+        concurrency: int | None = None,
+    ) -> ProcessGroup:
+        argv = module_argv(
+            "tenure.lab.bench.peers",
+            name,
+            *("--dsn", dsn, "--concurrency", str(concurrency or self.concurrency)),
+            *("--batch", str(batch or self.claim_batch)),
+        )
+        return ProcessGroup(argv, processes, env or {}, label=name, claim_marker=peers.CLAIM_MARKERS[name])
+
+    def producers(self, kind: str, dsn: str, processes: int, jobs: int, connections: int) -> ProcessGroup:
+        """`processes` producer processes enqueueing `jobs` in all, one job per transaction."""
+        argv = module_argv(
+            "tenure.lab.bench.producer",
+            kind,
+            *("--dsn", dsn, "--jobs", str(jobs // processes), "--connections", str(connections)),
+        )
+        query = (
+            named_queries(SCHEMA)["job_insert_one"]  # a lone job's enqueue
+            if kind == "tenure"
+            else bench_queries(SCHEMA)["bench_raw_insert"]
+        )
+        return ProcessGroup(argv, processes, label=f"{kind}producer", claim_marker=_first_line(query))

@@ -1,0 +1,81 @@
+"""The peers' drains, each at its best settings, at the run's sizes.
+
+PgQueuer: `batch_size` swept, interleaved round by round like the raw ceiling, the best median
+at each size standing. Procrastinate: once per size, with a pool sized for its concurrency as
+its docs advise, on a tenth of each size (it runs 20-50x slower than the others, so the full
+sizes would take minutes; started behind the gate, its rate over that many jobs is steady)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tenure.lab.bench import peers
+from tenure.lab.bench.contenders import Contenders
+from tenure.lab.bench.drain import DrainResult
+from tenure.lab.bench.sections import peer_drain
+from tenure.lab.bench.throughput import best_of, median_run
+
+#: Procrastinate drains this fraction of each size.
+SLOW_PEER_FRACTION = 10
+
+
+async def pgqueuer_best(
+    dsn: str,
+    contenders: Contenders,
+    sizes: tuple[int, ...],
+    processes: int,
+    repeats: int,
+    batches: tuple[int, ...],
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    runs: dict[tuple[int, int], list[DrainResult]] = {}
+    for round_number in range(repeats):
+        log(
+            f"peer pgqueuer round {round_number + 1}/{repeats}: sizes {list(sizes)}, "
+            f"batch sizes {list(batches)}"
+        )
+        for size in sizes:
+            for batch in batches:
+                result = await peer_drain("pgqueuer", dsn, contenders, size, processes, batch=batch)
+                runs.setdefault((size, batch), []).append(result)
+    by_size: dict[str, dict[str, Any]] = {}
+    for size in sizes:
+        sweep = {
+            b: median_run(runs[(size, b)])
+            | {"max_concurrent_tasks": peers.pgqueuer_max_concurrent(contenders.concurrency, b)}
+            for b in batches
+        }
+        best = best_of(sweep)
+        by_size[str(size)] = {
+            "batch_sweep": {str(b): r for b, r in sweep.items()},
+            "best": sweep[best] | {"batch": best},
+        }
+    primary = by_size[str(max(sizes))]["best"]
+    return {"version": peers.version("pgqueuer"), "batches": list(batches), "by_size": by_size, **primary}
+
+
+async def procrastinate_sized(
+    dsn: str,
+    contenders: Contenders,
+    sizes: tuple[int, ...],
+    processes: int,
+    max_connections: int,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    concurrency = peers.procrastinate_concurrency(contenders.concurrency, processes, max_connections)
+    by_size: dict[str, dict[str, Any]] = {}
+    for size in sizes:
+        jobs = max(1, size // SLOW_PEER_FRACTION)
+        log(f"peer procrastinate: {jobs} jobs, {processes} processes x concurrency {concurrency}")
+        result = await peer_drain("procrastinate", dsn, contenders, jobs, processes, concurrency=concurrency)
+        by_size[str(size)] = result.as_dict()
+    return {
+        "version": peers.version("procrastinate"),
+        "concurrency_per_process": concurrency,
+        "pool_max_size": concurrency + 1,
+        "server_max_connections": max_connections,
+        "jobs_fraction": f"1/{SLOW_PEER_FRACTION} of each size",
+        "by_size": by_size,
+        **by_size[str(max(sizes))],
+    }

@@ -1,0 +1,261 @@
+"""One benchmark run: every section against the same server, in one process, one after another."""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tenure.db.connect import connect
+from tenure.lab.bench import end_to_end, enqueue, limits, peer_drains, peers, sections, throughput, waiting
+from tenure.lab.bench.drain import TENURE_WATCH
+from tenure.lab.bench.report import chart, figure_rows, print_table
+from tenure.lab.bench.server import Databases, check_server, server_settings
+from tenure.lab.bench.sizes import SIZES
+from tenure.lab.bench.targets import targets
+from tenure.producer.client import Client
+from tenure.worker.options import WorkerOptions
+
+SECTIONS = (
+    "copy",
+    "throughput",
+    "peers",
+    "endtoend",
+    "latency",
+    "backlog",
+    "recovery",
+    "scheduled",
+    "fairness",
+    "unique",
+    "limits",
+)
+
+
+@dataclass
+class BenchOptions:
+    server_dsn: str
+    size: str = "standard"
+    processes: int = 2
+    concurrency: int = 100
+    claim_batch: int = WorkerOptions().claim_batch
+    sections: tuple[str, ...] = SECTIONS
+    with_peers: bool = True
+    out_dir: Path = Path("bench-results")
+    embedded: bool = False
+    show_table: bool = True
+
+
+async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
+    sizes = SIZES[options.size]
+    await check_server(options.server_dsn)
+    options.out_dir.mkdir(parents=True, exist_ok=True)
+    contenders = sections.Contenders(options.concurrency, options.claim_batch)
+    procs = options.processes
+    result: dict[str, Any] = {
+        "meta": {
+            "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "size": options.size,
+            "sizes": vars(sizes) | {"jobs": sizes.jobs},
+            "processes": procs,
+            "concurrency_per_process": options.concurrency,
+            "claim_batch": options.claim_batch,
+            "raw_loops_per_process": contenders.raw_loops,
+            "worker_kind": "separate OS processes (python -m tenure.lab.bench.tenure_worker: Worker.run)",
+            "server": "embedded" if options.embedded else "given --dsn",
+            "server_settings": await server_settings(options.server_dsn),
+            "machine": {"cpus": _cpus(), "python": platform.python_version(), "load_avg": _load()},
+        },
+        "sections": {},
+    }
+    out: dict[str, Any] = result["sections"]
+    dbs = Databases(options.server_dsn)
+    started = time.monotonic()
+    try:
+        dsn = await dbs.create("tenure", migrated=True)
+
+        if "copy" in options.sections:
+            log(f"copy: {sizes.copy_jobs} jobs")
+            out["copy"] = await sections.copy_enqueue(dsn, sizes.copy_jobs)
+
+        if "throughput" in options.sections or "latency" in options.sections:
+            log(
+                f"throughput: {' and '.join(map(str, sizes.drain_sizes))} no-op jobs, {procs} processes, "
+                f"Tenure and the raw loop at claim sizes {list(sizes.ceiling_batches)}"
+            )
+            out["throughput"] = await throughput.throughput(
+                dsn, contenders, sizes.drain_sizes, procs, sizes.repeats, sizes.ceiling_batches, log
+            )
+
+        wanted_peers = [p for p in sizes.peers if options.with_peers and "peers" in options.sections]
+        out["peers"] = {}
+        for name in peers.PEERS:
+            if name not in wanted_peers:
+                out["peers"][name] = {"skipped": "not selected"}
+            elif not peers.installed(name):
+                out["peers"][name] = {"skipped": "not installed (pip install 'tenure[bench]')"}
+            else:
+                peer_dsn = await dbs.create(name)
+                await peers.SETUP[name](peer_dsn)
+                if name == "pgqueuer":
+                    out["peers"][name] = await peer_drains.pgqueuer_best(
+                        peer_dsn,
+                        contenders,
+                        sizes.drain_sizes,
+                        procs,
+                        sizes.repeats,
+                        sizes.pgqueuer_batches,
+                        log,
+                    )
+                else:
+                    max_connections = int(result["meta"]["server_settings"]["max_connections"])
+                    out["peers"][name] = await peer_drains.procrastinate_sized(
+                        peer_dsn, contenders, sizes.drain_sizes, procs, max_connections, log
+                    )
+                if "latency" in options.sections:
+                    out["peers"][name]["idle_latency"] = await _peer_latency(
+                        name, peer_dsn, contenders, sizes.latency_probes, options.out_dir
+                    )
+
+        if "endtoend" in options.sections:
+            tp = out.get("throughput")
+            raw_batch = tp["raw_n"]["batch"] if tp else options.claim_batch
+            log(
+                f"end to end: {sizes.end_to_end_jobs} jobs enqueued one per transaction by {procs} producer "
+                f"processes x {sizes.producer_connections} connections while {procs} processes drain"
+            )
+            out["endtoend"] = await end_to_end.end_to_end(
+                dsn,
+                contenders,
+                sizes.end_to_end_jobs,
+                procs,
+                sizes.producer_connections,
+                raw_batch,
+                sizes.repeats,
+            )
+
+        if "latency" in options.sections:
+            log(f"latency: {sizes.latency_probes} probes idle, and at half of peak load")
+            await sections.reset(dsn)
+            peak = out["throughput"]["tenure_n"]["jobs_per_second"]
+            async with Client(dsn, schema=sections.SCHEMA) as client:
+                idle = await sections.latency(
+                    contenders.tenure(dsn, 1),
+                    options.out_dir / "probe-tenure-idle.txt",
+                    sections.tenure_sender(client),
+                    sizes.latency_probes,
+                )
+                loaded = await sections.latency(
+                    contenders.tenure(dsn, procs),
+                    options.out_dir / "probe-tenure-loaded.txt",
+                    sections.tenure_sender(client),
+                    sizes.latency_probes,
+                    background=sections.tenure_producer(client, peak / 2),
+                )
+            # Jobs still queued when the probes were done: above zero, the load was more than the
+            # workers could take (the producer shares the machine), and latency is queueing time.
+            async with await connect(dsn) as conn:
+                left = await TENURE_WATCH.count(conn)
+            out["latency"] = {
+                "idle": idle,
+                "half_load": loaded | {"load_jobs_per_second": round(peak / 2), "unfinished_at_end": left},
+            }
+
+        if "backlog" in options.sections:
+            small = options.claim_batch * 5
+            log(
+                f"backlog: claim time at {small} pending, then {list(sizes.backlogs)}, "
+                "then with a snapshot held"
+            )
+            await sections.reset(dsn)
+            await sections.load(dsn, small)
+            out["backlog"] = {
+                "small_queue": {
+                    "pending": small,
+                    "claim_ms": await sections.claim_time_ms(dsn, options.claim_batch, sizes.claim_samples),
+                },
+                "levels": [
+                    await sections.backlog(
+                        dsn,
+                        contenders,
+                        n,
+                        procs,
+                        None if sizes.drain_largest and n == max(sizes.backlogs) else sizes.backlog_window,
+                        sizes.claim_samples,
+                    )
+                    for n in sizes.backlogs
+                ],
+            }
+            held = sizes.backlogs[1] if len(sizes.backlogs) > 1 else sizes.backlogs[0]
+            out["backlog"]["snapshot_held"] = await sections.backlog_with_snapshot(
+                dsn, contenders, held, procs, sizes.snapshot_window, sizes.claim_samples
+            )
+
+        if "recovery" in options.sections:
+            log(f"recovery: {sizes.recovery_jobs} expired leases")
+            out["recovery"] = await sections.recovery(dsn, sizes.recovery_jobs)
+
+        if "scheduled" in options.sections:
+            log(f"scheduled: claim time with {sizes.not_yet_due} jobs not yet due, then their promotion")
+            out["scheduled"] = await waiting.not_yet_due(
+                dsn, options.claim_batch, sizes.not_yet_due, sizes.claim_samples
+            )
+
+        if "fairness" in options.sections:
+            log(f"fairness: WAL per waiting job, {sizes.waiting} waiting through a simulated hour")
+            out["fairness"] = await waiting.fairness_cost(
+                dsn, options.claim_batch, sizes.waiting, sizes.fairness_step, sizes.claim_samples
+            )
+        if "unique" in options.sections:
+            log(f"unique: {sizes.unique_enqueues} single enqueues of each kind, plain and keyed")
+            out["unique"] = await enqueue.unique_cost(dsn, sizes.unique_enqueues)
+        if "limits" in options.sections:
+            log(f"limits: claim-and-complete of {sizes.limit_jobs} jobs, unlimited and limited")
+            out["limits"] = await limits.limit_cost(dsn, sizes.limit_jobs, options.claim_batch)
+    finally:
+        await dbs.drop_all()
+    result["meta"]["seconds"] = round(time.monotonic() - started, 1)
+    result["rows"] = figure_rows(result)
+    result["targets"] = targets(result)
+    if options.show_table:
+        print_table(result)
+    (options.out_dir / "bench.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    result["chart"] = chart(result, options.out_dir / "bench.png")
+    (options.out_dir / "bench.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    return result
+
+
+async def _peer_latency(
+    name: str, dsn: str, contenders: sections.Contenders, probes: int, out_dir: Path
+) -> dict[str, Any]:
+    group = contenders.peer(name, dsn, 1)
+    path = out_dir / f"probe-{name}-idle.txt"
+    if name == "pgqueuer":
+        queries = await peers.pgqueuer_queries(dsn)
+
+        async def send(sent: float) -> None:
+            await peers.pgqueuer_probe(queries, sent)
+
+        return await sections.latency(group, path, send, probes)
+    app = peers.procrastinate_app(dsn)
+    async with app.open_async():
+
+        async def defer(sent: float) -> None:
+            await app.tasks["probe"].defer_async(sent=sent)
+
+        return await sections.latency(group, path, defer, probes)
+
+
+def _cpus() -> int:
+    import os
+
+    return os.cpu_count() or 0
+
+
+def _load() -> list[float]:
+    import os
+
+    return [round(x, 2) for x in os.getloadavg()]

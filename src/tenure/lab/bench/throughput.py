@@ -1,0 +1,107 @@
+"""Drain throughput from a COPY preload, at each of the run's sizes: Tenure against the raw-SQL
+ceiling, where the ceiling is the raw loop at the best claim size it can use.
+
+The raw loop is swept over claim sizes (with `concurrency / batch` loops per process, at least
+one, so that as many jobs are in flight as a Tenure worker's slots hold, or one batch when a
+batch is larger), and at each size of run the best median stands as the ceiling. Every
+configuration runs `repeats` times, interleaved round by round so that load from elsewhere on
+the machine falls on all of them alike; the median run stands for each. The one-process pair
+(Tenure, and the raw loop at the ceiling's claim size) runs at the largest size."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+from tenure.lab.bench.contenders import Contenders, loops_for
+from tenure.lab.bench.drain import DrainResult
+from tenure.lab.bench.sections import raw_drain, tenure_drain
+
+
+def median_run(results: list[DrainResult]) -> dict[str, Any]:
+    """The run with the median rate, with every run's rate beside it."""
+    ranked = sorted(results, key=lambda r: r.jobs_per_second)
+    return ranked[len(ranked) // 2].as_dict() | {
+        "all_jobs_per_second": [round(r.jobs_per_second) for r in results]
+    }
+
+
+def best_of(sweep: dict[int, dict[str, Any]]) -> int:
+    """The setting whose median rate is highest."""
+    return max(sweep, key=lambda setting: sweep[setting]["jobs_per_second"])
+
+
+def startup_summary(runs: dict[str, list[DrainResult]]) -> dict[str, float | None]:
+    """Median start-up (spawn to every process's first claim at the gate) of each contender."""
+    summary: dict[str, float | None] = {}
+    for key, results in runs.items():
+        seconds = [r.startup_seconds for r in results if r.startup_seconds is not None]
+        summary[key] = round(statistics.median(seconds), 3) if seconds else None
+    return summary
+
+
+async def throughput(
+    dsn: str,
+    contenders: Contenders,
+    sizes: tuple[int, ...],
+    processes: int,
+    repeats: int,
+    batches: tuple[int, ...],
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    batches = tuple(sorted({*batches, contenders.claim_batch}))
+    runs: dict[tuple[str, int], list[DrainResult]] = {}
+    for round_number in range(repeats):
+        log(
+            f"throughput round {round_number + 1}/{repeats}: sizes {list(sizes)}, "
+            f"raw claim sizes {list(batches)}"
+        )
+        for size in sizes:
+            runs.setdefault(("tenure_n", size), []).append(
+                await tenure_drain(dsn, contenders, size, processes)
+            )
+            for batch in batches:
+                result = await raw_drain(dsn, contenders, size, processes, batch)
+                runs.setdefault((f"raw_{batch}", size), []).append(result)
+
+    by_size: dict[str, dict[str, Any]] = {}
+    for size in sizes:
+        sweep = {
+            b: median_run(runs[(f"raw_{b}", size)]) | {"loops": loops_for(contenders.concurrency, b)}
+            for b in batches
+        }
+        best = best_of(sweep)
+        by_size[str(size)] = {
+            "tenure_n": median_run(runs[("tenure_n", size)]),
+            "ceiling_sweep": {str(b): r for b, r in sweep.items()},
+            "ceiling": sweep[best] | {"batch": best},
+            "raw_claim_batch": sweep[contenders.claim_batch] | {"batch": contenders.claim_batch},
+        }
+    primary = max(sizes)
+    ceiling_batch = by_size[str(primary)]["ceiling"]["batch"]
+    log(f"throughput: 1 process, Tenure and the raw loop at claim size {ceiling_batch}, {primary} jobs")
+    single: dict[str, list[DrainResult]] = {"tenure_1": [], "raw_1": []}
+    for _ in range(repeats):
+        single["tenure_1"].append(await tenure_drain(dsn, contenders, primary, 1))
+        single["raw_1"].append(await raw_drain(dsn, contenders, primary, 1, ceiling_batch))
+    top = by_size[str(primary)]
+    startups = {
+        "tenure": [r for (key, _), rs in runs.items() if key == "tenure_n" for r in rs],
+        "raw": [r for (key, _), rs in runs.items() if key.startswith("raw_") for r in rs],
+    }
+    return {
+        "sizes": list(sizes),
+        "primary_size": primary,
+        "jobs": primary,
+        "repeats": repeats,
+        "processes": processes,
+        "ceiling_batches": list(batches),
+        "by_size": by_size,
+        # The largest size's figures under the names the other sections and the report read.
+        "tenure_n": top["tenure_n"],
+        "raw_n": top["ceiling"],
+        "tenure_1": median_run(single["tenure_1"]),
+        "raw_1": median_run(single["raw_1"]) | {"batch": ceiling_batch},
+        "startup_seconds": startup_summary(startups),
+    }

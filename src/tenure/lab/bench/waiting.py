@@ -1,0 +1,117 @@
+"""Jobs that wait: the claim's cost while many jobs are not yet due (issue 9, item 9), and what a
+worker writes per waiting job to keep starvation bounded (item 8), over a simulated hour."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Any
+
+from tenure.db.connect import connect
+from tenure.db.pool import open_pool
+from tenure.db.queries import Queries
+from tenure.lab.bench.queries import execute
+from tenure.lab.bench.sections import NOOP, SCHEMA, claim_time_ms, load, reset
+from tenure.lab.bench.server import CostMeter
+from tenure.model.jobs import JobSpec
+from tenure.producer.client import Client
+from tenure.worker.options import WorkerOptions
+from tenure.worker.promoter import Promoter
+from tenure.worker.recovery import Recovery
+from tenure.worker.services import WorkerServices
+
+#: What priority aging wrote, as the review measured it (issue 9, item 8): WAL bytes per waiting
+#: row per aging step of 60 s. Quoted for context; that code is gone.
+AGING_BYTES_PER_ROW_PER_STEP = 443
+AGING_STEP_SECONDS = 60.0
+HOUR = 3600.0
+#: Not-yet-due jobs promoted to measure the promotion rate (all of them below this many).
+PROMOTION_SAMPLE = 100_000
+
+
+async def _vacuum(dsn: str) -> None:
+    async with await connect(dsn) as conn:
+        await execute(conn, SCHEMA, "bench_vacuum")
+
+
+async def not_yet_due(dsn: str, claim_batch: int, future: int, samples: int) -> dict[str, Any]:
+    """Claim time with only due jobs in the queue, then with `future` more jobs due in an hour at a
+    higher priority in the same queue; then the rate at which they are promoted once due."""
+    await reset(dsn)
+    due = claim_batch * 5
+    await load(dsn, due)
+    await _vacuum(dsn)
+    alone = await claim_time_ms(dsn, claim_batch, samples)
+    later = JobSpec(task=NOOP.task, queue=NOOP.queue, priority=10, delay=HOUR)
+    async with Client(dsn, schema=SCHEMA) as client:
+        for start in range(0, future, 100_000):
+            await client.enqueue_copy([later] * min(100_000, future - start))
+    await _vacuum(dsn)
+    with_future = await claim_time_ms(dsn, claim_batch, samples)
+    queries = Queries(SCHEMA)
+    promoted, target = 0, min(future, PROMOTION_SAMPLE)
+    async with await connect(dsn) as conn:
+        now = (await (await conn.execute(b"SELECT now() + interval '2 hours'")).fetchone() or [None])[0]
+        started = time.perf_counter()
+        while promoted < target:
+            batch = await queries.job_promote_due(conn, limit=min(1000, target - promoted), now=now)
+            if not batch.promoted:
+                break
+            promoted += batch.promoted
+        promote_seconds = time.perf_counter() - started
+    await reset(dsn)
+    return {
+        "due": due,
+        "not_yet_due": future,
+        "claim_ms_due_only": alone,
+        "claim_ms_with_not_yet_due": with_future,
+        "promoted": promoted,
+        "promotion_jobs_per_second": round(promoted / promote_seconds) if promote_seconds else None,
+    }
+
+
+async def fairness_cost(
+    dsn: str, claim_batch: int, waiting: int, step_seconds: float, samples: int
+) -> dict[str, Any]:
+    """`waiting` due jobs wait through a simulated hour (injected clock, nothing sleeps) while a
+    worker's periodic passes run at their intervals: promotion and lease recovery, the passes that
+    replaced priority aging's. The WAL they write, per waiting job, against aging's. Also the claim
+    time of a claim that takes its oldest-first share against one by priority only."""
+    await reset(dsn)
+    await load(dsn, waiting)
+    await _vacuum(dsn)  # hint bits and visibility set now, not counted below
+    by_priority = await claim_time_ms(dsn, claim_batch, samples)
+    with_share = await claim_time_ms(dsn, claim_batch, samples, oldest=1)
+    steps = round(HOUR / step_seconds)
+    pool = await open_pool(dsn, min_size=1, max_size=2, name="bench-fairness")
+    meter = CostMeter(dsn)
+    try:
+        services = WorkerServices(pool=pool, queries=Queries(SCHEMA), options=WorkerOptions(), dsn=dsn)
+        promoter, recovery = Promoter(services), Recovery(services)
+        async with pool.connection() as conn:
+            t0 = (await (await conn.execute(b"SELECT now()")).fetchone() or [None])[0]
+        await meter.start()
+        started = time.perf_counter()
+        for step in range(1, steps + 1):
+            now = t0 + timedelta(seconds=step * step_seconds)
+            await promoter.run_once(now=now)
+            await recovery.run_once(now=now)
+        seconds = time.perf_counter() - started
+    finally:
+        await pool.close()
+    wal, _ = await meter.stop()
+    await reset(dsn)
+    aging = AGING_BYTES_PER_ROW_PER_STEP * HOUR / AGING_STEP_SECONDS
+    return {
+        "waiting_jobs": waiting,
+        "simulated_seconds": HOUR,
+        "step_seconds": step_seconds,
+        "passes": 2 * steps,
+        "run_seconds": round(seconds, 2),
+        "wal_bytes": wal,
+        "wal_bytes_per_waiting_job": round(wal / waiting, 4),
+        "aging_bytes_per_waiting_job_per_hour": aging,
+        "aging_source": "issue 9, item 8: 443 B of WAL per waiting row per 60 s aging step",
+        "claim_ms_by_priority_only": by_priority,
+        "claim_ms_with_oldest_share": with_share,
+    }

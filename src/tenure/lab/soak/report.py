@@ -1,0 +1,128 @@
+"""The soak's verdict: figures read back from the database, and the checks that must all hold."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tenure.lab.soak.attempts import Overlaps
+from tenure.ops.demo.report import Invariant as Check
+
+__all__ = ["Check", "SoakReport"]
+
+
+@dataclass
+class SoakReport:
+    jobs: dict[str, Any]
+    leases: dict[str, Any]
+    money: dict[str, Any]
+    checks: list[Check] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    window: dict[str, Any] = field(default_factory=dict)
+    faults: list[dict[str, Any]] = field(default_factory=list)
+    fault_counts: dict[str, int] = field(default_factory=dict)
+    workers: list[dict[str, Any]] = field(default_factory=list)
+    setup: dict[str, Any] = field(default_factory=dict)
+    #: Per server fault: seconds to the first completion after it, and the longest gap.
+    recoveries: list[dict[str, Any]] = field(default_factory=list)
+    #: What the faults at Tenure's guarded edges did: the upgrade, the holds of pending rows, the
+    #: rows injected, the forged requests, the thread handlers' connections killed.
+    edges: dict[str, Any] = field(default_factory=dict)
+    wall_seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures and all(c.ok for c in self.checks)
+
+    def add_window(self, found: Overlaps, lease: float, longest_network_fault: float) -> None:
+        """Two attempts of one job may overlap, but only for a bounded time.
+
+        A worker that is running learns of its lost lease from its own monotonic clock and stops
+        at the handler's next cancellation point, so its overlap stays within one lease. A worker
+        cut off from the database may sit blocked in a database call until the network heals,
+        so the bound allows the longest network fault twice over (TCP retransmission backs off).
+        """
+        bound = lease + 2 * longest_network_fault
+        self.window = {**found.as_dict(), "lease_s": lease, "bound_s": round(bound, 3)}
+        self.checks.append(
+            Check(
+                "duplicate-execution window bounded",
+                found.max_window <= bound,
+                f"max {found.max_window:.2f}s over {found.jobs_run_twice_at_once} jobs, lease "
+                f"{lease:g}s, bound {bound:.2f}s",
+            )
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "wall_seconds": round(self.wall_seconds, 1),
+            "setup": self.setup,
+            "jobs": self.jobs,
+            "leases": self.leases,
+            "money": self.money,
+            "duplicate_execution": self.window,
+            "fault_counts": self.fault_counts,
+            "faults": self.faults,
+            "recoveries": self.recoveries,
+            "edges": self.edges,
+            "workers": self.workers,
+            "checks": [c.as_dict() for c in self.checks],
+            "failures": self.failures,
+        }
+
+
+def render(report: SoakReport) -> None:
+    jobs, leases, money, window = report.jobs, report.leases, report.money, report.window
+    kinds = ", ".join(f"{k.split('.')[-1]} {n}" for k, n in jobs["enqueued_by_kind"].items())
+    lines = [
+        "",
+        f"tenure soak ({report.setup.get('topology', 'direct')}): "
+        f"{'ALL CHECKS HOLD' if report.ok else 'VIOLATION'} after {report.wall_seconds:.0f}s",
+        f"  jobs enqueued            {jobs['enqueued']:>8}   ({kinds})",
+        f"  succeeded                {jobs['succeeded']:>8}",
+        f"  dead                     {jobs['dead']:>8}   (doomed by design, or transfers lacking funds)",
+        f"  lost                     {jobs['lost']:>8}",
+        f"  transfers applied twice  {money['applied_more_than_once']:>8}   "
+        f"(of {money['transfers_succeeded']} succeeded)",
+        f"  stale writes rejected    {leases['stale_writes_rejected']:>8}",
+        f"  lease expirations        {leases['lease_expirations']:>8}",
+        f"  retries                  {leases['retries']:>8}",
+        f"  recovered after stop     {leases['recovered_after_stop']:>8}",
+        f"  max duplicate execution  {window.get('max_window_s', 0):>7.2f}s   "
+        f"(lease {window.get('lease_s')}s, bound {window.get('bound_s')}s, "
+        f"{window.get('jobs_run_twice_at_once', 0)} jobs ran twice at once)",
+        f"  money                    {money['now']:>8}   (opening {money['opening']})",
+        "  faults: " + ", ".join(f"{k} {n}" for k, n in report.fault_counts.items()),
+    ]
+    lines += [
+        f"  after {r['fault']:<22} first completion {r['first_completion_s']}s "
+        f"(longest gap {r['longest_gap_s']}s)"
+        for r in report.recoveries
+    ]
+    lines += _edge_lines(report.edges)
+    skipped = {f["fault"]: f["detail"] for f in report.faults if f["skipped"]}
+    lines += [f"  skipped {k}: {v}" for k, v in skipped.items()]
+    lines.append("  checks:")
+    lines += [f"    {'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}" for c in report.checks]
+    lines += [f"    FAIL {f}" for f in report.failures]
+    print("\n".join(lines), flush=True)
+
+
+def _edge_lines(edges: dict[str, Any]) -> list[str]:
+    lines = []
+    upgrade = edges.get("upgrade") or {}
+    if "applied" in upgrade:
+        lines.append(
+            f"  upgrade                  version {upgrade['from']} -> {upgrade['to']} under load in "
+            f"{upgrade['seconds']}s, applied {upgrade['applied']}"
+        )
+    for hold in edges.get("pending_lock_holds", []):
+        lines.append(
+            f"  pending rows held {hold['seconds']:>5}s  completed meanwhile: {hold['completed_limited']} "
+            f"limited, {hold['completed_elsewhere']} elsewhere ({hold['completed_ordered']} ordered)"
+        )
+    injected = edges.get("injected_rows") or {}
+    if injected:
+        lines.append("  injected rows            " + ", ".join(f"{k} {len(v)}" for k, v in injected.items()))
+    return lines

@@ -1,0 +1,5 @@
+import sys
+
+from tenure.ops.cli import main
+
+sys.exit(main())

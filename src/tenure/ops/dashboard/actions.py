@@ -1,0 +1,149 @@
+"""The dashboard's acts: each a POST with a reason and the session's CSRF token, calling the
+library's verb (guarded in SQL, written to the audit log) as `dashboard:<user>`."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from urllib.parse import parse_qs
+
+import psycopg
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from tenure.model.errors import ValidationError
+from tenure.ops.dashboard.security import CSRF_COOKIE, CSRF_FIELD, LOCAL_USER, csrf_matches
+from tenure.ops.dashboard.state import Dashboard, dashboard_of
+from tenure.producer.control import ControlRefused, check_reason, key_held
+
+MAX_FORM_BYTES = 16 * 1024
+
+Form = dict[str, str]
+Act = Callable[[Dashboard, str, str, Form], Awaitable[str]]
+"""Does the act with (dashboard, actor, reason, the form's fields) and returns the URL to go
+back to; raises ControlRefused (409) or ValidationError (400) having changed nothing."""
+
+
+def refuse(board: Dashboard, request: Request, status: int, title: str, message: str) -> HTMLResponse:
+    return board.render(request, "message.html", {"title": title, "message": message}, status=status)
+
+
+async def _form(request: Request) -> Form | None:
+    body = await request.body()
+    if len(body) > MAX_FORM_BYTES:
+        return None
+    return {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
+
+
+async def run_act(request: Request, act: Act) -> Response:
+    board = dashboard_of(request)
+    if board.read_only:
+        return refuse(board, request, 403, "Read-only", "this dashboard is read-only: it takes no actions")
+    form = await _form(request)
+    if form is None:
+        return refuse(board, request, 413, "Too large", "the form is too large")
+    if not csrf_matches(request.cookies.get(CSRF_COOKIE), form.get(CSRF_FIELD)):
+        return refuse(
+            board, request, 403, "Refused", "the form's security token is missing or wrong: reload the page"
+        )
+    if not form.get("reason", "").strip():
+        return refuse(board, request, 400, "A reason is needed", "give a reason: it goes into the audit log")
+    actor = f"dashboard:{getattr(request.state, 'user', LOCAL_USER)}"
+    try:
+        back = await act(board, actor, check_reason(form["reason"], "act"), form)
+    except ControlRefused as exc:
+        return refuse(board, request, 409, "Refused", str(exc))
+    except psycopg.errors.UniqueViolation as exc:
+        return refuse(board, request, 409, "Refused", str(key_held(exc, "changed")))
+    except psycopg.errors.ReadOnlySqlTransaction:
+        return refuse(
+            board,
+            request,
+            503,
+            "Database read-only",
+            "the database takes no writes now (a standby, or a read-only setting during maintenance); "
+            "nothing was changed: try again once it is writable",
+        )
+    except psycopg.errors.InsufficientPrivilege:
+        return refuse(
+            board,
+            request,
+            403,
+            "Not allowed",
+            "the dashboard's database role may not do this (see docs/security.md for the operator "
+            "role); nothing was changed",
+        )
+    except ValidationError as exc:
+        return refuse(board, request, 400, "Not valid", str(exc))
+    return RedirectResponse(back, status_code=303)
+
+
+def job_url(request: Request, job_id: int, done: str) -> str:
+    return f"{request.url_for('job', job_id=job_id)}?done={done}"
+
+
+async def retry_job(request: Request) -> Response:
+    job_id = int(request.path_params["job_id"])
+
+    async def act(board: Dashboard, actor: str, reason: str, form: Form) -> str:
+        await board.client.retry([job_id], reason=reason, actor=actor)
+        return job_url(request, job_id, "retried")
+
+    return await run_act(request, act)
+
+
+async def cancel_job(request: Request) -> Response:
+    job_id = int(request.path_params["job_id"])
+
+    async def act(board: Dashboard, actor: str, reason: str, form: Form) -> str:
+        await board.client.cancel([job_id], reason=reason, actor=actor)
+        return job_url(request, job_id, "cancelled")
+
+    return await run_act(request, act)
+
+
+async def requeue_job(request: Request) -> Response:
+    """Revokes a running job's lease and sends it back to run again at once, under a new token:
+    for a job stuck on a sick worker."""
+    job_id = int(request.path_params["job_id"])
+
+    async def act(board: Dashboard, actor: str, reason: str, form: Form) -> str:
+        await board.client.cancel([job_id], reason=reason, actor=actor, requeue=True)
+        return job_url(request, job_id, "requeued")
+
+    return await run_act(request, act)
+
+
+async def skip_ordering_head(request: Request) -> Response:
+    job_id = int(request.path_params["job_id"])
+
+    async def act(board: Dashboard, actor: str, reason: str, form: Form) -> str:
+        async with board.pool.connection() as conn:
+            skipped = await board.ordering.skip(conn, job_id, actor=actor, reason=reason)
+        if skipped is None:
+            raise ControlRefused(
+                f"job {job_id} is not a dead, pending or scheduled job with an ordering key (it may "
+                "have changed since the page was drawn); nothing was skipped"
+            )
+        return job_url(request, job_id, "skipped")
+
+    return await run_act(request, act)
+
+
+async def pause_queue(request: Request) -> Response:
+    queue = request.path_params["queue"]
+
+    async def act(board: Dashboard, actor: str, reason: str, form: Form) -> str:
+        await board.client.pause_queue(queue, reason=reason, actor=actor)
+        return str(request.url_for("overview"))
+
+    return await run_act(request, act)
+
+
+async def resume_queue(request: Request) -> Response:
+    queue = request.path_params["queue"]
+
+    async def act(board: Dashboard, actor: str, reason: str, form: Form) -> str:
+        await board.client.resume_queue(queue, reason=reason, actor=actor)
+        return str(request.url_for("overview"))
+
+    return await run_act(request, act)

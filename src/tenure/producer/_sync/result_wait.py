@@ -1,0 +1,81 @@
+# Generated from src/tenure/producer/result_wait.py by tools/async_to_sync.py: do not edit.
+# Change the source and run `python tools/async_to_sync.py`; CI fails when this file differs
+# from what the source gives.
+"""Waiting for a job's result: read it, wait for its notification or the poll interval, read
+again (the rules are in tenure.producer.results). Written once, async; tools/async_to_sync.py writes its
+blocking twin (tenure.producer._sync.result_wait)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from tenure.db._sync.control_queries import ControlQueries
+from tenure.db.connect import application_name, describe_dsn
+from tenure.db.pooler import behind_pooler_sync
+from tenure.producer.results import POOLED_LISTENER, ResultTimeout, check_wait, settled, wait_interval
+
+log = logging.getLogger("tenure.client")
+
+
+@contextlib.contextmanager
+def _listening(dsn: str | None, channel: str) -> Iterator[psycopg.Connection[Any] | None]:
+    if dsn is None:
+        yield None
+        return
+    try:
+        conn = psycopg.Connection.connect(dsn, autocommit=True, **application_name(dsn, "tenure-result"))
+        if behind_pooler_sync(conn):
+            conn.close()
+            log.info(POOLED_LISTENER, describe_dsn(dsn))
+            yield None
+            return
+        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+    except psycopg.Error:
+        yield None  # polling still answers
+        return
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def wait_for_result(
+    control: ControlQueries,
+    connection: Any,
+    job_id: int,
+    *,
+    timeout: float | None,
+    poll: float,
+    listen_dsn: str | None,
+) -> Any:
+    """The job's result once it succeeded. `connection()` lends a connection for each read."""
+    check_wait(timeout, poll)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with _listening(listen_dsn, control.results_channel) as listener:
+        while True:
+            with connection() as conn:
+                row = control.result(conn, job_id)
+            done, value = settled(row, job_id)
+            if done:
+                return value
+            interval = wait_interval(poll, listening=listener is not None, row=row)
+            wait = interval if deadline is None else min(interval, deadline - time.monotonic())
+            if wait <= 0:
+                assert timeout is not None
+                raise ResultTimeout(job_id, timeout, value)
+            if listener is None:
+                time.sleep(wait)
+                continue
+            try:
+                for note in listener.notifies(timeout=wait):
+                    if note.payload == str(job_id):
+                        break
+            except psycopg.Error:
+                listener = None  # lost: poll from here on

@@ -1,0 +1,83 @@
+"""Waiting for a job's result: read it, wait for its notification or the poll interval, read
+again (the rules are in tenure.producer.results). Written once, async; tools/async_to_sync.py writes its
+blocking twin (tenure.producer._sync.result_wait)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from tenure.db.connect import application_name, describe_dsn
+from tenure.db.control_queries import ControlQueries
+from tenure.db.pooler import behind_pooler
+from tenure.producer.results import POOLED_LISTENER, ResultTimeout, check_wait, settled, wait_interval
+
+ASYNC = True
+
+log = logging.getLogger("tenure.client")
+
+
+@contextlib.asynccontextmanager
+async def _listening(dsn: str | None, channel: str) -> AsyncIterator[psycopg.AsyncConnection[Any] | None]:
+    if dsn is None:
+        yield None
+        return
+    try:
+        conn = await psycopg.AsyncConnection.connect(
+            dsn, autocommit=True, **application_name(dsn, "tenure-result")
+        )
+        if await behind_pooler(conn):
+            await conn.close()
+            log.info(POOLED_LISTENER, describe_dsn(dsn))
+            yield None
+            return
+        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+    except psycopg.Error:
+        yield None  # polling still answers
+        return
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+async def wait_for_result(
+    control: ControlQueries,
+    connection: Any,
+    job_id: int,
+    *,
+    timeout: float | None,
+    poll: float,
+    listen_dsn: str | None,
+) -> Any:
+    """The job's result once it succeeded. `connection()` lends a connection for each read."""
+    check_wait(timeout, poll)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    async with _listening(listen_dsn, control.results_channel) as listener:
+        while True:
+            async with connection() as conn:
+                row = await control.result(conn, job_id)
+            done, value = settled(row, job_id)
+            if done:
+                return value
+            interval = wait_interval(poll, listening=listener is not None, row=row)
+            wait = interval if deadline is None else min(interval, deadline - time.monotonic())
+            if wait <= 0:
+                assert timeout is not None
+                raise ResultTimeout(job_id, timeout, value)
+            if listener is None:
+                await asyncio.sleep(wait)
+                continue
+            try:
+                async for note in listener.notifies(timeout=wait):
+                    if note.payload == str(job_id):
+                        break
+            except psycopg.Error:
+                listener = None  # lost: poll from here on

@@ -1,0 +1,352 @@
+# Generated from src/tenure/producer/client.py by tools/async_to_sync.py: do not edit.
+# Change the source and run `python tools/async_to_sync.py`; CI fails when this file differs
+# from what the source gives.
+"""Enqueueing, inspecting and controlling jobs from application code: `Client`, written once,
+async; tools/async_to_sync.py writes its blocking twin, `SyncClient` (tenure.producer.sync_client).
+
+Both validate every job before writing anything. Pass `conn=` to enqueue inside your own
+transaction: the job then exists only if your transaction commits, and listeners are woken
+only after it does (NOTIFY is delivered at commit).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Unpack
+
+import psycopg
+from psycopg import Connection
+from psycopg_pool import ConnectionPool
+
+from tenure.db._sqlfiles import named_queries
+from tenure.db._sync.control_queries import ControlQueries
+from tenure.db._sync.pool import open_pool
+from tenure.db._sync.producer_queries import ProducerQueries
+from tenure.db.connect import DSN_ENV, resolve_dsn
+from tenure.db.control_rows import CancelFilter
+from tenure.db.wakeups import NotifyLimiter, Wakeups, owns_commit
+from tenure.model.actor import default_actor
+from tenure.model.errors import ValidationError
+from tenure.model.jobs import EnqueuedJob, Job, JobEvent, JobSpec
+from tenure.model.secrets import CredentialPolicy
+from tenure.model.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_queue, check_schema_name
+from tenure.producer._sync.result_wait import wait_for_result
+from tenure.producer.builder import COPY_TYPES, CopyRows, JobBuilder
+from tenure.producer.client_support import (
+    MISSING_SCHEMA,
+    OPEN_TRANSACTIONS,
+    connection_error,
+    listen_dsn,
+    log_lost_wakeup,
+    not_migrated,
+)
+from tenure.producer.control import (
+    DEFAULT_MAX_JOBS,
+    CancelReport,
+    QueuePause,
+    cancel_report,
+    check_attempts,
+    check_cancel,
+    check_ids,
+    check_reason,
+    key_held,
+    not_paused,
+    pause_until,
+    queue_pause,
+    retry_report,
+    unknown_queue,
+)
+from tenure.tasks import AnyTask, EnqueueOptions, TaskRegistry
+from tenure.telemetry.tracing import enqueue_span
+
+POOL_NAME = "tenure-sync"
+
+
+class SyncClient:
+    """The producer's API (enqueue, inspect, control) over a pool: its own, opened on first use,
+    or one it is given. `Client` is async; `SyncClient`, generated from it, blocks."""
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        schema: str = "tenure",
+        pool: ConnectionPool[Any] | None = None,
+        registry: TaskRegistry | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        credential_policy: CredentialPolicy | str = CredentialPolicy.WARN,
+    ) -> None:
+        self.schema = check_schema_name(schema)
+        self.queries = ProducerQueries(schema)
+        self.control = ControlQueries(schema)
+        self.builder = JobBuilder(registry, max_payload_bytes, credential_policy)
+        self._dsn = dsn
+        self._pool = pool
+        self._owns_pool = pool is None
+        self._notify_limiter = NotifyLimiter()
+        # Threads of a web server may all make their first enqueue at once: one pool for all.
+        self._opening = threading.Lock()
+
+    def pool(self) -> ConnectionPool[Any]:
+        """The client's pool: the one it was given, else its own, opened on first use."""
+        if self._pool is None:
+            with self._opening:
+                if self._pool is None:
+                    self._pool = open_pool(resolve_dsn(self._dsn).dsn, min_size=1, max_size=4, name=POOL_NAME)
+        return self._pool
+
+    @property
+    def dsn(self) -> str | None:
+        """The DSN this client connects with: its own, else $TENURE_DSN; None for the embedded server."""
+        return self._dsn or os.environ.get(DSN_ENV)
+
+    def close(self) -> None:
+        """Closes the client's own pool (a pool it was given stays open), once the wake-ups of
+        its last enqueues are sent."""
+        if self._pool is not None and self._owns_pool:
+            self._pool.close()
+            self._pool = None
+
+    def __enter__(self) -> SyncClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def _conn(self, conn: Connection[Any] | None) -> Iterator[Connection[Any]]:
+        try:
+            if conn is not None:
+                yield conn
+            else:
+                with (self.pool()).connection() as pooled:
+                    yield pooled
+        except MISSING_SCHEMA:
+            raise not_migrated(self.schema) from None
+        except psycopg.Error as exc:
+            mapped = connection_error(self._dsn or "", exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
+
+    @contextlib.contextmanager
+    def _joined(self, conn: Connection[Any] | None) -> Iterator[Connection[Any] | None]:
+        """`conn`; else, for the blocking client, the connection of a transaction a registered
+        provider says this enqueue joins (client_support.join_open_transactions); else None,
+        the pool."""
+        if conn is None and OPEN_TRANSACTIONS:
+            with contextlib.ExitStack() as stack:
+                for provider in list(OPEN_TRANSACTIONS):
+                    joined = stack.enter_context(provider(self))
+                    if joined is not None:
+                        yield joined
+                        return
+                yield None
+                return
+        yield conn
+
+    def enqueue(
+        self,
+        task: str | AnyTask,
+        payload: dict[str, Any] | None = None,
+        *,
+        conn: Connection[Any] | None = None,
+        **options: Unpack[EnqueueOptions],
+    ) -> EnqueuedJob:
+        """Enqueues one job; with `conn`, inside that connection's current transaction.
+
+        Options left out come from the task's policy; see JobBuilder for names it does not know.
+        """
+        return (self._insert([self.builder.spec(task, payload, **options)], conn))[0]
+
+    def enqueue_many(
+        self, specs: Iterable[JobSpec], *, conn: Connection[Any] | None = None
+    ) -> list[EnqueuedJob]:
+        """Enqueues many jobs in one statement, all or none, each checked like `enqueue`'s."""
+        return self._insert([self.builder.check(s) for s in specs], conn)
+
+    def _insert(self, checked: list[JobSpec], conn: Connection[Any] | None) -> list[EnqueuedJob]:
+        if not checked:
+            return []
+        with enqueue_span(checked) as traced:
+            with self._joined(conn) as joined, self._conn(joined) as c:
+                # Inside the caller's transaction the insert notifies, delivered at its commit;
+                # a commit of the enqueue's own notifies after it (tenure.db.wakeups).
+                wakeups = Wakeups() if owns_commit(c) else None
+                if len(traced) == 1:
+                    jobs = self.queries.job_insert_many(c, traced, wakeups=wakeups)
+                else:
+                    with c.transaction():  # several statements when keyed jobs are among them
+                        jobs = self.queries.job_insert_many(c, traced, wakeups=wakeups)
+                self._wake(c, wakeups)
+            return jobs
+
+    def _wake(self, conn: Connection[Any] | None, wakeups: Wakeups | None) -> None:
+        """Notifies for committed jobs, as far as the limiter admits (tenure.db.wakeups).
+
+        The async client sends them in the background on a connection of its pool: the enqueue
+        is done once its jobs are committed, and a failure or a cancellation of this hint (the
+        caller's own timeout) must not report stored jobs as failed, which would invite
+        enqueueing them again. The blocking client sends them on `conn`, which committed them.
+        """
+        if not wakeups:
+            return
+        admitted = self._notify_limiter.admit(wakeups)
+        if not admitted.wakeups:
+            return
+        assert conn is not None
+        try:
+            self.queries.notify_wakeups(conn, admitted.wakeups, after_commit=True)
+        except psycopg.Error as exc:
+            log_lost_wakeup(exc)  # workers find the jobs at their next poll
+            return
+        self._notify_limiter.sent(admitted)
+
+    def enqueue_copy(self, specs: Iterable[JobSpec]) -> int:
+        """Bulk enqueue through COPY, in one transaction: all or none. A job that fails its
+        checks raises, and the transaction writes nothing."""
+        specs = list(specs)
+        if not specs:
+            return 0
+        sql = named_queries(self.schema)
+        with self._joined(None) as joined, self._conn(joined) as c:
+            if not self.queries.may_insert(c):
+                # A role that may not write jobs (the producer role) enqueues through the
+                # database's enqueue() only: the same jobs, all or none, without COPY's speed.
+                return len(self.enqueue_many(specs, conn=c))
+            after_commit = owns_commit(c)
+            with c.transaction():
+                row = (c.execute(sql["clock_now"].encode())).fetchone()
+                assert row is not None
+                with c.cursor() as cur, cur.copy(sql["job_copy_in"].encode()) as copy:
+                    copy.set_types(COPY_TYPES)
+                    rows = CopyRows(self.builder, specs, row[0])
+                    for values in rows:
+                        copy.write_row(values)
+                if not after_commit:
+                    self.queries.notify_wakeups(c, rows.wakeups, after_commit=False)
+            self._wake(c, rows.wakeups if after_commit else None)
+        return len(specs)
+
+    def get_job(self, job_id: int) -> Job | None:
+        """The job as stored now, or None when there is no job with that id."""
+        with self._conn(None) as c:
+            return self.queries.job_get(c, job_id)
+
+    def job_history(self, job_id: int) -> list[JobEvent]:
+        """The job's audit events (retries, expiries, dead, reprocess, ...), oldest first."""
+        with self._conn(None) as c:
+            return self.queries.job_events_list(c, job_id)
+
+    # -- job control ----------------------------------------------------------------
+
+    def cancel(
+        self,
+        ids: Sequence[int] | None = None,
+        *,
+        reason: str,
+        queue: str | None = None,
+        task: str | None = None,
+        contains: dict[str, Any] | None = None,
+        older_than: float | None = None,
+        running: bool = False,
+        requeue: bool = False,
+        max_jobs: int | None = DEFAULT_MAX_JOBS,
+        actor: str | None = None,
+    ) -> CancelReport:
+        """Cancels jobs by id, or by filter (waiting jobs; with `running`, running ones too).
+
+        A running job is revoked: its lease ends in the database at once and its token moves on,
+        so nothing its holder writes afterwards lands (completion, failure, progress, effects,
+        ctx.atomic). With `requeue`, a running job goes back to pending instead, to run again at
+        once elsewhere. All or nothing: a finished or unknown id, or more than `max_jobs`
+        matches, raises and changes nothing.
+        """
+        where = CancelFilter(queue, task, contains, older_than, running)
+        checked, bound = check_cancel(ids, where, requeue=requeue, max_jobs=max_jobs)
+        text = check_reason(reason, "cancel")
+        with self._conn(None) as c:
+            rows = self.control.cancel_many(
+                c,
+                checked,
+                where,
+                requeue=requeue,
+                max_jobs=bound,
+                actor=actor or default_actor(),
+                reason=text,
+            )
+        return cancel_report(rows, requeue=requeue, max_jobs=bound, by_filter=checked is None)
+
+    def retry(
+        self, ids: Sequence[int], *, reason: str, attempts: int = 1, actor: str | None = None
+    ) -> list[int]:
+        """Runs scheduled or pending jobs now, and reprocesses dead or cancelled ones with
+        `attempts` more attempts; all or nothing."""
+        checked = check_ids(ids)
+        if not checked:
+            raise ValidationError("name the jobs to retry")
+        check_attempts(attempts)
+        text = check_reason(reason, "retry")
+        with self._conn(None) as c:
+            try:
+                rows = self.control.retry_many(
+                    c, checked, attempts=attempts, actor=actor or default_actor(), reason=text
+                )
+            except psycopg.errors.UniqueViolation as exc:
+                raise key_held(exc, "retried") from None
+        return retry_report(rows)
+
+    def pause_queue(
+        self,
+        queue: str,
+        *,
+        reason: str,
+        until: datetime | timedelta | float | None = None,
+        allow_unknown: bool = False,
+        actor: str | None = None,
+    ) -> QueuePause:
+        """Stops every worker claiming from `queue` (running jobs finish), until `until` (a time,
+        or a duration from now) or until resumed. Durable: it outlives every worker."""
+        check_queue(queue)
+        text = check_reason(reason, "pause a queue")
+        with self._conn(None) as c:
+            at = pause_until(until, self.control.db_now(c))
+            row = self.control.pause(
+                c, queue, until=at, actor=actor or default_actor(), reason=text, allow_unknown=allow_unknown
+            )
+        if not row.known or row.paused_at is None:
+            raise unknown_queue(queue)
+        return QueuePause(queue, row.paused_at, row.until, actor or default_actor(), text)
+
+    def resume_queue(self, queue: str, *, reason: str | None = None, actor: str | None = None) -> None:
+        """Ends `queue`'s pause; its workers are woken at once."""
+        check_queue(queue)
+        with self._conn(None) as c:
+            row = self.control.resume(c, queue, actor=actor or default_actor(), reason=reason)
+        if row is None or not row.was_in_effect:
+            raise not_paused(queue)
+
+    def paused_queues(self) -> list[QueuePause]:
+        """The pauses in effect."""
+        with self._conn(None) as c:
+            return [queue_pause(r) for r in self.control.pauses(c)]
+
+    def result(self, job_id: int, *, timeout: float | None = None, poll: float = 1.0) -> Any:
+        """Waits for the job and returns its result (its handler's return value; None if it
+        returned nothing). Raises JobFailed when it ends dead or cancelled, ResultTimeout after
+        `timeout` seconds. Enqueue with result_wanted=True to be woken the moment it finishes;
+        other jobs are read every `poll` seconds."""
+
+        @contextlib.contextmanager
+        def connection() -> Iterator[Connection[Any]]:
+            with self._conn(None) as c:
+                yield c
+
+        pool = self.pool()
+        return wait_for_result(
+            self.control, connection, job_id, timeout=timeout, poll=poll, listen_dsn=listen_dsn(pool)
+        )

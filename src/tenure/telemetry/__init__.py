@@ -1,0 +1,1 @@
+"""Tracing and the logging context of a job."""

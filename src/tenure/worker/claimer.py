@@ -1,0 +1,272 @@
+"""The claim loop: free slots -> batch claim, woken by notifications or a poll interval."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+import psycopg
+
+from tenure.db import wakeups
+from tenure.db.control_queries import ControlQueries
+from tenure.db.queries import TaskLeasePolicy
+from tenure.model.jobs import ClaimedJob
+from tenure.telemetry.tracing import batch_span, set_batch_size, tracing_on
+from tenure.worker.executor import Executor
+from tenure.worker.health import describe_error
+from tenure.worker.oldest_share import OldestShare
+from tenure.worker.service import Service
+from tenure.worker.services import WorkerServices
+
+log = logging.getLogger("tenure.worker")
+
+#: Longest a freed slot waits for others before it is refilled on its own (seconds).
+REFILL_DELAY = 0.005
+#: How often the claimer reads which queues are limited (seconds).
+LIMITS_REFRESH = 2.0
+#: After one queue's claim failed n times in a row, that queue is left out of claim passes for
+#: min(QUEUE_BACKOFF_CAP, 0.1 * 2**n) seconds; the other queues go on being claimed meanwhile.
+QUEUE_BACKOFF_CAP = 5.0
+#: After a claim that found some jobs but fewer than it asked for (the queue emptied: jobs are
+#: arriving one by one), how long from its start the next claim waits (seconds). Otherwise
+#: every enqueue's notification would be a claim of one job, and a second empty one by every
+#: other worker; an idle worker (its last claim found nothing) still claims at once.
+TRICKLE_GAP = 0.005
+
+
+class Claimer(Service):
+    """Claims jobs into the worker's free slots: at once when woken (a notification, a freed
+    slot), else every poll interval. It waits while completions cannot be written."""
+
+    name = "claimer"
+
+    def __init__(
+        self,
+        services: WorkerServices,
+        executor: Executor,
+        queues: list[str],
+        stopping: asyncio.Event | None = None,
+    ) -> None:
+        self.services = services
+        self.stopping = stopping or asyncio.Event()
+        self._backing_off = False
+        self.executor = executor
+        self.queues = queues
+        self.control = ControlQueries(services.queries.schema)
+        self._wake = asyncio.Event()
+        self._refill_at = max(1, min(services.options.claim_batch, services.options.concurrency // 2))
+        self._refill_timer: asyncio.TimerHandle | None = None
+        self._follow_up: asyncio.TimerHandle | None = None
+        self._noticed_at = 0.0
+        self._paced_until = 0.0
+        self._next_queue = 0
+        self.health = services.health.service(self.name)
+        #: Queues with a global limit, as last read; the plain claim takes nothing from a
+        #: limited queue, so a limit set since then binds at once and is seen at the next read.
+        self.limited: set[str] = set()
+        self._limits_read_at = -LIMITS_REFRESH
+        self.oldest_share = OldestShare(services.options.oldest_every)
+        #: Queues whose last claims failed: (failures in a row, monotonic time to try again).
+        self.failing_queues: dict[str, tuple[int, float]] = {}
+        #: Only tasks this worker can run are claimed: a job of a task registered elsewhere (a
+        #: mixed-version deploy) is left for a worker that has it, with no attempt spent.
+        self.tasks = sorted(t.name for t in executor.registry)
+        self.policies = [
+            TaskLeasePolicy(
+                t.name,
+                t.policy.lease_seconds or services.options.lease_seconds,
+                t.policy.max_runtime_seconds or services.options.max_runtime_seconds,
+            )
+            for t in executor.registry
+        ]
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def notified(self) -> None:
+        """A job was enqueued on one of this worker's queues. An idle worker claims at once; a
+        busy one with its next refill: it claims again as slots free anyway, and under load
+        a claim per notification would be a small claim, and a commit, per enqueue.
+
+        Either claims once more NOTIFY_COOLDOWN later, for the jobs whose producers left their
+        notification out because they had just sent this one (tenure.db.wakeups)."""
+        self._claim_for_notice()
+        self._noticed_at = time.monotonic()
+        if self._follow_up is None:
+            cooldown = wakeups.NOTIFY_COOLDOWN  # read at each use: tests lengthen it
+            self._follow_up = asyncio.get_running_loop().call_later(cooldown, self._follow_up_due)
+
+    def _claim_for_notice(self) -> None:
+        if self.executor.running:
+            self._refill_soon()
+        else:
+            self._wake.set()
+
+    def _follow_up_due(self) -> None:
+        self._claim_for_notice()
+        # One follow-up timer at a time: a notification that came while it ran gets its own turn.
+        wait = self._noticed_at + wakeups.NOTIFY_COOLDOWN - time.monotonic()
+        loop = asyncio.get_running_loop()
+        self._follow_up = loop.call_later(wait, self._follow_up_due) if wait > 0 else None
+
+    def free_slots(self) -> int:
+        return self.services.options.concurrency - len(self.executor.running)
+
+    def claim_plan(self) -> list[tuple[str, int]]:
+        """(queue, slots) to claim, most underserved queue first.
+
+        First each queue up to its weighted share of the slots, then, with what is left, the
+        queues already at their share (idle shares are lent out, and won back as slots free).
+        """
+        options = self.services.options
+        running: dict[str, int] = dict.fromkeys(self.queues, 0)
+        for execution in self.executor.running.values():
+            running[execution.job.queue] = running.get(execution.job.queue, 0) + 1
+        total_weight = sum(options.weight(q) for q in self.queues)
+        start = self._next_queue % len(self.queues)
+        self._next_queue += 1
+        rotated = self.queues[start:] + self.queues[:start]
+        by_need = sorted(rotated, key=lambda q: running[q] / options.weight(q))
+        plan: list[tuple[str, int]] = []
+        for queue in by_need:
+            share = -(-options.concurrency * options.weight(queue) // total_weight)  # ceil
+            plan.append((queue, share - running[queue]))
+        return plan
+
+    async def claim_once(self) -> int:
+        """Claims for free slots, queue by queue in `claim_plan` order. Returns jobs claimed."""
+        services, options = self.services, self.services.options
+        claimed = 0
+        saturated_queue = False
+        started = time.monotonic()
+        if time.monotonic() - self._limits_read_at >= LIMITS_REFRESH:
+            async with services.connection() as conn:
+                self.limited = {r["queue"] for r in await self.control.limits(conn)}
+            self._limits_read_at = time.monotonic()
+        plan = self.claim_plan()
+        below_share = [(q, room) for q, room in plan if room > 0]
+        at_share = [(q, options.concurrency) for q, room in plan if room <= 0]
+        failure: Exception | None = None
+        tried = failed = 0
+        for queue, room in below_share + at_share:
+            free = self.free_slots()
+            if free <= 0:
+                break
+            if self._resting(queue, started):
+                continue
+            want = min(free, options.claim_batch, room)
+            tried += 1
+            try:
+                jobs = await self._claim_queue(queue, want)
+            except Exception as exc:
+                # One queue's claim failing (a lock it timed out on, a row it could not read)
+                # costs only that queue: it rests for a backoff while the others are claimed.
+                failure, failed = exc, failed + 1
+                self._queue_failed(queue, exc)
+                continue
+            self.failing_queues.pop(queue, None)
+            claimed += len(jobs)
+            saturated_queue = saturated_queue or len(jobs) == want
+        if failure is not None and failed == tried:
+            raise failure  # every queue it tried failed: the claimer itself is failing
+        if saturated_queue:  # there is more where that came from
+            self._refill_soon()
+        elif claimed:
+            self._paced_until = started + TRICKLE_GAP
+        return claimed
+
+    async def _claim_queue(self, queue: str, want: int) -> list[ClaimedJob]:
+        services, options = self.services, self.services.options
+        with batch_span("claim", queue) as span:
+            async with services.connection() as conn:
+                sent_at = time.monotonic()
+                claim_started = time.perf_counter()
+                jobs = await services.queries.job_claim(
+                    conn,
+                    queue=queue,
+                    owner=services.owner,
+                    limit=want,
+                    default_lease_seconds=options.lease_seconds,
+                    default_runtime_seconds=options.max_runtime_seconds,
+                    policies=self.policies,
+                    tasks=self.tasks,
+                    oldest=self.oldest_share.take(queue, want),
+                    limited=queue in self.limited,
+                )
+            set_batch_size(span, len(jobs))
+        self.oldest_share.record(queue, len(jobs))
+        services.events.claimed(queue, jobs, time.perf_counter() - claim_started)
+        services.stats.claimed += len(jobs)
+        traced = tracing_on()
+        for job in jobs:
+            self.executor.start(job, self._slot_freed, sent_at, traced)
+        return jobs
+
+    def _resting(self, queue: str, now: float) -> bool:
+        failing = self.failing_queues.get(queue)
+        return failing is not None and now < failing[1]
+
+    def _queue_failed(self, queue: str, exc: Exception) -> None:
+        failures = self.failing_queues.get(queue, (0, 0.0))[0] + 1
+        rest = min(QUEUE_BACKOFF_CAP, 0.1 * 2.0 ** min(failures, 10))
+        self.failing_queues[queue] = (failures, time.monotonic() + rest)
+        self.services.stats.claim_errors += 1
+        log.warning(
+            "claim of queue %s failed (%s in a row; the other queues go on, this one rests %.1fs): %s",
+            queue,
+            failures,
+            rest,
+            describe_error(exc),
+            exc_info=failures == 1 and not isinstance(exc, psycopg.Error),
+        )
+        if failures == 1:
+            self._refill_soon()  # the slots this queue did not fill may go to the others now
+
+    def _slot_freed(self) -> None:
+        # Refill in batches, not one claim per finished job: claim at once when enough slots are
+        # free, else a few milliseconds later, by when more have usually freed. A claim per
+        # finished job costs a commit per job when jobs finish at different times.
+        self._refill_soon()
+
+    def _refill_soon(self) -> None:
+        if self.free_slots() >= self._refill_at:
+            self._wake.set()
+        elif self._refill_timer is None:
+            self._refill_timer = asyncio.get_running_loop().call_later(REFILL_DELAY, self._refill_due)
+
+    def _refill_due(self) -> None:
+        self._refill_timer = None
+        self._wake.set()
+
+    def may_claim(self) -> bool:
+        """Claims wait while completions cannot be written: a job claimed now would run and
+        then lose its result, spending an attempt for nothing."""
+        return self.free_slots() > 0 and not self.services.health.service("completer").failing
+
+    async def run_once(self) -> None:
+        """One claim pass, when the worker has free slots and its completions can be written."""
+        self._backing_off = False
+        if (pause := self._paced_until - self.clock.monotonic()) > 0:
+            await self.clock.sleep(pause)
+        self._wake.clear()
+        if self.may_claim():
+            await self.claim_once()
+
+    def next_delay(self, result: None) -> float:
+        if self._wake.is_set() and self.may_claim():
+            return 0.0  # woken while it claimed: claim again at once
+        return self.services.options.poll_interval
+
+    def failed(self, exc: BaseException) -> float:
+        self.services.stats.claim_errors += 1
+        self._backing_off = True
+        return self.health.backoff()
+
+    async def wait(self, delay: float) -> None:
+        """Until woken or `delay` passes; after a failure, the whole backoff (a notification
+        must not cut it short), unless the worker stops."""
+        event = self.stopping if self._backing_off else self._wake
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout=delay)

@@ -1,0 +1,537 @@
+"""Runs one claimed job: context, handler, max runtime, outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection
+from psycopg.types.json import Jsonb
+
+from tenure.db.queries import FailOutcome
+from tenure.handler.context import JobContext
+from tenure.model.errors import JobFailure, LeaseLost, Transient
+from tenure.model.jobs import ClaimedJob, JobState
+from tenure.model.outcomes import ResultRefused, Snooze, encode_result
+from tenure.model.retry import FailureClass, FailurePolicy, error_code
+from tenure.model.secrets import has_secret_refs, redact, resolve_secrets, resolved_values
+from tenure.tasks import AnyTask, TaskRegistry
+from tenure.telemetry.logging_context import bind_job, job_fields
+from tenure.telemetry.tracing import record_outcome, run_span
+from tenure.worker.completer import Completer, CompletionOutcome
+from tenure.worker.events import Outcome
+from tenure.worker.health import describe_error
+from tenure.worker.services import WorkerServices
+
+log = logging.getLogger("tenure.worker")
+
+LOST = "lease lost"
+SHUTDOWN = "worker shutting down"
+MAX_RUNTIME = "max runtime reached"
+#: How long a failure write whose lease ended at the job's deadline keeps being retried.
+DEADLINE_WRITE_WINDOW = 5.0
+
+ThreadHook = Callable[[], AbstractContextManager[Any]]
+#: Entered around every plain-function handler, in the thread that runs it, by every worker of
+#: this process: per-thread resources (a framework's thread-local database connections) can only
+#: be put right from the thread that holds them.
+_thread_hooks: list[ThreadHook] = []
+
+
+def around_thread_handlers(hook: ThreadHook) -> Callable[[], None]:
+    """Registers `hook`, a context manager factory, to be entered around each plain-function
+    handler of every worker in this process, in the handler's own thread: it is entered before the
+    handler and exited after it, even when it raises. An error it raises counts as the handler's.
+    Registering the same hook again does nothing. Returns a function that removes it."""
+    if hook not in _thread_hooks:
+        _thread_hooks.append(hook)
+
+    def remove() -> None:
+        if hook in _thread_hooks:
+            _thread_hooks.remove(hook)
+
+    return remove
+
+
+def _within_hooks(hooks: tuple[ThreadHook, ...], call: Callable[[], Any]) -> Any:
+    with contextlib.ExitStack() as stack:
+        for hook in hooks:
+            stack.enter_context(hook())
+        return call()
+
+
+@dataclass
+class Execution:
+    """A job this worker is running, with its lease's expiry as measured on the local clock.
+
+    The execution holds a slot until the job's code has stopped: for a plain-function handler
+    that is when its thread returns, which no signal can force (LeaseLost is raised at its next
+    `ctx.check()` or `ctx.progress()`), so a lost lease never lets a second job into its thread.
+    """
+
+    job: ClaimedJob
+    ctx: JobContext
+    task: asyncio.Task[None] | None = None
+    thread: asyncio.Future[Any] | None = None
+    local_expiry: float = 0.0
+    local_deadline: float = 0.0
+    cancel_reason: str | None = None
+    handler_done: bool = False
+    abandoned: bool = False
+    sent_progress_version: int = 0
+    started: float = field(default_factory=time.monotonic)
+    #: This attempt's tracing span (tenure.telemetry.tracing), when tracing is on.
+    span: Any = None
+
+    def set_expiry(self, expires_at: Any, db_now: Any, sent_at: float) -> None:
+        # Only a duration crosses from the database clock to ours, never a wall-clock time,
+        # and it is counted from when the request was sent: the reply's travel time only makes
+        # the estimate earlier than the database's, never later.
+        self.local_expiry = sent_at + (expires_at - db_now).total_seconds()
+
+    @property
+    def code_stopped(self) -> bool:
+        """The handler's code is no longer running (its thread, if any, has returned)."""
+        if self.thread is not None:
+            return self.thread.done()
+        return self.task is None or self.task.done() or self.handler_done
+
+
+class Executor:
+    def __init__(
+        self,
+        services: WorkerServices,
+        registry: TaskRegistry,
+        completer: Completer,
+        threads: ThreadPoolExecutor,
+    ) -> None:
+        self.services = services
+        self.registry = registry
+        self.completer = completer
+        self.threads = threads
+        #: Executions by (job id, token): one job can briefly have two here, when the database
+        #: handed it out again while this worker's older attempt had not yet stopped.
+        self.running: dict[tuple[int, int], Execution] = {}
+        self._latest_token: dict[int, int] = {}
+
+    def start(self, job: ClaimedJob, on_done: Any, sent_at: float, traced: bool = True) -> Execution:
+        """Runs `job` in a task of its own; `traced`: a tracer provider may record its span (asked
+        once per claim by the caller, not once per job)."""
+        key = (job.id, job.lease.token)
+        if key in self.running:
+            return self._claimed_again(self.running[key], job, sent_at)
+        execution = Execution(job, JobContext(job, self.services))
+        execution.set_expiry(job.lease.expires_at, job.db_now, sent_at)
+        execution.local_deadline = sent_at + (job.lease.deadline - job.db_now).total_seconds()
+        older = self._latest_token.get(job.id)
+        if older is not None and older != job.lease.token and (job.id, older) in self.running:
+            # A newer token proves the older lease is gone: stop that attempt now rather than at
+            # the watchdog's next tick, so one worker never runs a job twice at once.
+            self.lose(self.running[(job.id, older)], "lease lost: the job was claimed again", "RECLAIMED")
+        self._latest_token[job.id] = job.lease.token
+        self.running[key] = execution
+        run = self._run(execution) if traced else self._attempt(execution)
+        execution.task = asyncio.create_task(run, name=f"tenure-job-{job.id}")
+
+        def finished(_: asyncio.Task[None]) -> None:
+            self.running.pop(key, None)
+            if self._latest_token.get(job.id) == job.lease.token:
+                del self._latest_token[job.id]
+            on_done()
+
+        execution.task.add_done_callback(finished)
+        return execution
+
+    def _claimed_again(self, execution: Execution, job: ClaimedJob, sent_at: float) -> Execution:
+        """The database handed this worker a lease it already runs: the same job, the same token.
+        Only a lost claim does that (a failover to a standby that never received the claim the
+        running attempt was started under), and the fence cannot tell two attempts with one
+        (owner, token) apart, so a second is never started: the running attempt keeps the new
+        lease, or, if it has stopped already, the lease is left to expire and be recovered."""
+        ctx = execution.ctx
+        keeps = not (ctx.lease_lost or ctx.completed or execution.handler_done)
+        if keeps:
+            execution.set_expiry(job.lease.expires_at, job.db_now, sent_at)
+            execution.local_deadline = sent_at + (job.lease.deadline - job.db_now).total_seconds()
+        log.warning(
+            "job %s: claimed again under token %s, which this worker already holds: the database "
+            "lost the claim it runs under (a failover to a standby that had not received it); %s",
+            job.id,
+            job.lease.token,
+            "the attempt already running keeps the lease"
+            if keeps
+            else "its attempt has stopped, so the lease is left to expire and be recovered",
+            extra=job_fields(job, self.services.owner),
+        )
+        return execution
+
+    def lose(self, execution: Execution, reason: str, code: str = "LEASE_LOST") -> None:
+        """This worker no longer holds the job: stop its queue writes and, if async, the handler.
+
+        The loss is also written to the job's history (best effort, in the background), so the
+        stale holder's side of a takeover shows there even when it never got to write anything.
+        """
+        if execution.ctx.lease_lost:
+            return
+        execution.ctx.mark_lost(reason)
+        job = execution.job
+        self.services.stats.leases_lost += 1
+        self.services.events.lease_lost(job, reason, code)
+        log.warning(
+            "job %s: %s (token %s); stopping it",
+            job.id,
+            reason,
+            job.lease.token,
+            extra=job_fields(job, self.services.owner),
+        )
+        self.services.in_background(self._record_loss(job, code, reason))
+        self._interrupt(execution, LOST)
+
+    def deadline_reached(self, execution: Execution) -> None:
+        """The job ran past its max runtime: stop it and record MAX_RUNTIME for it."""
+        if execution.ctx.lease_lost or execution.handler_done or execution.cancel_reason is not None:
+            return
+        execution.ctx.mark_lost(MAX_RUNTIME)
+        self._interrupt(execution, MAX_RUNTIME)
+
+    def stop_for_shutdown(self, execution: Execution) -> None:
+        execution.ctx.mark_lost(SHUTDOWN)
+        self._interrupt(execution, SHUTDOWN)
+
+    def abandon(self, execution: Execution) -> None:
+        """Stops waiting for a thread that will not return (the worker is exiting)."""
+        execution.abandoned = True
+        if execution.task is not None and not execution.task.done():
+            execution.task.cancel()
+
+    @staticmethod
+    def _interrupt(execution: Execution, reason: str) -> None:
+        if execution.cancel_reason is not None or execution.handler_done:
+            return
+        execution.cancel_reason = reason
+        if execution.task is not None:
+            execution.task.cancel()
+
+    async def _record_loss(self, job: ClaimedJob, code: str, reason: str) -> None:
+        try:
+            async with self.services.connection() as conn:
+                await self.services.queries.lease_lost_record(
+                    conn,
+                    job_id=job.id,
+                    token=job.lease.token,
+                    owner=self.services.owner,
+                    error_code=code,
+                    error=reason,
+                )
+        except Exception as exc:
+            log.info("could not record the lease loss of job %s: %s", job.id, type(exc).__name__)
+
+    async def _run(self, execution: Execution) -> None:
+        with run_span(execution.job, self.services.owner) as span:
+            execution.span = span
+            await self._attempt(execution)
+
+    async def _attempt(self, execution: Execution) -> None:
+        job, ctx = execution.job, execution.ctx
+        bind_job(job, self.services.owner)  # this task's context: every log line names the job
+        task = self.registry.get(job.task)
+        if task is None:
+            await self._fail(
+                execution,
+                None,
+                "UNKNOWN_TASK",
+                f"no task named {job.task!r} is registered in worker {self.services.owner}",
+                FailureClass.TRANSIENT,
+            )
+            return
+        # Arguments only: annotations were checked at enqueue, and a stored job is not failed
+        # for a handler's annotation changed since.
+        mismatch = task.accepts(job.payload, check_types=False)
+        if mismatch:
+            await self._fail(
+                execution,
+                task,
+                "BAD_PAYLOAD",
+                f"payload does not fit {job.task}: {mismatch}",
+                FailureClass.PERMANENT,
+            )
+            return
+        payload, secrets = job.payload, []
+        if has_secret_refs(payload):
+            # Resolved values live in this attempt's memory only; every error text Tenure writes
+            # for the attempt has them redacted.
+            try:
+                payload = await resolve_secrets(payload, self.registry.secret_resolver)
+            except JobFailure as exc:
+                await self._fail(execution, task, exc.code, str(exc), FailureClass.PERMANENT)
+                return
+            secrets = resolved_values(payload)
+        error: Exception | None = None
+        value: Any = None
+        try:
+            if task.is_async:
+                value = await task(ctx, **payload)
+            else:
+                call = functools.partial(task, ctx, **payload)
+                if _thread_hooks:
+                    call = functools.partial(_within_hooks, tuple(_thread_hooks), call)
+                execution.thread = asyncio.get_running_loop().run_in_executor(self.threads, call)
+                # Shielded: cancelling this task must not forget the thread, which runs on.
+                value = await asyncio.shield(execution.thread)
+        except asyncio.CancelledError:
+            if execution.cancel_reason is None:
+                raise
+        except Exception as exc:
+            error = exc
+        record_outcome(
+            execution.span,
+            execution.cancel_reason or ("raised" if error is not None else "returned"),
+            error,
+        )
+        if execution.thread is None or execution.thread.done():
+            execution.handler_done = True
+        await self._settle(execution, task, error, secrets, value)
+        await self._until_code_stops(execution)
+
+    async def _until_code_stops(self, execution: Execution) -> None:
+        """Keeps the slot until a thread handler returns, however long it runs on."""
+        thread = execution.thread
+        while thread is not None and not thread.done():
+            try:
+                await asyncio.shield(thread)
+            except asyncio.CancelledError:
+                if execution.abandoned:
+                    raise
+            except Exception:
+                break
+        execution.handler_done = True
+
+    async def _settle(
+        self, execution: Execution, task: AnyTask, error: Exception | None, secrets: list[str], value: Any
+    ) -> None:
+        """Writes the attempt's outcome, if it is still this worker's to write: `error` raised,
+        or `value` returned (a result, or a Snooze)."""
+        job, ctx = execution.job, execution.ctx
+        if execution.cancel_reason == MAX_RUNTIME:
+            runtime = (job.lease.deadline - job.db_now).total_seconds()
+            await self._fail(
+                execution,
+                task,
+                "MAX_RUNTIME",
+                f"ran past its max runtime of {runtime:.1f}s (max_runtime_seconds)",
+                FailureClass.TRANSIENT,
+                at_deadline=True,
+            )
+            return
+        if execution.cancel_reason is not None:
+            return  # lease lost or shutdown: the job is no longer ours to write
+        if isinstance(error, LeaseLost):
+            if not ctx.lease_lost:
+                self.lose(execution, LOST)
+            return
+        snooze = error if isinstance(error, Snooze) else value if isinstance(value, Snooze) else None
+        if snooze is not None and not ctx.completed and not ctx.lease_lost:
+            await self._snooze(execution, task, snooze)
+            return
+        if error is not None:
+            if ctx.completed or ctx.lease_lost:
+                # The type only: an exception's text may quote the payload.
+                log.warning("job %s raised %s after its outcome was settled", job.id, type(error).__name__)
+                if ctx.completed:
+                    self._succeeded(execution)  # committed by ctx.atomic: a success
+                return
+            failure = task.policy.failure.classify(error)
+            detail = redact("".join(traceback.format_exception(error, limit=8)), secrets)[-1900:]
+            await self._fail(execution, task, error_code(error), detail, failure, error)
+            return
+        result = None
+        if value is not None and snooze is None:
+            try:
+                result = encode_result(value, self.services.options.max_result_bytes)
+            except ResultRefused as refused:
+                if ctx.completed:
+                    log.warning("job %s succeeded, but its result is not stored: %s", job.id, refused)
+                    self._succeeded(execution)
+                    return
+                await self._fail(execution, task, refused.code, str(refused), FailureClass.PERMANENT)
+                return
+        if ctx.completed:
+            # Completed in the handler's own transaction; the result follows that commit.
+            if result is not None or job.result_wanted:
+                self.services.in_background(self._store_result(job, result))
+            self._succeeded(execution)
+            return
+        if ctx.lease_lost:
+            return
+        # A waited-for job always gets a result, JSON null for none: a waiter reads SQL NULL as
+        # "still on its way" (see job_result_get).
+        stored = Jsonb(result) if result is not None or job.result_wanted else None
+        outcome = await self.completer.complete(job, execution.local_expiry, stored)
+        if outcome == CompletionOutcome.DONE:
+            self._succeeded(execution)
+        elif outcome == CompletionOutcome.LOST:
+            self.services.stats.fencing_losses += 1
+            self.services.events.fencing_loss(job, "FENCED_COMPLETE")
+            self._finished(execution, Outcome.FENCED, "FENCED_COMPLETE")
+            ctx.mark_lost("fence refused the completion")
+            log.warning("job %s: completion refused by the fence (token %s)", job.id, job.lease.token)
+        else:
+            self.lose(execution, "lease ran out before its completion could be written", "WRITE_FAILED")
+
+    async def _store_result(self, job: ClaimedJob, result: Any) -> None:
+        try:
+            async with self.services.connection() as conn:
+                await self.services.queries.job_result_set(
+                    conn, job_id=job.id, token=job.lease.token, result=result
+                )
+        except Exception as exc:  # the job stays succeeded; a waiter finds no result, or polls
+            log.warning("could not store the result of job %s: %s", job.id, describe_error(exc))
+
+    async def _snooze(self, execution: Execution, task: AnyTask, snooze: Snooze) -> None:
+        """Puts the job back to wait `snooze.delay` seconds without spending its attempt."""
+        job, services = execution.job, self.services
+
+        async def write(conn: AsyncConnection[Any], attempt: int) -> FailOutcome:
+            return await services.queries.job_snooze(
+                conn,
+                job_id=job.id,
+                owner=services.owner,
+                token=job.lease.token,
+                delay=snooze.delay,
+                max_snoozes=task.policy.max_snoozes,
+                reason=snooze.reason,
+            )
+
+        result = await self._write_outcome(execution, write, "snooze", execution.local_expiry)
+        if result is None:
+            return
+        if result.outcome == "lost":
+            services.stats.fencing_losses += 1
+            services.events.fencing_loss(job, "FENCED_SNOOZE")
+            self._finished(execution, Outcome.FENCED, "FENCED_SNOOZE")
+            execution.ctx.mark_lost("fence refused the snooze")
+        elif result.state is JobState.DEAD:
+            services.stats.dead += 1
+            self._finished(execution, Outcome.DEAD, "SNOOZE_LIMIT")
+            log.warning("job %s is dead: it snoozed more than max_snoozes allows", job.id)
+        else:
+            services.stats.snoozed += 1
+            if result.state is JobState.SCHEDULED and result.available_at is not None:
+                services.scheduled(result.available_at)
+            self._finished(execution, Outcome.SNOOZED, None)
+
+    def _succeeded(self, execution: Execution) -> None:
+        self.services.stats.succeeded += 1
+        self._finished(execution, Outcome.SUCCEEDED, None)
+
+    async def _fail(
+        self,
+        execution: Execution,
+        task: AnyTask | None,
+        code: str,
+        detail: str,
+        failure: FailureClass,
+        exc: BaseException | None = None,
+        *,
+        at_deadline: bool = False,
+    ) -> None:
+        job, services = execution.job, self.services
+        policy = task.policy if task else None
+        failure_policy = policy.failure if policy else FailurePolicy()
+        backoff = policy.backoff if policy else services.options.recovery_backoff
+        requested = exc.delay if isinstance(exc, Transient) else None
+        delay = failure_policy.retry_delay(failure, job.attempt, job.max_attempts, backoff, requested)
+        services.stats.failures_by_code[code] += 1
+        error = f"[{failure}] {detail}"
+        # Worth trying until the lease ends; a failure at the deadline may be written a little
+        # after it, until recovery takes the job.
+        until = time.monotonic() + DEADLINE_WRITE_WINDOW if at_deadline else execution.local_expiry
+        text = [error]
+
+        async def write(conn: AsyncConnection[Any], attempt: int) -> FailOutcome:
+            return await services.queries.job_fail(
+                conn,
+                job_id=job.id,
+                owner=services.owner,
+                token=job.lease.token,
+                error_code=code,
+                error=text[0],
+                retry_delay=delay,
+                at_deadline=at_deadline,
+            )
+
+        def unstorable(write_exc: Exception) -> None:
+            # Not the connection: something about this write itself. Settle the job with a
+            # minimal record rather than leave it running until its lease expires.
+            text[0] = f"[{failure}] {code}: the error text could not be stored ({type(write_exc).__name__})"
+
+        result = await self._write_outcome(execution, write, "failure", until, unstorable)
+        if result is None:
+            return
+        if result.outcome == "lost":
+            services.stats.fencing_losses += 1
+            services.events.fencing_loss(job, "FENCED_FAIL")
+            self._finished(execution, Outcome.FENCED, code)
+            execution.ctx.mark_lost("fence refused the failure")
+            return
+        if result.state is JobState.DEAD:
+            services.stats.dead += 1
+            self._finished(execution, Outcome.DEAD, code)
+            log.warning("job %s is dead after attempt %s: %s", job.id, job.attempt, code)
+        else:
+            services.stats.retried += 1
+            if result.state is JobState.SCHEDULED and result.available_at is not None:
+                services.scheduled(result.available_at)
+            self._finished(execution, Outcome.RETRIED, code)
+            log.debug("job %s failed with %s; retry scheduled", job.id, code)
+
+    async def _write_outcome(
+        self,
+        execution: Execution,
+        write: Callable[[AsyncConnection[Any], int], Awaitable[FailOutcome]],
+        what: str,
+        until: float,
+        unstorable: Callable[[Exception], None] | None = None,
+    ) -> FailOutcome | None:
+        """Runs a fenced outcome write until it is answered (not 'busy') or `until` (local
+        monotonic time) passes; None then, with the job given up as lost."""
+        services = self.services
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                async with services.connection() as conn:
+                    result = await write(conn, attempt)
+                if result.outcome != "busy":
+                    return result
+            except Exception as write_exc:
+                services.stats.write_errors += 1
+                log.warning(
+                    "%s write for job %s failed (attempt %s): %s",
+                    what,
+                    execution.job.id,
+                    attempt,
+                    describe_error(write_exc),
+                )
+                if unstorable is not None and not isinstance(
+                    write_exc, psycopg.OperationalError | TimeoutError | OSError
+                ):
+                    unstorable(write_exc)
+            pause = min(2.0, 0.05 * 2**attempt)
+            if time.monotonic() + pause >= until:
+                self.lose(execution, f"lease ran out before its {what} could be written", "WRITE_FAILED")
+                return None
+            await asyncio.sleep(pause)
+
+    def _finished(self, execution: Execution, outcome: Outcome, code: str | None) -> None:
+        self.services.events.job_finished(execution.job, outcome, code, time.monotonic() - execution.started)

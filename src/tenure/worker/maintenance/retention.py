@@ -1,0 +1,116 @@
+"""How long finished jobs, audit rows and (only when asked) dead jobs are kept, and the pass
+that deletes what is older."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+from tenure.db.ops_queries import OpsQueries
+from tenure.db.schedule_queries import ScheduleQueries
+from tenure.model.errors import ConfigurationError
+from tenure.model.validation import check_queue
+
+DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """finished_seconds: succeeded and cancelled jobs are kept this long after they finished,
+    unless `per_queue` names their queue. audit_seconds: audit rows of jobs no longer in play,
+    and the fired-slot history of schedules.
+    dead_seconds: None keeps dead jobs until an operator purges them (the default).
+    batch / max_batches bound the work of one pass, so a pass never holds locks for long."""
+
+    finished_seconds: float = 7 * DAY
+    per_queue: dict[str, float] = field(default_factory=dict)
+    audit_seconds: float = 30 * DAY
+    dead_seconds: float | None = None
+    silent_worker_seconds: float = DAY
+    batch: int = 1000
+    max_batches: int = 20
+
+    def __post_init__(self) -> None:
+        for name in ("finished_seconds", "audit_seconds", "silent_worker_seconds"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or value <= 0:
+                raise ConfigurationError(f"{name} must be a positive number of seconds, got {value!r}")
+        if self.dead_seconds is not None and self.dead_seconds <= 0:
+            raise ConfigurationError(f"dead_seconds must be positive or None, got {self.dead_seconds!r}")
+        for queue, seconds in self.per_queue.items():
+            check_queue(queue)
+            if seconds <= 0:
+                raise ConfigurationError(f"retention of queue {queue!r} must be positive, got {seconds!r}")
+        if self.batch < 1 or self.max_batches < 1:
+            raise ConfigurationError("batch and max_batches must be >= 1")
+
+
+@dataclass
+class PruneReport:
+    finished_jobs: int = 0
+    audit_rows: int = 0
+    dead_jobs: int = 0
+    silent_workers: int = 0
+    schedule_fires: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "finished_jobs": self.finished_jobs,
+            "audit_rows": self.audit_rows,
+            "dead_jobs": self.dead_jobs,
+            "silent_workers": self.silent_workers,
+            "schedule_fires": self.schedule_fires,
+        }
+
+
+async def prune(
+    pool: AsyncConnectionPool[Any],
+    schema: str,
+    policy: RetentionPolicy,
+    *,
+    now: datetime | None = None,
+) -> PruneReport:
+    """One maintenance pass: each kind of row in batches (one short transaction each) until a
+    batch comes back short or `max_batches` ran."""
+    ops = OpsQueries(schema)
+    report = PruneReport()
+    for _ in range(policy.max_batches):
+        async with pool.connection() as conn:
+            ids = await ops.jobs_prune_finished(
+                conn,
+                default_seconds=policy.finished_seconds,
+                per_queue=policy.per_queue,
+                limit=policy.batch,
+                now=now,
+            )
+        report.finished_jobs += len(ids)
+        if len(ids) < policy.batch:
+            break
+    if policy.dead_seconds is not None:
+        for _ in range(policy.max_batches):
+            async with pool.connection() as conn:
+                ids = await ops.dead_purge(conn, older_than=policy.dead_seconds, limit=policy.batch, now=now)
+            report.dead_jobs += len(ids)
+            if len(ids) < policy.batch:
+                break
+    for _ in range(policy.max_batches):
+        async with pool.connection() as conn:
+            n = await ops.job_events_prune(conn, seconds=policy.audit_seconds, limit=policy.batch, now=now)
+        report.audit_rows += n
+        if n < policy.batch:
+            break
+    fires = ScheduleQueries(schema)
+    for _ in range(policy.max_batches):
+        async with pool.connection() as conn:
+            n = await fires.prune_fires(conn, seconds=policy.audit_seconds, limit=policy.batch, now=now)
+        report.schedule_fires += n
+        if n < policy.batch:
+            break
+    async with pool.connection() as conn:
+        report.silent_workers = await ops.workers_prune_silent(
+            conn, seconds=policy.silent_worker_seconds, now=now
+        )
+    return report

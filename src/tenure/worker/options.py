@@ -1,0 +1,165 @@
+"""Worker settings, validated once at start-up."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import InitVar, dataclass, field
+
+from tenure.model.errors import ConfigurationError
+from tenure.model.outcomes import DEFAULT_MAX_RESULT_BYTES
+from tenure.model.retry import Backoff
+from tenure.model.validation import check_queue
+
+#: Results are rows' values, read whole by every waiter: keep them well below jsonb's limits.
+MAX_RESULT_BYTES_LIMIT = 64 * 1024 * 1024
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class WorkerOptions:
+    """How one worker process claims and runs jobs.
+
+    Attributes:
+        queues: None runs every queue the registry's tasks use (or 'default').
+        concurrency: the most jobs this worker runs at once.
+        lease_seconds: the renewable lease; renewed only while the job reports progress.
+        max_runtime_seconds: the hard limit after which a lease is never renewed.
+        poll_interval: how often to claim with no notification, so jobs drain without LISTEN.
+        claim_batch: the most jobs one claim takes; never more than the free slots. Each
+            claim is a commit, so a claim takes every free slot up to this; the default lets
+            a worker of up to 100 slots refill them all in one statement.
+        heartbeat_interval: seconds between heartbeats; None: a third of the lease.
+        recovery_interval: seconds between recoveries of expired leases; None: half the lease,
+            at most 5 s.
+        recovery_batch: the most expired leases one recovery statement takes.
+        recovery_backoff: the retry delay of a recovered job whose task this worker does not know.
+        shutdown_grace: seconds running jobs get to finish after a stop before they are given back.
+        listen: whether to LISTEN for new jobs; without it the worker only polls.
+        worker_id: this worker's name: the owner of its leases, in job history and the workers list.
+        completion_batch: the most completions one statement writes.
+        queue_weights: each queue's share of the slots while queues compete; unnamed queues
+            weigh 1. A queue always gets its share back as slots free; idle shares are lent out.
+        oldest_every: one job in every `oldest_every` that this worker claims from a queue is the
+            queue's oldest due job, whatever its priority: the starvation bound
+            (docs/ordering.md). 1 claims in due order only; None claims by priority only.
+        promotion_batch: the most scheduled jobs one promotion statement makes pending.
+        statement_timeout: the bound on every statement the worker's own services run (claims,
+            completions, heartbeats, recovery, ...), in seconds; past it the statement is cancelled
+            on the server and retried. None derives it from the lease (a third, at most 10 s).
+        service_failure_limit: how long a critical service (claimer, completer, heartbeat,
+            recovery) may keep failing without one success before the worker stops and exits
+            non-zero, so that a process supervisor restarts it.
+        listen_dsn: where LISTEN connects, when the pool's DSN goes through a transaction pooler
+            (PgBouncer) that cannot deliver notifications; None uses the pool's DSN.
+        max_result_bytes: the largest handler result (its JSON) stored with a succeeded job; a
+            larger one fails the job with RESULT_TOO_LARGE.
+    """
+
+    queues: list[str] | None = None
+    concurrency: int = 10
+    lease_seconds: float = 30.0
+    max_runtime_seconds: float = 3600.0
+    poll_interval: float = 1.0
+    claim_batch: int = 100
+    heartbeat_interval: float | None = None
+    recovery_interval: float | None = None
+    recovery_batch: int = 1000
+    recovery_backoff: Backoff = field(default_factory=lambda: Backoff(base=1.0, cap=300.0))
+    shutdown_grace: float = 10.0
+    listen: bool = True
+    worker_id: str = field(default_factory=default_worker_id)
+    completion_batch: int = 500
+    queue_weights: dict[str, int] | None = None
+    oldest_every: int | None = 10
+    promotion_batch: int = 1000
+    statement_timeout: float | None = None
+    service_failure_limit: float = 120.0
+    listen_dsn: str | None = None
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
+    # Removed: priority aging rewrote every waiting job; oldest_every bounds starvation instead.
+    priority_aging_seconds: InitVar[float | None] = None
+    priority_aging_max: InitVar[int | None] = None
+
+    def __post_init__(self, priority_aging_seconds: float | None, priority_aging_max: int | None) -> None:
+        if priority_aging_seconds is not None or priority_aging_max is not None:
+            raise ConfigurationError(
+                "priority_aging_seconds and priority_aging_max were removed: priority aging rewrote "
+                "every waiting job. Starvation is bounded by oldest_every instead (one claim in "
+                "every oldest_every takes the oldest due job, docs/ordering.md); drop the option"
+            )
+        if self.queues is not None:
+            if not self.queues:
+                raise ConfigurationError("queues is empty: name at least one queue, or leave it unset")
+            for queue in self.queues:
+                check_queue(queue)
+        if not isinstance(self.concurrency, int) or self.concurrency < 1:
+            raise ConfigurationError(f"concurrency must be an integer >= 1, got {self.concurrency!r}")
+        for name in (
+            "lease_seconds",
+            "max_runtime_seconds",
+            "poll_interval",
+            "shutdown_grace",
+            "service_failure_limit",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or value <= 0:
+                raise ConfigurationError(f"{name} must be a positive number of seconds, got {value!r}")
+        beat = self.heartbeat_interval
+        if beat is not None and (isinstance(beat, bool) or not isinstance(beat, int | float) or beat <= 0):
+            raise ConfigurationError(
+                "heartbeat_interval must be a positive number of seconds or None (a third of the "
+                f"lease), got {beat!r}"
+            )
+        timeout = self.statement_timeout
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+        ):
+            raise ConfigurationError(
+                f"statement_timeout must be a positive number of seconds or None, got {timeout!r}"
+            )
+        if self.claim_batch < 1:
+            raise ConfigurationError(f"claim_batch must be >= 1, got {self.claim_batch!r}")
+        for queue, weight in (self.queue_weights or {}).items():
+            check_queue(queue)
+            if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
+                raise ConfigurationError(f"queue weight of {queue!r} must be an integer >= 1, got {weight!r}")
+        every = self.oldest_every
+        if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
+            raise ConfigurationError(
+                f"oldest_every must be an integer >= 1 (1: due order only) or None (priority only), "
+                f"got {every!r}"
+            )
+        limit = self.max_result_bytes
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_RESULT_BYTES_LIMIT:
+            raise ConfigurationError(
+                f"max_result_bytes must be an integer from 1 to {MAX_RESULT_BYTES_LIMIT}, got {limit!r}"
+            )
+        batch = self.promotion_batch
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ConfigurationError(f"promotion_batch must be an integer >= 1, got {batch!r}")
+
+    def weight(self, queue: str) -> int:
+        return (self.queue_weights or {}).get(queue, 1)
+
+    @property
+    def heartbeat_every(self) -> float:
+        return self.heartbeat_interval or max(0.05, self.lease_seconds / 3)
+
+    @property
+    def recovery_every(self) -> float:
+        return self.recovery_interval or max(0.1, min(5.0, self.lease_seconds / 2))
+
+    @property
+    def statement_bound(self) -> float:
+        """Seconds any one statement of the worker's services may take."""
+        return self.statement_timeout or max(0.5, min(10.0, self.lease_seconds / 3))
+
+    @property
+    def watchdog_every(self) -> float:
+        """How often running jobs are checked against their lease's local expiry estimate."""
+        return max(0.02, min(1.0, self.lease_seconds / 10))

@@ -1,0 +1,95 @@
+"""Promotion: scheduled jobs become pending when due. Every worker runs it; many at once is safe
+(SKIP LOCKED), and whoever promotes a job notifies its queue."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from datetime import datetime
+
+from tenure.db.queries import Promotion
+from tenure.worker.service import Service
+from tenure.worker.services import WorkerServices
+
+log = logging.getLogger("tenure.worker")
+
+#: The shortest sleep between two promotion passes (seconds): jobs due within it are promoted
+#: together, so a steady stream of due times costs at most this many statements per second.
+PROMOTION_RESOLUTION = 0.01
+
+
+class Promoter(Service):
+    """Sleeps until the next scheduled job is due or the poll interval passes, whichever is
+    sooner, and is woken earlier by `expect` when a job is scheduled for an earlier time."""
+
+    name = "promoter"
+
+    def __init__(self, services: WorkerServices, wake_claimer: Callable[[], None] = lambda: None) -> None:
+        self.services = services
+        self.wake_claimer = wake_claimer
+        self._wake = asyncio.Event()
+        # Database time at the last pass, and the local monotonic clock at that moment: only the
+        # duration between a due time and that pass crosses to the local clock.
+        self._db_base: datetime | None = None
+        self._local_base = 0.0
+        self._wake_at = 0.0
+        # The earliest due time announced while a pass ran: its statement may not have seen it.
+        self._expected: datetime | None = None
+        self.health = services.health.service(self.name)
+
+    async def run_once(self, *, now: datetime | None = None) -> Promotion:
+        """Promotes every job due at `now` (database time by default), in batches."""
+        self._expected = None
+        services, batch = self.services, self.services.options.promotion_batch
+        total = 0
+        while True:
+            async with services.connection() as conn:
+                result = await services.queries.job_promote_due(conn, limit=batch, now=now)
+            total += result.promoted
+            if result.promoted < batch:
+                break
+        services.stats.promoted += total
+        if total:
+            self.wake_claimer()
+        return Promotion(total, result.next_due, result.db_now)
+
+    def expect(self, due: datetime) -> None:
+        """A job was scheduled for `due` (database time): wake by then if that is sooner."""
+        if self._expected is None or due < self._expected:
+            self._expected = due
+        if self._db_base is None:
+            self._wake.set()
+            return
+        local_due = self._local_base + (due - self._db_base).total_seconds()
+        if local_due < self._wake_at:
+            self._wake_at = local_due
+            self._wake.set()
+
+    def next_delay(self, result: Promotion) -> float:
+        """Until the next due job, or a job announced meanwhile, or the poll interval."""
+        self._db_base, self._local_base = result.db_now, self.clock.monotonic()
+        sleep = self.services.options.poll_interval
+        for due in (result.next_due, self._expected):
+            if due is not None:
+                sleep = min(sleep, (due - result.db_now).total_seconds())
+        self._wake_at = self._local_base + max(PROMOTION_RESOLUTION, sleep)
+        return self._wake_at - self._local_base
+
+    def failed(self, exc: BaseException) -> float:
+        self._db_base = None  # the next due time is unknown: any announcement wakes the promoter
+        self._wake_at = self.clock.monotonic() + self.health.backoff()
+        return self.health.backoff()
+
+    async def wait(self, delay: float) -> None:
+        """Until `_wake_at`, which `expect` may bring forward; a wake-up earlier than the
+        resolution is deferred to it, so that a burst of schedules costs one pass, not one each."""
+        while (left := self._wake_at - self.clock.monotonic()) > 0:
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=left)
+            if self._db_base is None:
+                return  # scheduled for an unknown time: look now
+        if self._db_base is not None:
+            await self.clock.sleep(max(0.0, self._local_base + PROMOTION_RESOLUTION - self.clock.monotonic()))
