@@ -19,7 +19,7 @@ from psycopg.rows import dict_row
 import tenure
 from tenure.db.pool import open_pool
 from tenure.db.queries import Queries
-from tenure.db.schedule_queries import ScheduleQueries
+from tenure.db.schedule_queries import ScheduleQueries, ScheduleResume
 from tenure.model.schedules import slot_key
 from tenure.worker.options import WorkerOptions
 from tenure.worker.scheduler import Scheduler
@@ -145,9 +145,8 @@ async def test_a_stale_plan_writes_nothing(dsn: str, db: AsyncConnection[Any]) -
         )
         assert not late.won and late.slots == [] and late.job_ids == []
         _, [before_pause] = await sq.state(db, ["stale"], now=at(5))
-        assert (await sq.pause(db, "stale", actor="ops", reason="maintenance", now=at(5)))[
-            "outcome"
-        ] == "paused"
+        paused = await sq.pause(db, "stale", actor="ops", reason="maintenance", now=at(5))
+        assert paused is not None and paused.outcome == "paused"
         paused = await sq.fire(
             db,
             name="stale",
@@ -208,19 +207,16 @@ async def test_a_paused_schedule_fires_nothing_and_resuming_skips_what_fell_in_t
     async with scheduler(dsn, app, "only") as only:
         await only.register(now=T0)
         paused = await sq.pause(db, "held", actor="ops", reason="supplier down", now=at(10))
-        assert (
-            paused is not None and paused["outcome"] == "paused" and paused["pause_reason"] == "supplier down"
-        )
+        assert paused is not None and paused.outcome == "paused" and paused.pause_reason == "supplier down"
         again = await sq.pause(db, "held", actor="someone", reason="again", now=at(20))
-        assert again is not None and (again["outcome"], again["paused_by"]) == ("already", "ops")
+        assert again is not None and (again.outcome, again.paused_by) == ("already", "ops")
         for m in (1, 2, 3):
             assert (await only.run_once(now=minute(m) + timedelta(seconds=1))).fired == {}
         resumed = await sq.resume(db, "held", now=minute(3) + timedelta(seconds=10))
-        assert resumed == {"outcome": "resumed", "skipped_until": minute(3) + timedelta(seconds=10)}
-        assert await sq.resume(db, "held", now=minute(3) + timedelta(seconds=11)) == {
-            "outcome": "not_paused",
-            "skipped_until": None,
-        }
+        assert resumed == ScheduleResume("resumed", minute(3) + timedelta(seconds=10))
+        assert await sq.resume(db, "held", now=minute(3) + timedelta(seconds=11)) == ScheduleResume(
+            "not_paused", None
+        )
         assert (await only.run_once(now=minute(3) + timedelta(seconds=20))).fired == {}
         assert (await only.run_once(now=minute(4) + timedelta(seconds=1))).fired == {"held": [minute(4)]}
     assert await sq.pause(db, "no.such", actor="ops", reason="x") is None

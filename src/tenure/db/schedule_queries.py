@@ -44,6 +44,25 @@ class ScheduleFire:
     db_now: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class SchedulePause:
+    """What a schedule's pause did: 'paused', or 'already' with the pause that was there."""
+
+    outcome: str
+    paused_at: datetime | None
+    paused_by: str | None
+    pause_reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleResume:
+    """What a schedule's resume did: 'resumed', skipping the slots due until `skipped_until`, or
+    'not_paused'."""
+
+    outcome: str
+    skipped_until: datetime | None
+
+
 class ScheduleQueries:
     def __init__(self, schema: str) -> None:
         self.schema = schema
@@ -127,8 +146,9 @@ class ScheduleQueries:
 
     async def pause(
         self, conn: AsyncConnection[Any], name: str, *, actor: str, reason: str, now: datetime | None = None
-    ) -> Row | None:
-        """{'outcome': 'paused' | 'already', and the pause}; None: no such schedule."""
+    ) -> SchedulePause | None:
+        """What the pause did ('paused', or 'already' with the pause that was there); None: no
+        such schedule."""
         params = {
             "name": name,
             "actor": storable_text(actor, 200),
@@ -136,7 +156,7 @@ class ScheduleQueries:
             "now": now,
         }
         rows = await fetch(conn, self._sql["schedule_pause"], params)
-        return rows[0] if rows else None
+        return SchedulePause(**rows[0]) if rows else None
 
     async def resume(
         self,
@@ -146,9 +166,10 @@ class ScheduleQueries:
         *,
         actor: str | None = None,
         reason: str | None = None,
-    ) -> Row | None:
-        """{'outcome': 'resumed' | 'not_paused', 'skipped_until'}; None: no such schedule. The
-        resume is recorded on the schedule as `actor` (default user@host) with `reason`."""
+    ) -> ScheduleResume | None:
+        """What the resume did ('resumed', and the slots it skipped until; or 'not_paused'); None:
+        no such schedule. The resume is recorded on the schedule as `actor` (default user@host)
+        with `reason`."""
         params = {
             "name": name,
             "actor": storable_text(actor or default_actor(), 200),
@@ -156,7 +177,7 @@ class ScheduleQueries:
             "now": now,
         }
         rows = await fetch(conn, self._sql["schedule_resume"], params)
-        return rows[0] if rows else None
+        return ScheduleResume(**rows[0]) if rows else None
 
     async def prune_fires(
         self, conn: AsyncConnection[Any], *, seconds: float, limit: int, now: datetime | None = None

@@ -9,6 +9,7 @@ schedule, already paused, not paused, a role that may not pause); 2 the command 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import getpass
 import socket
 from typing import Any
@@ -181,15 +182,16 @@ async def cmd_pause(args: argparse.Namespace) -> int:
             return _not_allowed("pause")
     if result is None:
         return _unknown(args.name)
-    if result["outcome"] == "already":
+    if result.outcome == "already":
+        since = result.paused_at.isoformat() if result.paused_at else "?"
         err.print(
-            f"error: schedule {args.name!r} is already paused (since {result['paused_at'].isoformat()} by "
-            f"{result['paused_by']}: {result['pause_reason']}); nothing was changed",
+            f"error: schedule {args.name!r} is already paused (since {since} by "
+            f"{result.paused_by}: {result.pause_reason}); nothing was changed",
             markup=False,
         )
         return EXIT_REFUSED
     if args.json:
-        emit_json({"schedule": args.name, **result})
+        emit_json({"schedule": args.name, **dataclasses.asdict(result)})
     else:
         out.print(
             f"schedule {args.name!r} paused: no worker fires it until `tenure schedules resume`; the slots "
@@ -214,11 +216,11 @@ async def cmd_resume(args: argparse.Namespace) -> int:
             return _not_allowed("resume")
     if result is None:
         return _unknown(args.name)
-    if result["outcome"] == "not_paused":
+    if result.outcome == "not_paused":
         err.print(f"error: schedule {args.name!r} is not paused; nothing was changed", markup=False)
         return EXIT_REFUSED
     if args.json:
-        emit_json({"schedule": args.name, **result})
+        emit_json({"schedule": args.name, **dataclasses.asdict(result)})
     else:
         out.print(
             f"schedule {args.name!r} resumed: it fires from its next slot on; the slots of the pause were "

@@ -33,9 +33,9 @@ async def pause_schedule(request: Request) -> Response:
             row = await board.schedules.pause(conn, name, actor=actor, reason=reason)
         if row is None:
             raise ControlRefused(f"there is no schedule {name!r}; nothing was paused")
-        if row["outcome"] != "paused":
+        if row.outcome != "paused":
             raise ControlRefused(
-                f"schedule {name!r} is already paused (by {row['paused_by']}: {row['pause_reason']}); "
+                f"schedule {name!r} is already paused (by {row.paused_by}: {row.pause_reason}); "
                 "nothing was changed"
             )
         return f"{request.url_for('schedules')}?done=paused"
@@ -51,7 +51,7 @@ async def resume_schedule(request: Request) -> Response:
             row = await board.schedules.resume(conn, name, actor=actor, reason=reason)
         if row is None:
             raise ControlRefused(f"there is no schedule {name!r}; nothing was resumed")
-        if row["outcome"] != "resumed":
+        if row.outcome != "resumed":
             raise ControlRefused(f"schedule {name!r} is not paused; nothing was changed")
         return f"{request.url_for('schedules')}?done=resumed"
 
