@@ -14,6 +14,7 @@ comes from the statements, and each service's `run_once(now=...)` takes it for t
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import logging
@@ -49,21 +50,21 @@ class SystemClock:
 SYSTEM_CLOCK = SystemClock()
 
 
-class Service:
-    """The base of every worker service: override `run_once` and `next_delay`, and the hooks
-    where the service needs them. `health` is the service's entry on the worker's health board."""
+class Service(abc.ABC):
+    """The base of every worker service: implement `run_once` and `next_delay`, and override the
+    hooks where the service needs them. `health` is the service's entry on the worker's health board."""
 
     name: str
     health: ServiceHealth
     clock: Clock = SYSTEM_CLOCK
 
+    @abc.abstractmethod
     async def run_once(self) -> Any:
         """One pass; what it did (given to `next_delay`). An exception is the supervisor's."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def next_delay(self, result: Any) -> float:
         """Seconds until the next pass after one that returned `result`."""
-        raise NotImplementedError
 
     async def wait(self, delay: float) -> None:
         """Waits `delay` seconds before the next pass, or less when there is work sooner."""
@@ -74,7 +75,7 @@ class Service:
         and logged): the backoff. A service with counters or state to reset does it here."""
         return self.health.backoff()
 
-    async def stopped(self) -> None:
+    async def stopped(self) -> None:  # noqa: B027 - a hook: most services have nothing to say
         """The service's loop ended (the worker stops): its last words, bounded in time."""
 
 
