@@ -33,16 +33,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: Source module -> its generated twin (paths under src/).
 TWINS = {
-    "tenure/db/fetch.py": "tenure/db/_sync/fetch.py",
-    "tenure/db/pool.py": "tenure/db/_sync/pool.py",
-    "tenure/db/control_queries.py": "tenure/db/_sync/control_queries.py",
-    "tenure/db/producer_queries.py": "tenure/db/_sync/producer_queries.py",
-    "tenure/db/handler_queries.py": "tenure/db/_sync/handler_queries.py",
-    "tenure/db/gauge_queries.py": "tenure/db/_sync/gauge_queries.py",
-    "tenure/producer/result_wait.py": "tenure/producer/_sync/result_wait.py",
+    "tenure/db/fetch.py": "tenure/db/sync/fetch.py",
+    "tenure/db/pool.py": "tenure/db/sync/pool.py",
+    "tenure/db/control_queries.py": "tenure/db/sync/control_queries.py",
+    "tenure/db/producer_queries.py": "tenure/db/sync/producer_queries.py",
+    "tenure/db/handler_queries.py": "tenure/db/sync/handler_queries.py",
+    "tenure/db/gauge_queries.py": "tenure/db/sync/gauge_queries.py",
+    "tenure/producer/result_wait.py": "tenure/producer/sync/result_wait.py",
     "tenure/producer/client.py": "tenure/producer/sync_client.py",
     "tenure/handler/transaction.py": "tenure/handler/sync_transaction.py",
-    "tenure/handler/atomic.py": "tenure/handler/_sync/atomic.py",
+    "tenure/handler/atomic.py": "tenure/handler/sync/atomic.py",
 }
 
 #: Names whose blocking counterpart has another name.

@@ -19,8 +19,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from tenure.db._sqlfiles import named_queries
 from tenure.db.queries import Queries
+from tenure.db.sqlfiles import named_queries
 from tenure.model.jobs import JobSpec
 from tenure.producer.client import Client
 

@@ -317,7 +317,7 @@ async def test_upgrade_from_version_3_moves_waiting_jobs_and_restores_aged_prior
     """A database at version 3 with jobs in it upgrades through 0004 (a new enum value, committed on
     its own) and 0005 (which uses it): jobs due later become scheduled, due ones stay pending, and an
     aged job gets back the priority it was enqueued with."""
-    from tenure.db._sqlfiles import migration_files, named_queries, schema_file
+    from tenure.db.sqlfiles import migration_files, named_queries, schema_file
 
     async with await AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
         q = named_queries("tenure")
@@ -338,8 +338,8 @@ async def test_upgrade_from_version_3_moves_waiting_jobs_and_restores_aged_prior
 def test_upgrades_build_indexes_on_busy_tables_concurrently() -> None:
     """After the first migration, every index on jobs or job_events is built CONCURRENTLY in a
     no-transaction migration, so an upgrade never holds off writes while an index builds."""
-    from tenure.db._sqlfiles import migration_files, schema_file
     from tenure.db.migrate import NO_TRANSACTION
+    from tenure.db.sqlfiles import migration_files, schema_file
 
     for version, name, path in migration_files():
         if version == 1:
@@ -354,7 +354,7 @@ def test_upgrades_build_indexes_on_busy_tables_concurrently() -> None:
 async def test_an_upgrade_from_the_first_version_with_jobs_matches_a_fresh_install(empty_dsn: str) -> None:
     """A schema at version 1 holding jobs, upgraded through every migration (indexes built
     concurrently at the end), has exactly the catalog of a fresh install."""
-    from tenure.db._sqlfiles import migration_files, named_queries, schema_file
+    from tenure.db.sqlfiles import migration_files, named_queries, schema_file
 
     async with await AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
         q = named_queries("upgraded")

@@ -12,9 +12,9 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 
-from tenure.db._sync.producer_queries import ProducerQueries as BlockingProducerQueries
 from tenure.db.channels import SCHEDULED_PREFIX, notify_channel
 from tenure.db.queries import Queries
+from tenure.db.sync.producer_queries import ProducerQueries as BlockingProducerQueries
 from tenure.db.wakeups import Wakeups
 from tenure.model.jobs import JobSpec
 

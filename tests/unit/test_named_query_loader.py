@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 import tenure.db.queries as queries_module
-from tenure.db._sqlfiles import (
+from tenure.db.migrate import NO_TRANSACTION, latest_version, statements_of
+from tenure.db.sqlfiles import (
     SCHEMA_PLACEHOLDER,
     migration_files,
     named_queries,
@@ -19,7 +20,6 @@ from tenure.db._sqlfiles import (
     read_sections,
     schema_file,
 )
-from tenure.db.migrate import NO_TRANSACTION, latest_version, statements_of
 
 NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
@@ -136,7 +136,7 @@ def test_whole_line_comments_are_dropped_and_the_statement_kept() -> None:
 def test_no_named_query_holds_text_across_lines() -> None:
     """The loader strips each line's indentation: safe only while no string literal or dollar
     quote spans lines, which this checks of every named query (quotes balance on each line)."""
-    from tenure.db._sqlfiles import read_sections
+    from tenure.db.sqlfiles import read_sections
 
     for package, folder in (
         ("tenure.db", "sql"),

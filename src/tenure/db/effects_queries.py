@@ -9,8 +9,8 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
-from tenure.db._sqlfiles import named_queries
 from tenure.db.fetch import Row, fetch
+from tenure.db.sqlfiles import named_queries
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,5 @@
 """Reading every gauge from one snapshot. Written once, async; tools/async_to_sync.py writes its
-blocking twin (tenure.db._sync.gauge_queries), which the metrics exporter's HTTP thread runs."""
+blocking twin (tenure.db.sync.gauge_queries), which the metrics exporter's HTTP thread runs."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from tenure.db._sqlfiles import named_queries
 from tenure.db.fetch import fetch
 from tenure.db.gauges import SNAPSHOT_QUERIES, Snapshot, snapshot_of, snapshot_params
+from tenure.db.sqlfiles import named_queries
 
 ASYNC = True
 

@@ -1,7 +1,7 @@
 """What a handler runs in its own transaction (ctx.atomic): the job's fenced completion beside its
 work, and the session reset after it. The worker's completer writes completions with the same
 statement. Written once, async; tools/async_to_sync.py writes its blocking twin
-(tenure.db._sync.handler_queries), which thread handlers run."""
+(tenure.db.sync.handler_queries), which thread handlers run."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
-from tenure.db._sqlfiles import named_queries
 from tenure.db.channels import results_channel
 from tenure.db.fetch import fetch
+from tenure.db.sqlfiles import named_queries
 
 ASYNC = True
 

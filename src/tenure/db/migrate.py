@@ -17,9 +17,9 @@ from psycopg import AsyncConnection
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 
-from tenure.db._sqlfiles import migration_files, named_queries, plain_queries, quote_schema, schema_file
 from tenure.db.migrate_hint import migrate_hint
 from tenure.db.pooler import behind_pooler
+from tenure.db.sqlfiles import migration_files, named_queries, plain_queries, quote_schema, schema_file
 from tenure.model.errors import ConfigurationError, MigrationFailed, SchemaNotMigrated
 
 log = logging.getLogger("tenure.migrate")

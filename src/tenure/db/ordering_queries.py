@@ -7,10 +7,10 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from tenure.db._sqlfiles import named_queries
 from tenure.db.channels import notify_channel
 from tenure.db.control_queries import ControlQueries
 from tenure.db.fetch import Row, fetch
+from tenure.db.sqlfiles import named_queries
 
 
 class OrderingQueries:

@@ -29,7 +29,7 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 
-from tenure.db._sqlfiles import plain_queries
+from tenure.db.sqlfiles import plain_queries
 from tenure.model.errors import ConfigurationError, DatabaseUnavailable
 
 log = logging.getLogger("tenure.db")

@@ -1,6 +1,6 @@
 """What a producer runs: enqueue (one job, many, keyed), the wake-up notifications after it, and
 reading a job and its history. Written once, async; tools/async_to_sync.py writes its blocking twin
-(tenure.db._sync.producer_queries), which the blocking client runs."""
+(tenure.db.sync.producer_queries), which the blocking client runs."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg.types.string import TextLoader
 
-from tenure.db._sqlfiles import named_queries
 from tenure.db.channels import SCHEDULED_PREFIX, notify_channel, results_channel
 from tenure.db.fetch import Row, fetch
 from tenure.db.job_rows import (
@@ -37,6 +36,7 @@ from tenure.db.job_rows import (
     readable_row,
     unique_params,
 )
+from tenure.db.sqlfiles import named_queries
 from tenure.db.wakeups import Wakeups
 from tenure.model.jobs import EnqueuedJob, Job, JobEvent, JobSpec
 from tenure.model.unique import unique_from

@@ -11,9 +11,9 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
-from tenure.db._sqlfiles import named_queries
 from tenure.db.channels import notify_channel
 from tenure.db.fetch import Row, fetch
+from tenure.db.sqlfiles import named_queries
 from tenure.db.text import storable_text
 from tenure.model.actor import default_actor
 from tenure.model.schedules import Schedule

@@ -1,5 +1,5 @@
 """ctx.atomic: a handler's work and its job's fenced completion in one transaction. Written
-once, async; tools/async_to_sync.py writes its blocking twin (tenure.handler._sync.atomic), which thread
+once, async; tools/async_to_sync.py writes its blocking twin (tenure.handler.sync.atomic), which thread
 handlers run."""
 
 from __future__ import annotations

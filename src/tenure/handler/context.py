@@ -8,9 +8,9 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from tenure.handler._sync.atomic import run_atomic_sync
 from tenure.handler.atomic import run_atomic
 from tenure.handler.job_services import JobServices
+from tenure.handler.sync.atomic import run_atomic_sync
 from tenure.handler.sync_transaction import SyncTransaction
 from tenure.handler.transaction import AsyncTransaction
 from tenure.handler.txn import TransactionPolicy

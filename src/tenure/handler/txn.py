@@ -21,7 +21,7 @@ import psycopg
 from psycopg import AsyncConnection, AsyncCursor, Connection, Cursor, IsolationLevel, sql
 from psycopg.pq import TransactionStatus
 
-from tenure.db._sqlfiles import plain_queries
+from tenure.db.sqlfiles import plain_queries
 from tenure.model.errors import (
     IN_FAILED_TRANSACTION,
     LOCK_NOT_AVAILABLE,

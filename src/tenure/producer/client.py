@@ -20,12 +20,12 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from tenure.db._sqlfiles import named_queries
 from tenure.db.connect import DSN_ENV, resolve_dsn
 from tenure.db.control_queries import ControlQueries
 from tenure.db.control_rows import CancelFilter
 from tenure.db.pool import open_pool
 from tenure.db.producer_queries import ProducerQueries
+from tenure.db.sqlfiles import named_queries
 from tenure.db.wakeups import Admitted, NotifyLimiter, Wakeups, owns_commit
 from tenure.model.actor import default_actor
 from tenure.model.errors import ValidationError

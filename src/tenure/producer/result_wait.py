@@ -1,6 +1,6 @@
 """Waiting for a job's result: read it, wait for its notification or the poll interval, read
 again (the rules are in tenure.producer.results). Written once, async; tools/async_to_sync.py writes its
-blocking twin (tenure.producer._sync.result_wait)."""
+blocking twin (tenure.producer.sync.result_wait)."""
 
 from __future__ import annotations
 

@@ -22,19 +22,18 @@ import psycopg
 from psycopg import Connection
 from psycopg_pool import ConnectionPool
 
-from tenure.db._sqlfiles import named_queries
-from tenure.db._sync.control_queries import ControlQueries
-from tenure.db._sync.pool import open_pool
-from tenure.db._sync.producer_queries import ProducerQueries
 from tenure.db.connect import DSN_ENV, resolve_dsn
 from tenure.db.control_rows import CancelFilter
+from tenure.db.sqlfiles import named_queries
+from tenure.db.sync.control_queries import ControlQueries
+from tenure.db.sync.pool import open_pool
+from tenure.db.sync.producer_queries import ProducerQueries
 from tenure.db.wakeups import NotifyLimiter, Wakeups, owns_commit
 from tenure.model.actor import default_actor
 from tenure.model.errors import ValidationError
 from tenure.model.jobs import EnqueuedJob, Job, JobEvent, JobSpec
 from tenure.model.secrets import CredentialPolicy
 from tenure.model.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_queue, check_schema_name
-from tenure.producer._sync.result_wait import wait_for_result
 from tenure.producer.builder import COPY_TYPES, CopyRows, JobBuilder
 from tenure.producer.client_support import (
     MISSING_SCHEMA,
@@ -60,6 +59,7 @@ from tenure.producer.control import (
     retry_report,
     unknown_queue,
 )
+from tenure.producer.sync.result_wait import wait_for_result
 from tenure.tasks import AnyTask, EnqueueOptions, TaskRegistry
 from tenure.telemetry.tracing import enqueue_span
 

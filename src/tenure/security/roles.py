@@ -6,7 +6,7 @@ import enum
 
 from psycopg import sql
 
-from tenure.db._sqlfiles import package_queries
+from tenure.db.sqlfiles import package_queries
 from tenure.model.validation import check_schema_name
 
 

@@ -13,8 +13,8 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from tenure.db._sync.pool import open_pool as open_sync_pool
 from tenure.db.queries import Queries
+from tenure.db.sync.pool import open_pool as open_sync_pool
 from tenure.model.jobs import ClaimedJob
 from tenure.telemetry.logging_context import job_fields
 from tenure.worker.events import Events

@@ -3,7 +3,7 @@ recognises each one's claim (a fragment of its claim statement, as the server sh
 
 from __future__ import annotations
 
-from tenure.db._sqlfiles import named_queries
+from tenure.db.sqlfiles import named_queries
 from tenure.lab.bench import peers
 from tenure.lab.bench.procs import ProcessGroup, module_argv
 from tenure.lab.bench.queries import bench_queries

@@ -7,7 +7,7 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
-from tenure.db._sqlfiles import package_queries
+from tenure.db.sqlfiles import package_queries
 
 
 def bench_queries(schema: str) -> dict[str, str]:

@@ -13,10 +13,10 @@ from typing import Any
 
 from psycopg import IsolationLevel
 
-from tenure.db._sqlfiles import named_queries
 from tenure.db.connect import connect
 from tenure.db.pool import open_pool
 from tenure.db.queries import Queries
+from tenure.db.sqlfiles import named_queries
 from tenure.lab.bench import peers, probe
 from tenure.lab.bench.contenders import Contenders as Contenders
 from tenure.lab.bench.drain import PEER_WATCH, DrainResult, drain

@@ -27,7 +27,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from tenure.db._sqlfiles import package_queries
+from tenure.db.sqlfiles import package_queries
 from tenure.model.errors import ConfigurationError, DatabaseUnavailable
 
 

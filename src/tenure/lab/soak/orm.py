@@ -26,8 +26,8 @@ from typing import Any
 import psycopg
 from psycopg import conninfo
 
-from tenure.db._sqlfiles import package_queries
 from tenure.db.connect import DSN_ENV, LISTEN_DSN_ENV
+from tenure.db.sqlfiles import package_queries
 from tenure.lab.soak.attempts import ATTEMPTS_ENV, host_clock
 
 #: Appended to the worker's application_name on the handlers' own connections.

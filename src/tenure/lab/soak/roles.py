@@ -20,8 +20,8 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection, conninfo, sql
 
-from tenure.db._sqlfiles import package_queries
 from tenure.db.migrate import latest_version, schema_version, statements_of
+from tenure.db.sqlfiles import package_queries
 from tenure.security.roles import Role, grants
 
 #: What a statement meets on a schema older than the one it was written for: a table or function

@@ -8,8 +8,8 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
-from tenure.db._sqlfiles import package_queries
 from tenure.db.fetch import fetch
+from tenure.db.sqlfiles import package_queries
 
 Row = dict[str, Any]
 

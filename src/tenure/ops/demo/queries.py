@@ -9,7 +9,7 @@ from typing import Any
 from psycopg import AsyncConnection, sql
 from psycopg.rows import dict_row
 
-from tenure.db._sqlfiles import package_queries
+from tenure.db.sqlfiles import package_queries
 from tenure.handler.sync_transaction import SyncTransaction
 
 Row = dict[str, Any]

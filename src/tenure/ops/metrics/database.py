@@ -12,9 +12,9 @@ import psycopg
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from tenure.db._sync.gauge_queries import GaugeQueries
 from tenure.db.connect import prepare_threshold
 from tenure.db.gauges import CONTROL_WINDOW_SECONDS, Snapshot
+from tenure.db.sync.gauge_queries import GaugeQueries
 
 log = logging.getLogger("tenure.metrics")
 

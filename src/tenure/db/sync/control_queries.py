@@ -3,7 +3,7 @@
 # from what the source gives.
 """Typed access to the job-control queries (control.sql): cancel and revoke, retry now, queue
 pauses, and what a caller waiting for a result reads. Written once, async; tools/async_to_sync.py
-writes its blocking twin (tenure.db._sync.control_queries), which the blocking client runs."""
+writes its blocking twin (tenure.db.sync.control_queries), which the blocking client runs."""
 
 from __future__ import annotations
 
@@ -14,8 +14,6 @@ from typing import Any
 from psycopg import Connection
 from psycopg.types.json import Jsonb
 
-from tenure.db._sqlfiles import named_queries
-from tenure.db._sync.fetch import Row, fetch
 from tenure.db.channels import REVOKE_PREFIX, notify_channel, results_channel
 from tenure.db.control_rows import (
     CANCELLABLE,
@@ -28,6 +26,8 @@ from tenure.db.control_rows import (
     ResumeOutcome,
     split_rows,
 )
+from tenure.db.sqlfiles import named_queries
+from tenure.db.sync.fetch import Row, fetch
 from tenure.db.text import storable_text
 from tenure.model.jobs import JobState
 from tenure.model.limits import QueueLimit

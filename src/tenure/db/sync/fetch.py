@@ -2,7 +2,7 @@
 # Change the source and run `python tools/async_to_sync.py`; CI fails when this file differs
 # from what the source gives.
 """Running one statement and reading its rows as dicts: how every query class reads. Written once,
-async; tools/async_to_sync.py writes its blocking twin (tenure.db._sync.fetch)."""
+async; tools/async_to_sync.py writes its blocking twin (tenure.db.sync.fetch)."""
 
 from __future__ import annotations
 

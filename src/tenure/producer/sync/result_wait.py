@@ -3,7 +3,7 @@
 # from what the source gives.
 """Waiting for a job's result: read it, wait for its notification or the poll interval, read
 again (the rules are in tenure.producer.results). Written once, async; tools/async_to_sync.py writes its
-blocking twin (tenure.producer._sync.result_wait)."""
+blocking twin (tenure.producer.sync.result_wait)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from tenure.db._sync.control_queries import ControlQueries
 from tenure.db.connect import application_name, describe_dsn
 from tenure.db.pooler import behind_pooler_sync
+from tenure.db.sync.control_queries import ControlQueries
 from tenure.producer.results import POOLED_LISTENER, ResultTimeout, check_wait, settled, wait_interval
 
 log = logging.getLogger("tenure.client")

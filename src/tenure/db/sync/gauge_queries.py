@@ -2,7 +2,7 @@
 # Change the source and run `python tools/async_to_sync.py`; CI fails when this file differs
 # from what the source gives.
 """Reading every gauge from one snapshot. Written once, async; tools/async_to_sync.py writes its
-blocking twin (tenure.db._sync.gauge_queries), which the metrics exporter's HTTP thread runs."""
+blocking twin (tenure.db.sync.gauge_queries), which the metrics exporter's HTTP thread runs."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any
 
 from psycopg import Connection
 
-from tenure.db._sqlfiles import named_queries
-from tenure.db._sync.fetch import fetch
 from tenure.db.gauges import SNAPSHOT_QUERIES, Snapshot, snapshot_of, snapshot_params
+from tenure.db.sqlfiles import named_queries
+from tenure.db.sync.fetch import fetch
 
 
 class GaugeQueries:

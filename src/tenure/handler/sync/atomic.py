@@ -2,7 +2,7 @@
 # Change the source and run `python tools/async_to_sync.py`; CI fails when this file differs
 # from what the source gives.
 """ctx.atomic: a handler's work and its job's fenced completion in one transaction. Written
-once, async; tools/async_to_sync.py writes its blocking twin (tenure.handler._sync.atomic), which thread
+once, async; tools/async_to_sync.py writes its blocking twin (tenure.handler.sync.atomic), which thread
 handlers run."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from tenure.db._sync.handler_queries import HandlerQueries
+from tenure.db.sync.handler_queries import HandlerQueries
 from tenure.handler.job_services import JobServices
 from tenure.handler.sync_transaction import SyncTransaction, run_transaction_sync
 from tenure.handler.txn import T, TransactionPolicy

@@ -3,7 +3,7 @@
 # from what the source gives.
 """Tenure's connection pools: autocommit connections that read values as Tenure's do, checked
 before they open. Written once, async; tools/async_to_sync.py writes its blocking twin
-(tenure.db._sync.pool), which the blocking client opens."""
+(tenure.db.sync.pool), which the blocking client opens."""
 
 from __future__ import annotations
 
