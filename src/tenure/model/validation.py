@@ -24,22 +24,29 @@ RUN_AT_RANGE = (datetime(1900, 1, 1, tzinfo=UTC), datetime(9000, 1, 1, tzinfo=UT
 MAX_DELAY_SECONDS = 100 * 366 * 86400  # far enough for any schedule, well inside PostgreSQL's range
 
 
+def _check_name(value: object, pattern: re.Pattern[str], kind: str, rule: str) -> str:
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        raise ValidationError(f"invalid {kind} name {value!r}: {rule}")
+    return value
+
+
 def check_queue(queue: object) -> str:
-    if not isinstance(queue, str) or not QUEUE_PATTERN.fullmatch(queue):
-        raise ValidationError(
-            f"invalid queue name {queue!r}: use 1-63 letters, digits or '_.:-', "
-            "starting with a letter or digit (for example 'emails' or 'billing.v2')"
-        )
-    return queue
+    return _check_name(
+        queue,
+        QUEUE_PATTERN,
+        "queue",
+        "use 1-63 letters, digits or '_.:-', starting with a letter or digit "
+        "(for example 'emails' or 'billing.v2')",
+    )
 
 
 def check_schema_name(schema: object) -> str:
-    if not isinstance(schema, str) or not SCHEMA_PATTERN.fullmatch(schema):
-        raise ValidationError(
-            f"invalid schema name {schema!r}: use lower-case letters, digits and '_', "
-            "starting with a letter (for example 'tenure')"
-        )
-    return schema
+    return _check_name(
+        schema,
+        SCHEMA_PATTERN,
+        "schema",
+        "use lower-case letters, digits and '_', starting with a letter (for example 'tenure')",
+    )
 
 
 def check_task_name(task: object) -> str:

@@ -16,6 +16,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 from tenure.db.connect import LISTEN_DSN_ENV, connection_lost, is_connection_lost, unavailable
 from tenure.db.migrate_hint import migrate_hint
 from tenure.model.errors import DatabaseUnavailable, SchemaNotMigrated
+from tenure.model.registration import register_once
 
 log = logging.getLogger("tenure.client")
 
@@ -46,14 +47,7 @@ def join_open_transactions(provider: OpenTransaction) -> Callable[[], None]:
     """Registers `provider` for every SyncClient of this process: each blocking enqueue given no
     `conn` asks it for the transaction to join. Registering it again does nothing. Returns a
     function that removes it."""
-    if provider not in OPEN_TRANSACTIONS:
-        OPEN_TRANSACTIONS.append(provider)
-
-    def remove() -> None:
-        if provider in OPEN_TRANSACTIONS:
-            OPEN_TRANSACTIONS.remove(provider)
-
-    return remove
+    return register_once(OPEN_TRANSACTIONS, provider)
 
 
 def log_lost_wakeup(exc: BaseException) -> None:

@@ -23,6 +23,7 @@ from tenure.handler.context import JobContext
 from tenure.model.errors import JobFailure, LeaseLost, Transient
 from tenure.model.jobs import ClaimedJob, JobState
 from tenure.model.outcomes import ResultRefused, Snooze, encode_result
+from tenure.model.registration import register_once
 from tenure.model.retry import FailureClass, FailurePolicy, error_code
 from tenure.model.secrets import has_secret_refs, redact, resolve_secrets, resolved_values
 from tenure.tasks import AnyTask, TaskRegistry
@@ -53,14 +54,7 @@ def around_thread_handlers(hook: ThreadHook) -> Callable[[], None]:
     handler of every worker in this process, in the handler's own thread: it is entered before the
     handler and exited after it, even when it raises. An error it raises counts as the handler's.
     Registering the same hook again does nothing. Returns a function that removes it."""
-    if hook not in _thread_hooks:
-        _thread_hooks.append(hook)
-
-    def remove() -> None:
-        if hook in _thread_hooks:
-            _thread_hooks.remove(hook)
-
-    return remove
+    return register_once(_thread_hooks, hook)
 
 
 def _within_hooks(hooks: tuple[ThreadHook, ...], call: Callable[[], Any]) -> Any:

@@ -3,10 +3,12 @@ that deletes what is older."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
+from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from tenure.db.ops_queries import OpsQueries
@@ -57,13 +59,23 @@ class PruneReport:
     schedule_fires: int = 0
 
     def as_dict(self) -> dict[str, int]:
-        return {
-            "finished_jobs": self.finished_jobs,
-            "audit_rows": self.audit_rows,
-            "dead_jobs": self.dead_jobs,
-            "silent_workers": self.silent_workers,
-            "schedule_fires": self.schedule_fires,
-        }
+        return asdict(self)
+
+
+#: One batch of one kind of row: deletes at most `limit` rows and says how many it deleted.
+PruneBatch = Callable[[AsyncConnection[Any], int], Awaitable[int]]
+
+
+async def _in_batches(pool: AsyncConnectionPool[Any], policy: RetentionPolicy, batch: PruneBatch) -> int:
+    """Runs `batch` in its own short transaction until one comes back short or `max_batches` ran."""
+    total = 0
+    for _ in range(policy.max_batches):
+        async with pool.connection() as conn:
+            deleted = await batch(conn, policy.batch)
+        total += deleted
+        if deleted < policy.batch:
+            break
+    return total
 
 
 async def prune(
@@ -76,39 +88,30 @@ async def prune(
     """One maintenance pass: each kind of row in batches (one short transaction each) until a
     batch comes back short or `max_batches` ran."""
     ops = OpsQueries(schema)
-    report = PruneReport()
-    for _ in range(policy.max_batches):
-        async with pool.connection() as conn:
-            ids = await ops.jobs_prune_finished(
-                conn,
-                default_seconds=policy.finished_seconds,
-                per_queue=policy.per_queue,
-                limit=policy.batch,
-                now=now,
-            )
-        report.finished_jobs += len(ids)
-        if len(ids) < policy.batch:
-            break
-    if policy.dead_seconds is not None:
-        for _ in range(policy.max_batches):
-            async with pool.connection() as conn:
-                ids = await ops.dead_purge(conn, older_than=policy.dead_seconds, limit=policy.batch, now=now)
-            report.dead_jobs += len(ids)
-            if len(ids) < policy.batch:
-                break
-    for _ in range(policy.max_batches):
-        async with pool.connection() as conn:
-            n = await ops.job_events_prune(conn, seconds=policy.audit_seconds, limit=policy.batch, now=now)
-        report.audit_rows += n
-        if n < policy.batch:
-            break
     fires = ScheduleQueries(schema)
-    for _ in range(policy.max_batches):
-        async with pool.connection() as conn:
-            n = await fires.prune_fires(conn, seconds=policy.audit_seconds, limit=policy.batch, now=now)
-        report.schedule_fires += n
-        if n < policy.batch:
-            break
+
+    async def finished_jobs(conn: AsyncConnection[Any], limit: int) -> int:
+        ids = await ops.jobs_prune_finished(
+            conn, default_seconds=policy.finished_seconds, per_queue=policy.per_queue, limit=limit, now=now
+        )
+        return len(ids)
+
+    async def audit_rows(conn: AsyncConnection[Any], limit: int) -> int:
+        return await ops.job_events_prune(conn, seconds=policy.audit_seconds, limit=limit, now=now)
+
+    async def schedule_fires(conn: AsyncConnection[Any], limit: int) -> int:
+        return await fires.prune_fires(conn, seconds=policy.audit_seconds, limit=limit, now=now)
+
+    report = PruneReport(finished_jobs=await _in_batches(pool, policy, finished_jobs))
+    dead_seconds = policy.dead_seconds
+    if dead_seconds is not None:
+
+        async def dead_jobs(conn: AsyncConnection[Any], limit: int) -> int:
+            return len(await ops.dead_purge(conn, older_than=dead_seconds, limit=limit, now=now))
+
+        report.dead_jobs = await _in_batches(pool, policy, dead_jobs)
+    report.audit_rows = await _in_batches(pool, policy, audit_rows)
+    report.schedule_fires = await _in_batches(pool, policy, schedule_fires)
     async with pool.connection() as conn:
         report.silent_workers = await ops.workers_prune_silent(
             conn, seconds=policy.silent_worker_seconds, now=now
