@@ -39,7 +39,7 @@ from tenure.producer.client import Client
 from tenure.producer.control import CancelReport, ControlRefused, NothingMatched, QueuePause, TooManyMatched
 from tenure.producer.results import JobFailed, ResultTimeout
 from tenure.producer.sync_client import SyncClient
-from tenure.tasks import Task, TaskPolicy, TaskRegistry
+from tenure.tasks import EnqueueOptions, Task, TaskOptions, TaskPolicy, TaskRegistry
 
 if TYPE_CHECKING:
     from tenure.worker.options import WorkerOptions
@@ -73,6 +73,7 @@ __all__ = [
     "DatabaseUnavailable",
     "EffectRecord",
     "EffectUncertain",
+    "EnqueueOptions",
     "EnqueuedJob",
     "FailureClass",
     "FailurePolicy",
@@ -100,6 +101,7 @@ __all__ = [
     "SyncClient",
     "SyncTransaction",
     "Task",
+    "TaskOptions",
     "TaskPolicy",
     "TaskRegistry",
     "Tenure",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 from tenure.db.connect import connect, resolve_dsn
 from tenure.db.migrate import MigrationReport, migrate
@@ -15,7 +15,7 @@ from tenure.model.secrets import CredentialPolicy, SecretResolver, check_credent
 from tenure.model.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_schema_name
 from tenure.producer.client import Client
 from tenure.producer.sync_client import SyncClient
-from tenure.tasks import AnyTask, Handler, P, R, Task, TaskRegistry
+from tenure.tasks import AnyTask, Handler, P, R, Task, TaskOptions, TaskRegistry
 
 if TYPE_CHECKING:
     from tenure.handler.context import JobContext
@@ -48,6 +48,15 @@ def _blocking_verb(verb: Callable[Concatenate[SyncClient, V], T]) -> Callable[Co
     return on_app
 
 
+class ClientOptions(TypedDict):
+    """What the app hands both of its clients."""
+
+    schema: str
+    registry: TaskRegistry
+    max_payload_bytes: int
+    credential_policy: CredentialPolicy
+
+
 class Tenure:
     """The application: register tasks, enqueue jobs, run workers.
 
@@ -72,15 +81,22 @@ class Tenure:
 
     @overload
     def task(
-        self, handler: Callable[Concatenate[JobContext, P], R], /, *, name: str | None = None, **policy: Any
+        self,
+        handler: Callable[Concatenate[JobContext, P], R],
+        /,
+        *,
+        name: str | None = None,
+        **policy: Unpack[TaskOptions],
     ) -> Task[P, R]: ...
 
     @overload
     def task(
-        self, handler: None = None, /, *, name: str | None = None, **policy: Any
+        self, handler: None = None, /, *, name: str | None = None, **policy: Unpack[TaskOptions]
     ) -> Callable[[Callable[Concatenate[JobContext, P], R]], Task[P, R]]: ...
 
-    def task(self, handler: Handler | None = None, /, *, name: str | None = None, **policy: Any) -> Any:
+    def task(
+        self, handler: Handler | None = None, /, *, name: str | None = None, **policy: Unpack[TaskOptions]
+    ) -> Any:
         """Registers a handler `(ctx, **payload)`. Policy: queue, priority, max_attempts, backoff,
         lease_seconds, max_runtime_seconds, failure. Returns the Task, whose `enqueue(...)` takes
         the handler's own arguments."""
@@ -116,7 +132,7 @@ class Tenure:
         timezone: str = "UTC",
         payload: dict[str, Any] | None = None,
         missed: Any = "latest",
-        **policy: Any,
+        **policy: Unpack[TaskOptions],
     ) -> Any:
         """Registers a handler as a task (as `task` does, with its policy options) and a schedule
         that enqueues it at every slot of `cron` (5 fields, or 6 with seconds first) read in
@@ -179,27 +195,24 @@ class Tenure:
     def client(self) -> Client:
         """The app's async `Client`, with its registry; opened on first use."""
         if self._client is None:
-            self._client = Client(
-                self.dsn,
-                schema=self.schema,
-                registry=self.registry,
-                max_payload_bytes=self.max_payload_bytes,
-                credential_policy=self.credential_policy,
-            )
+            self._client = Client(self.dsn, **self._client_options())
         return self._client
 
     @property
     def sync_client(self) -> SyncClient:
         """The app's blocking `SyncClient`, with its registry; opened on first use."""
         if self._sync_client is None:
-            self._sync_client = SyncClient(
-                self.dsn,
-                schema=self.schema,
-                registry=self.registry,
-                max_payload_bytes=self.max_payload_bytes,
-                credential_policy=self.credential_policy,
-            )
+            self._sync_client = SyncClient(self.dsn, **self._client_options())
         return self._sync_client
+
+    def _client_options(self) -> ClientOptions:
+        """What both clients take from the app, so the two can never be set up differently."""
+        return ClientOptions(
+            schema=self.schema,
+            registry=self.registry,
+            max_payload_bytes=self.max_payload_bytes,
+            credential_policy=self.credential_policy,
+        )
 
     # -- enqueue and job control: the clients' own verbs, with their signatures and docs --------
 

@@ -100,6 +100,22 @@ class TaskPolicy:
 
 
 #: The keyword arguments `app.task(...)` takes besides `name`.
+class TaskOptions(TypedDict, total=False):
+    """A task's policy options, as `app.task(...)`, `app.periodic(...)` and `registry.register(...)`
+    take them: the fields of TaskPolicy (a test keeps the two the same). Typed, so that a misspelt
+    option (`max_attemps=3`) is a type error, not a task registered without it."""
+
+    queue: str
+    priority: int
+    max_attempts: int
+    backoff: Backoff
+    lease_seconds: float | None
+    max_runtime_seconds: float | None
+    failure: FailurePolicy
+    max_snoozes: int
+    unique: Any
+
+
 POLICY_FIELDS = tuple(f.name for f in fields(TaskPolicy))
 
 
@@ -379,7 +395,7 @@ class TaskRegistry:
         *,
         name: str | None = None,
         app: Enqueuer | None = None,
-        **policy: Any,
+        **policy: Unpack[TaskOptions],
     ) -> Task[P, R]:
         """Registers `handler` under `name` (default: its module and qualified name); `policy`
         takes the fields of `TaskPolicy`. What `app.task` does."""
@@ -395,7 +411,7 @@ class TaskRegistry:
                 f"task {task_name!r}: the handler must take the job context as its first positional "
                 "argument, e.g. `def handler(ctx, **payload)`"
             )
-        task = Task(task_name, handler, _policy(task_name, policy), app)
+        task = Task(task_name, handler, _policy(task_name, dict(policy)), app)
         self._tasks[task_name] = task
         return task
 
@@ -415,7 +431,7 @@ class TaskRegistry:
         """The task registered as `name`, or None."""
         return self._tasks.get(name)
 
-    def with_policy(self, name: str, **changes: Any) -> Task[..., Any]:
+    def with_policy(self, name: str, **changes: Unpack[TaskOptions]) -> Task[..., Any]:
         """Replaces task `name` with a copy whose policy has `changes`, and returns it."""
         task = self._tasks[name]
         options = {f: getattr(task.policy, f) for f in POLICY_FIELDS}

@@ -1,11 +1,11 @@
-"""The enqueue options a task's `with_options` takes are exactly those of every enqueue."""
+"""The typed option bags (enqueue options, task policy options) name exactly what their targets take."""
 
 from __future__ import annotations
 
 import inspect
 
 from tenure.producer.builder import JobBuilder
-from tenure.tasks import ENQUEUE_OPTIONS
+from tenure.tasks import ENQUEUE_OPTIONS, POLICY_FIELDS, TaskOptions
 
 
 def test_with_options_takes_the_keywords_of_every_enqueue() -> None:
@@ -16,3 +16,8 @@ def test_with_options_takes_the_keywords_of_every_enqueue() -> None:
         if p.kind is inspect.Parameter.KEYWORD_ONLY
     ]
     assert list(ENQUEUE_OPTIONS) == keywords
+
+
+def test_task_options_are_the_fields_of_a_task_policy() -> None:
+    """TaskOptions names TaskPolicy's fields, in order: a policy field cannot be left untyped at `app.task`."""
+    assert list(TaskOptions.__annotations__) == list(POLICY_FIELDS)

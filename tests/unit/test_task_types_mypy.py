@@ -25,6 +25,10 @@ PROGRAM = textwrap.dedent(
     def compress(ctx: tenure.JobContext, folder: str) -> None: ...
 
 
+    @app.task(max_attemps=3)
+    def misspelt_policy(ctx: tenure.JobContext) -> None: ...
+
+
     async def good() -> None:
         job: tenure.EnqueuedJob = await send_receipt.enqueue(order_id=7, email="a@b.c")
         await send_receipt.with_options(delay=60).enqueue(7, "a@b.c")
@@ -48,9 +52,9 @@ PROGRAM = textwrap.dedent(
 
 @pytest.mark.slow
 def test_mypy_accepts_right_calls_and_flags_each_wrong_one(tmp_path: Path) -> None:
-    """The seven wrong calls (a str for an int, a missing argument, an unknown keyword, a misspelt
-    enqueue option twice, an app control verb without its required reason or with a misspelt
-    one) are each a mypy error on their line; the right ones are not."""
+    """The eight wrong calls (a str for an int, a missing argument, an unknown keyword, a misspelt
+    task policy option, a misspelt enqueue option twice, an app control verb without its required
+    reason or with a misspelt one) are each a mypy error on their line; the right ones are not."""
     program = tmp_path / "uses_tasks.py"
     program.write_text(PROGRAM)
     flags = ["--strict", "--no-incremental", "--python-version", "3.11", "--no-error-summary"]
@@ -59,6 +63,7 @@ def test_mypy_accepts_right_calls_and_flags_each_wrong_one(tmp_path: Path) -> No
     lines = PROGRAM.splitlines()
     flagged = {lines[int(e.split(":")[1]) - 1].strip() for e in errors}
     assert flagged == {
+        "@app.task(max_attemps=3)",
         'await send_receipt.enqueue(order_id="7", email="a@b.c")',
         "await send_receipt.enqueue(order_id=7)",
         'compress.enqueue_sync(directory="/logs")',

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Generic
+from typing import Any, Generic, Unpack
 
 import psycopg
 from django.db import connections, transaction
@@ -23,7 +23,7 @@ from tenure.db.connect import describe_dsn
 from tenure.model.errors import ConfigurationError
 from tenure.model.jobs import EnqueuedJob
 from tenure.producer.client_support import JoiningClient
-from tenure.tasks import P, Task
+from tenure.tasks import EnqueueOptions, P, Task
 
 PSYCOPG2_REFUSED = (
     "Django's database {alias!r} is reached through psycopg2, whose connections Tenure cannot use: "
@@ -121,7 +121,7 @@ class JoinedCall(Generic[P]):
 
     task: Task[P, Any]
     using: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
+    options: EnqueueOptions = field(default_factory=lambda: EnqueueOptions())
 
     def __post_init__(self) -> None:
         self.task.with_options(**self.options)  # unknown options fail here, at the call site
@@ -138,7 +138,9 @@ class JoinedCall(Generic[P]):
             return self.task.with_options(conn=conn, **self.options).enqueue_sync(*args, **kwargs)
 
 
-def with_options(task: Task[P, Any], *, using: str | None = None, **options: Any) -> JoinedCall[P]:
+def with_options(
+    task: Task[P, Any], *, using: str | None = None, **options: Unpack[EnqueueOptions]
+) -> JoinedCall[P]:
     """`task` with a Django database alias and enqueue options (`delay`, `priority`, `queue`,
     `max_attempts`, `ordering_key`, `unique`, `idempotency_key`):
     `with_options(send_receipt, delay=60).enqueue(order_id=order.pk)`."""

@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from tenure import Backoff, JobContext, Permanent, Snooze, Tenure, Transient
+from tenure import Backoff, JobContext, Permanent, Snooze, TaskOptions, Tenure, Transient
 from tenure.handler.sync_transaction import SyncTransaction
 from tenure.lab.soak import orm
 from tenure.lab.soak.attempts import AttemptLog
@@ -64,7 +64,7 @@ SNOOZES = 2
 
 app = Tenure()
 attempts = AttemptLog()
-_policy = {"queue": QUEUE, "max_attempts": MAX_ATTEMPTS, "backoff": Backoff(base=0.05, cap=1.0)}
+_policy: TaskOptions = {"queue": QUEUE, "max_attempts": MAX_ATTEMPTS, "backoff": Backoff(base=0.05, cap=1.0)}
 
 
 def transfer(ctx: JobContext, source: int, target: int, amount: int) -> None:
