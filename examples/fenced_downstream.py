@@ -1,4 +1,4 @@
-"""Fencing a store outside Tenure's transaction with the job's token (L5).
+"""Fencing a store outside Tenure's transaction with the job's token.
 
 `ctx.atomic` fences writes to the queue's own database. For any other store, pass `ctx.token`
 along and let the store refuse a write whose token is older than the last one it accepted for

@@ -1,4 +1,4 @@
-"""The app that real worker processes run in tests/boundaries (X2, X3).
+"""The app that real worker processes run in tests/boundaries (test_x02, test_x03).
 
 Every handler leaves marker files in `marker_dir` (`started-<token>`, `finished-<token>`), so
 a test knows that the claim committed and the work began, and which attempt did what. The
@@ -64,7 +64,7 @@ def block_first_attempt(ctx: tenure.JobContext, marker_dir: str, hold_seconds: f
 
 @app.task(name="boundary.record_result", max_attempts=5)
 def record_result(ctx: tenure.JobContext, marker_dir: str, hold_seconds: float = 60.0) -> None:
-    """Writes a result row and completes the job in ONE transaction (E3).
+    """Writes a result row and completes the job in ONE transaction.
 
     Attempt 1 stalls inside that transaction until released, so a paused worker resumes
     straight into its (late) fenced completion.

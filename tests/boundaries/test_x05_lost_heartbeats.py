@@ -6,8 +6,8 @@ lets a second worker reclaim the job. A coroutine handler is cancelled there and
 window is one lease. A plain-function handler runs in a thread that nothing can stop from
 outside; it learns of the loss (LeaseLost) at its next ctx.check() or ctx.progress(), so its
 window is one lease plus the handler's own interval between checks, and it is bounded only if
-the handler checks. Heartbeats renew a lease only on progress (L3) and never past the max
-runtime (L4).
+the handler checks. Heartbeats renew a lease only on progress and never past the max
+runtime.
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ async def test_x05_watchdog_bounds_the_duplicate_execution_window(
 async def test_x05_progress_renews_the_lease_past_its_length(
     db: psycopg.AsyncConnection[Any], queries: Queries
 ) -> None:
-    """L3, injected clock: progress keeps a 10 s lease alive at 30 s; unchanged progress renews nothing."""
+    """Injected clock: progress keeps a 10 s lease alive at 30 s; unchanged progress renews nothing."""
     [job] = await queries.job_insert_many(db, [JobSpec(task="t")])
     t0 = await db_now(db)
     [claimed] = await queries.job_claim(
@@ -202,7 +202,7 @@ async def test_x05_progress_renews_the_lease_past_its_length(
             db, owner="w", renewals=[(job.id, token, {"step": step}, 10)], now=at(t0, when)
         )
         assert ext.expires_at == at(t0, when + 10)
-    # Same marker again: a live process with no progress is not renewed (L3).
+    # Same marker again: a live process with no progress is not renewed.
     assert (
         await queries.lease_extend_many(
             db, owner="w", renewals=[(job.id, token, {"step": 3}, 10)], now=at(t0, 30)
@@ -219,7 +219,7 @@ async def test_x05_progress_renews_the_lease_past_its_length(
 async def test_x05_heartbeats_stop_renewing_at_max_runtime(
     db: psycopg.AsyncConnection[Any], queries: Queries
 ) -> None:
-    """L4, injected clock: renewals are capped at the deadline and refused after it, whatever the progress."""
+    """Injected clock: renewals are capped at the deadline and refused after it, whatever the progress."""
     [job] = await queries.job_insert_many(db, [JobSpec(task="t")])
     t0 = await db_now(db)
     [claimed] = await queries.job_claim(

@@ -3,8 +3,8 @@ scheduled jobs and the recovery statement must use their partial indexes with no
 sequential scan, and jobs that are not yet due must cost the claim nothing; claim time against an
 empty queue and recovery throughput are printed (figures, never assertions).
 
-The CI scale is TENURE_X10_BACKLOG pending jobs (default 150000), loaded with COPY; P3 asks the
-same question at 1M in the benchmark.
+The CI scale is TENURE_X10_BACKLOG pending jobs (default 150000), loaded with COPY; the benchmark asks the
+same question at 1M.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""X11: job control across real worker processes (K1). A revoke ends a running job's lease in
+"""X11: job control across real worker processes. A revoke ends a running job's lease in
 the database, so nothing its holder writes afterwards lands, whether the handler ignores the
 signal, never checks, or is frozen (SIGSTOP) mid-transaction; a requeue lets another worker run
 it at once; a pause holds every worker off a queue until resumed."""

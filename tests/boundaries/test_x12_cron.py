@@ -1,4 +1,4 @@
-"""X12: periodic jobs across real worker processes (Q1). Four `tenure worker` processes, two of
+"""X12: periodic jobs across real worker processes. Four `tenure worker` processes, two of
 them with their wall clock skewed by libfaketime (30 s ahead, 20 s behind), all fire the same
 every-second schedules with no leader: every slot fires exactly once, on time by the database's
 clock. Then every worker stops, and the one restarted after the gap fires the missed slots as

@@ -1,4 +1,4 @@
-"""X13: global limits across real worker processes (Q3). Three workers with 10 slots each never
+"""X13: global limits across real worker processes. Three workers with 10 slots each never
 run more than the queue's limit of 3 at once; a SIGKILLed holder's slot comes back when its
 lease expires; a rate limit holds within 10% over 30 s."""
 

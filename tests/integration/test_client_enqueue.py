@@ -148,7 +148,7 @@ async def test_payload_size_limit_is_one_mib_by_default_and_configurable(
     assert (await counts(db))[0] == 2
 
 
-# -- the task's policy and signature (what a worker of the app will run) ----------------------
+# -- the task's policy and signature (what a worker of the app will run) --------------------------
 
 
 async def stored_options(db: AsyncConnection[Any]) -> list[tuple[Any, ...]]:
@@ -266,7 +266,7 @@ async def test_a_task_the_app_does_not_know_needs_an_explicit_queue(
     ]
 
 
-# -- enqueue inside the caller's transaction (N1) -----------------------------------------------
+# -- enqueue inside the caller's transaction ------------------------------------------------------
 
 
 async def listen(dsn: str) -> AsyncConnection[Any]:
@@ -340,7 +340,7 @@ async def test_sync_enqueue_joins_the_callers_transaction(dsn: str, db: AsyncCon
         await listener.close()
 
 
-# -- bulk enqueue through COPY (P4) --------------------------------------------------------------
+# -- bulk enqueue through COPY --------------------------------------------------------------------
 
 PAYLOADS: list[dict[str, Any]] = [
     {},
@@ -433,7 +433,7 @@ async def test_copy_wakes_listeners_once_per_queue(dsn: str) -> None:
         await listener.close()
 
 
-# -- missing schema, missing server -------------------------------------------------------------
+# -- missing schema, missing server ---------------------------------------------------------------
 
 
 async def test_unmigrated_schema_raises_schema_not_migrated_with_the_fix(empty_dsn: str) -> None:
@@ -503,7 +503,7 @@ def test_malformed_dsn_is_reported_without_the_password() -> None:
     assert "hunter2secret" not in str(port_info.value) and "notaport" in str(port_info.value)
 
 
-# -- inspection: get_job and job_history, async and blocking ---------------------------------
+# -- inspection: get_job and job_history, async and blocking --------------------------------------
 
 
 async def test_sync_client_reads_a_job_and_its_history_like_the_async_client(

@@ -1,4 +1,4 @@
-"""The effect ledger (E1, E2): a done effect is never performed again, an intent left by an earlier
+"""The effect ledger: a done effect is never performed again, an intent left by an earlier
 attempt is reconciled before the effect may run again, intents are fenced, and operators list and
 resolve uncertain effects from the CLI."""
 

@@ -1,5 +1,5 @@
-"""The database itself refuses illegal job states (S1), and the token only grows through the public
-queries (C2, S1)."""
+"""The database itself refuses illegal job states, and the token only grows through the public
+queries."""
 
 from __future__ import annotations
 

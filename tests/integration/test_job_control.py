@@ -1,4 +1,4 @@
-"""Job control through the library (K1, K2): cancel and revoke, retry now, queue pauses,
+"""Job control through the library: cancel and revoke, retry now, queue pauses,
 snooze and results, each guarded in SQL and recorded in the history."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Migrations (S4): idempotent, safe to run concurrently, and the fresh snapshot equals the numbered
+"""Migrations: idempotent, safe to run concurrently, and the fresh snapshot equals the numbered
 migrations applied in order."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Per-key ordering (O2): only the head of a key is claimable; retries, a dead head, a crashed head
+"""Per-key ordering: only the head of a key is claimable; retries, a dead head, a crashed head
 and gaps in the id sequence; concurrent enqueues of one key; unkeyed jobs keep full concurrency; the
 claim stays an index scan."""
 

@@ -1,4 +1,4 @@
-"""Per-key ordering across a real crash (O2): the head's worker process is SIGKILLed mid-job; the
+"""Per-key ordering across a real crash: the head's worker process is SIGKILLed mid-job; the
 follower stays blocked until the head is recovered, rerun under a new token and finished."""
 
 from __future__ import annotations

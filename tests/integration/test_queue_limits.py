@@ -1,4 +1,4 @@
-"""Global limits (Q3): a limited queue never has more running jobs than its limit, per queue
+"""Global limits: a limited queue never has more running jobs than its limit, per queue
 and per key, its starts follow its rate, and a slot is a lease that comes back at expiry."""
 
 from __future__ import annotations

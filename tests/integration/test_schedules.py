@@ -1,4 +1,4 @@
-"""Periodic jobs (Q1) against real PostgreSQL: schedulers racing over one schedule fire each slot
+"""Periodic jobs against real PostgreSQL: schedulers racing over one schedule fire each slot
 once, missed slots follow their policy after a gap, a paused schedule fires nothing, a schedule
 no worker declares any more stops. Time is injected through the query layer (`now=`)."""
 

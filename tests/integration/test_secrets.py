@@ -1,4 +1,4 @@
-"""Secrets stay out of payloads (E4): references are resolved at run time by the app's resolver, the
+"""Secrets stay out of payloads: references are resolved at run time by the app's resolver, the
 resolved value reaches the handler only, Tenure's own writes and logs never carry it, and enqueue
 warns about or refuses credential-looking payload keys."""
 

@@ -1,4 +1,4 @@
-"""The transaction runner (T1-T5) against real errors provoked with a second connection."""
+"""The transaction runner against real errors provoked with a second connection."""
 
 from __future__ import annotations
 

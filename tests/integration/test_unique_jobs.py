@@ -1,4 +1,4 @@
-"""Unique jobs and idempotent enqueue (Q2): the database's unique index keeps one job per key
+"""Unique jobs and idempotent enqueue: the database's unique index keeps one job per key
 within its scope, for any number of producers, and the enqueue returns the job that holds it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The in-process worker (R1-R5, E3, C3): retries and classification, transactional completion with a
+"""The in-process worker: retries and classification, transactional completion with a
 fence, graceful shutdown, sync handlers, bounded batch claims and concurrent lease recovery."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tenure.db.queries import Queries
 from tenure.worker.recovery import Recovery
 from tenure.worker.services import WorkerServices
 
-# -- retries and classification (R2, R3) -------------------------------------------------------
+# -- retries and classification -------------------------------------------------------------------
 
 
 async def test_transient_failures_retry_with_backoff_then_succeed(dsn: str, db: AsyncConnection[Any]) -> None:
@@ -174,7 +174,7 @@ async def test_a_worker_leaves_jobs_of_tasks_it_does_not_have(dsn: str, db: Asyn
     assert await events(db, stranger.id) == []
 
 
-# -- transactional completion (E3) --------------------------------------------------------------
+# -- transactional completion ---------------------------------------------------------------------
 
 SIDE_TABLE = "CREATE TABLE side (job_id bigint, token bigint, note text)"
 
@@ -259,7 +259,7 @@ async def test_atomic_after_lease_was_stolen_rolls_back_and_records_fencing_loss
     assert fencing_losses == 1
 
 
-# -- sync handlers -----------------------------------------------------------------------------
+# -- sync handlers --------------------------------------------------------------------------------
 
 
 async def test_sync_handlers_run_in_threads_and_atomic_sync_commits(
@@ -297,7 +297,7 @@ async def test_sync_handlers_run_in_threads_and_atomic_sync_commits(
     assert rows == [(slow.id, 1, "from a thread")]
 
 
-# -- graceful shutdown ------------------------------------------------------------------------
+# -- graceful shutdown ----------------------------------------------------------------------------
 
 
 async def test_graceful_shutdown_gives_unfinished_jobs_back_at_once(
@@ -344,7 +344,7 @@ async def test_graceful_shutdown_gives_unfinished_jobs_back_at_once(
     assert [e[:5] for e in await events(db, job.id)] == [("released", "running", "pending", 1, "SHUTDOWN")]
 
 
-# -- bounded batch claims (C3) -------------------------------------------------------------------
+# -- bounded batch claims -------------------------------------------------------------------------
 
 
 async def test_batch_claim_never_exceeds_free_slots(dsn: str, db: AsyncConnection[Any]) -> None:
@@ -378,7 +378,7 @@ async def test_batch_claim_never_exceeds_free_slots(dsn: str, db: AsyncConnectio
     assert max(observed) <= 3 and peak == 3, (observed, peak)
 
 
-# -- concurrent lease recovery (R1, R5) ----------------------------------------------------------
+# -- concurrent lease recovery --------------------------------------------------------------------
 
 
 async def test_concurrent_recovery_recovers_each_expired_job_exactly_once(

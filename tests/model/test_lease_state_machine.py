@@ -215,7 +215,7 @@ class LeaseMachine(RuleBasedStateMachine):
     # -- model helpers --------------------------------------------------------------------------
 
     def _is_head(self, view: dict[int, ModelJob], job_id: int) -> bool:
-        """Per-key ordering (O2): nothing of its key running, nothing earlier waiting or dead."""
+        """Per-key ordering: nothing of its key running, nothing earlier waiting or dead."""
         key = view[job_id].key
         return key is None or not any(
             j.key == key

@@ -1,4 +1,4 @@
-"""Job control on the command line (K1, K2): `tenure cancel`, `retry`, `queues list|pause|resume`
+"""Job control on the command line: `tenure cancel`, `retry`, `queues list|pause|resume`
 and `result`, against a real database, with real workers where claims matter."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The dead-job workflow end to end (R4): jobs die in a real worker, are found by filter, shown
+"""The dead-job workflow end to end: jobs die in a real worker, are found by filter, shown
 with their history, refused when not dead, reprocessed with a recorded reason keeping their
 identity, run again to success, and purged only past a retention age on explicit command."""
 

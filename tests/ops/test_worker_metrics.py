@@ -88,7 +88,7 @@ async def test_worker_endpoint_exposes_every_m_metric_with_real_values(dsn: str)
 
     @app.task(name="ops.usurped", queue="work", max_attempts=1)
     async def usurped(ctx: tenure.JobContext) -> None:
-        # Someone else's claim bumps the token under us: our completion must be refused (L1).
+        # Someone else's claim bumps the token under us: our completion must be refused.
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             await conn.execute(
                 "UPDATE tenure.jobs SET lease_token = lease_token + 1 WHERE id = %s", (ctx.job_id,)

@@ -46,7 +46,7 @@ def deposit_sync(ctx: tenure.JobContext, amount: int) -> None:
     ctx.atomic_sync(work)
 
 
-#: At most this many `pooled.limited` jobs run at once, across workers (a global limit, Q3).
+#: At most this many `pooled.limited` jobs run at once, across workers (a global limit).
 LIMITED_MAX_RUNNING = 2
 app.limit("pooled_limited", max_running=LIMITED_MAX_RUNNING)
 

@@ -1,4 +1,4 @@
-"""Backoff arithmetic and the failure classification that decides retries (R2, R3), no database."""
+"""Backoff arithmetic and the failure classification that decides retries, no database."""
 
 from __future__ import annotations
 

@@ -19,5 +19,5 @@ def test_with_options_takes_the_keywords_of_every_enqueue() -> None:
 
 
 def test_task_options_are_the_fields_of_a_task_policy() -> None:
-    """TaskOptions names TaskPolicy's fields, in order: a policy field cannot be left untyped at `app.task`."""
+    """TaskOptions names TaskPolicy's fields, in order: no policy field goes untyped at `app.task`."""
     assert list(TaskOptions.__annotations__) == list(POLICY_FIELDS)

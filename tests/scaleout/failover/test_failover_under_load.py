@@ -1,4 +1,4 @@
-"""H1, issue 13 items 3 and 4: a PostgreSQL failover survived under load, with real engines.
+"""A PostgreSQL failover survived under load, with real engines.
 
 pg_auto_failover runs a primary and a synchronous standby; three real `tenure worker` processes
 run the demo bank's transfers on the multi-host DSN (`target_session_attrs=read-write`), two of

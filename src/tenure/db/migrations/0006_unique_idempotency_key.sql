@@ -1,5 +1,5 @@
 -- tenure: no-transaction
--- 0006: one job per idempotency key (E1). Producers send the key of each job they enqueue, so
+-- 0006: one job per idempotency key. Producers send the key of each job they enqueue, so
 -- the database, not the producer's good faith, must keep two jobs from sharing one: a shared key
 -- lets a destination that deduplicates by key swallow the second job's call.
 --

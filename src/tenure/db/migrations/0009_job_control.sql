@@ -1,4 +1,4 @@
--- 0009: job control (K1, K2). Results stored with a succeeded job, and a flag a caller that
+-- 0009: job control. Results stored with a succeeded job, and a flag a caller that
 -- will wait for the result sets at enqueue (only those completions notify); a snooze count;
 -- durable queue pauses with their own history; revoke, snooze and retry_now in the job history.
 -- Only a role that may write queue pauses (the admin role) may cancel a job.

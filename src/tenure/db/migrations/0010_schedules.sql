@@ -1,4 +1,4 @@
--- 0010: periodic jobs (Q1). A schedule is declared in an app's code; every worker of that app
+-- 0010: periodic jobs. A schedule is declared in an app's code; every worker of that app
 -- upserts it here and fires its due slots. The row is what makes each slot fire once with any
 -- number of schedulers: a fire locks it, inserts only slots later than `last_slot` and moves
 -- `last_slot` on, in one statement. `key_namespace` is the schedule's secret part of its jobs'

@@ -1,4 +1,4 @@
--- 0011: unique jobs (Q2). A job enqueued with a unique key holds it while its state is one of
+-- 0011: unique jobs. A job enqueued with a unique key holds it while its state is one of
 -- its own unique_states; a unique partial index (migration 0012, built CONCURRENTLY) keeps a
 -- second job with the same key out of those states, whatever the number of concurrent
 -- producers, and the enqueue returns the job that holds the key instead.

@@ -1,4 +1,4 @@
--- 0013: global concurrency and rate limits per queue (Q3). A limited queue is claimed one claim
+-- 0013: global concurrency and rate limits per queue. A limited queue is claimed one claim
 -- at a time (a transaction-scoped advisory lock), so the running count a claim reads is the
 -- truth: at most max_running of the queue's jobs hold an unexpired lease at once, at most
 -- max_running_per_key of those share the value of payload field key_field, and a token bucket
