@@ -93,7 +93,7 @@ class Claimer(Service):
         Either claims once more NOTIFY_COOLDOWN later, for the jobs whose producers left their
         notification out because they had just sent this one (tenure.db.wakeups)."""
         self._claim_for_notice()
-        self._noticed_at = time.monotonic()
+        self._noticed_at = self.clock.monotonic()
         if self._follow_up is None:
             cooldown = wakeups.NOTIFY_COOLDOWN  # read at each use: tests lengthen it
             self._follow_up = asyncio.get_running_loop().call_later(cooldown, self._follow_up_due)
@@ -107,7 +107,7 @@ class Claimer(Service):
     def _follow_up_due(self) -> None:
         self._claim_for_notice()
         # One follow-up timer at a time: a notification that came while it ran gets its own turn.
-        wait = self._noticed_at + wakeups.NOTIFY_COOLDOWN - time.monotonic()
+        wait = self._noticed_at + wakeups.NOTIFY_COOLDOWN - self.clock.monotonic()
         loop = asyncio.get_running_loop()
         self._follow_up = loop.call_later(wait, self._follow_up_due) if wait > 0 else None
 
@@ -140,11 +140,11 @@ class Claimer(Service):
         services, options = self.services, self.services.options
         claimed = 0
         saturated_queue = False
-        started = time.monotonic()
-        if time.monotonic() - self._limits_read_at >= LIMITS_REFRESH:
+        started = self.clock.monotonic()
+        if self.clock.monotonic() - self._limits_read_at >= LIMITS_REFRESH:
             async with services.connection() as conn:
                 self.limited = {r["queue"] for r in await self.control.limits(conn)}
-            self._limits_read_at = time.monotonic()
+            self._limits_read_at = self.clock.monotonic()
         plan = self.claim_plan()
         below_share = [(q, room) for q, room in plan if room > 0]
         at_share = [(q, options.concurrency) for q, room in plan if room <= 0]
@@ -181,7 +181,7 @@ class Claimer(Service):
         services, options = self.services, self.services.options
         with batch_span("claim", queue) as span:
             async with services.connection() as conn:
-                sent_at = time.monotonic()
+                sent_at = time.monotonic()  # the executor measures leases on the process clock
                 claim_started = time.perf_counter()
                 jobs = await services.queries.job_claim(
                     conn,
@@ -211,7 +211,7 @@ class Claimer(Service):
     def _queue_failed(self, queue: str, exc: Exception) -> None:
         failures = self.failing_queues.get(queue, (0, 0.0))[0] + 1
         rest = min(QUEUE_BACKOFF_CAP, 0.1 * 2.0 ** min(failures, 10))
-        self.failing_queues[queue] = (failures, time.monotonic() + rest)
+        self.failing_queues[queue] = (failures, self.clock.monotonic() + rest)
         self.services.stats.claim_errors += 1
         log.warning(
             "claim of queue %s failed (%s in a row; the other queues go on, this one rests %.1fs): %s",
@@ -245,16 +245,16 @@ class Claimer(Service):
         then lose its result, spending an attempt for nothing."""
         return self.free_slots() > 0 and not self.services.health.service("completer").failing
 
-    async def run_once(self) -> None:
-        """One claim pass, when the worker has free slots and its completions can be written."""
+    async def run_once(self) -> int:
+        """One claim pass, when the worker has free slots and its completions can be written.
+        Returns how many jobs it claimed."""
         self._backing_off = False
         if (pause := self._paced_until - self.clock.monotonic()) > 0:
             await self.clock.sleep(pause)
         self._wake.clear()
-        if self.may_claim():
-            await self.claim_once()
+        return await self.claim_once() if self.may_claim() else 0
 
-    def next_delay(self, result: None) -> float:
+    def next_delay(self, result: int) -> float:
         if self._wake.is_set() and self.may_claim():
             return 0.0  # woken while it claimed: claim again at once
         return self.services.options.poll_interval

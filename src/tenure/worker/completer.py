@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,16 +69,18 @@ class Completer(Service):
         self._arrived.set()
         return await done
 
-    async def run_once(self) -> None:
+    async def run_once(self) -> int:
         """Waits for completions (or a retry falling due) and writes one batch; a write that
-        fails raises, its jobs put back for a retry (or settled EXPIRED past their lease)."""
+        fails raises, its jobs put back for a retry (or settled EXPIRED past their lease).
+        Returns how many completions the pass wrote (or tried to write)."""
         batch = await self._next_batch()
         if batch:
             await self._write(batch)
         elif self.health.failing:
             await self._probe()
+        return len(batch)
 
-    def next_delay(self, result: None) -> float:
+    def next_delay(self, result: int) -> float:
         return 0.0  # the next pass waits for completions itself
 
     def failed(self, exc: BaseException) -> float:
@@ -105,7 +106,7 @@ class Completer(Service):
 
     async def _next_batch(self) -> list[_Pending]:
         """Queued completions and retries that are due; waits for either when there are none."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if not self._queued and not any(p.not_before <= now for p in self._retry):
             waits = [p.not_before - now for p in self._retry]
             timeout = min(waits) if waits else (PROBE_EVERY if self.health.failing else None)
@@ -116,7 +117,7 @@ class Completer(Service):
         return self._due() + self._take_queued([])
 
     def _due(self) -> list[_Pending]:
-        now = time.monotonic()
+        now = self.clock.monotonic()
         due = [p for p in self._retry if p.not_before <= now]
         self._retry = [p for p in self._retry if p.not_before > now]
         return due
@@ -153,10 +154,10 @@ class Completer(Service):
                 self._settle(pending, outcome)
 
     def _again(self, pending: _Pending, delay: float, final: bool) -> None:
-        if final or time.monotonic() + delay >= pending.expires:
+        if final or self.clock.monotonic() + delay >= pending.expires:
             self._settle(pending, CompletionOutcome.EXPIRED)
             return
-        pending.not_before = time.monotonic() + delay
+        pending.not_before = self.clock.monotonic() + delay
         self._retry.append(pending)
 
     @staticmethod

@@ -8,25 +8,10 @@ import asyncio
 import logging
 
 import pytest
+from _clock import FakeClock
 
 from tenure.worker.health import ServiceHealth, ServiceHealthBoard
 from tenure.worker.service import HealthWatch, Service, Supervisor
-
-
-class FakeClock:
-    """Local time that moves only when a service sleeps."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.slept.append(round(seconds, 3))
-        self.now += seconds
-        await asyncio.sleep(0)
 
 
 class Flaky(Service):

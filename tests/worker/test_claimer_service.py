@@ -1,0 +1,101 @@
+"""The claimer stepped pass by pass on a real database with a fake local clock: a pass claims only
+into free slots and says how many it took, a freed slot is filled by the next pass, and no pass
+claims while completions cannot be written."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from _clock import FakeClock
+from psycopg import AsyncConnection
+
+from tenure.db.pool import open_pool
+from tenure.db.queries import Queries
+from tenure.handler.context import JobContext
+from tenure.model.jobs import JobSpec
+from tenure.tasks import TaskRegistry
+from tenure.worker.claimer import Claimer
+from tenure.worker.completer import Completer
+from tenure.worker.executor import Executor
+from tenure.worker.options import WorkerOptions
+from tenure.worker.services import WorkerServices
+
+SLOTS = 3
+
+
+@dataclass
+class Stepped:
+    claimer: Claimer
+    completer: Completer
+    release: asyncio.Event
+
+
+@pytest.fixture
+async def stepped(dsn: str, queries: Queries) -> AsyncIterator[Stepped]:
+    release = asyncio.Event()
+
+    async def held(ctx: JobContext) -> None:
+        await release.wait()
+
+    registry = TaskRegistry()
+    registry.register(held, name="held")
+    pool = await open_pool(dsn, min_size=1, max_size=4)
+    options = WorkerOptions(worker_id="claimer-test", concurrency=SLOTS, claim_batch=SLOTS)
+    services = WorkerServices(pool=pool, queries=queries, options=options, dsn=dsn)
+    threads = ThreadPoolExecutor(max_workers=1)
+    completer = Completer(services)
+    claimer = Claimer(services, Executor(services, registry, completer, threads), ["default"])
+    claimer.clock = completer.clock = FakeClock()
+    yield Stepped(claimer, completer, release)
+    release.set()
+    for execution in list(claimer.executor.running.values()):
+        if execution.task is not None:
+            execution.task.cancel()
+    threads.shutdown()
+    await pool.close()
+
+
+async def running(db: AsyncConnection[Any]) -> int:
+    row = await (await db.execute("SELECT count(*) FROM tenure.jobs WHERE state = 'running'")).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def test_a_pass_claims_only_into_free_slots_and_the_next_fills_the_slots_freed(
+    stepped: Stepped, db: AsyncConnection[Any], queries: Queries
+) -> None:
+    """Five jobs, three slots: the first pass claims three, a pass with no free slot claims none,
+    and once the three finish and their completions are written the next pass claims the last two."""
+    await queries.job_insert_many(db, [JobSpec(task="held") for _ in range(5)])
+    assert await stepped.claimer.run_once() == SLOTS
+    assert await running(db) == SLOTS
+    assert await stepped.claimer.run_once() == 0
+    stepped.release.set()
+    async with asyncio.timeout(10):
+        written = 0
+        while written < SLOTS:  # a pass waits for the completions that have not arrived yet
+            written += await stepped.completer.run_once()
+        while stepped.claimer.executor.running:  # each slot frees once its outcome is known
+            await asyncio.sleep(0.01)
+    assert await running(db) == 0
+    assert await stepped.claimer.run_once() == 2
+    assert await running(db) == 2
+
+
+async def test_no_pass_claims_while_completions_cannot_be_written(
+    stepped: Stepped, db: AsyncConnection[Any], queries: Queries
+) -> None:
+    """While the completer is failing, a pass claims nothing (a job run now would lose its result);
+    the first pass after the completer recovers claims again."""
+    await queries.job_insert_many(db, [JobSpec(task="held")])
+    stepped.completer.health.failed(ConnectionError("server gone"))
+    assert await stepped.claimer.run_once() == 0
+    assert await running(db) == 0
+    stepped.completer.health.succeeded()
+    assert await stepped.claimer.run_once() == 1
+    assert await running(db) == 1
