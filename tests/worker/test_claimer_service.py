@@ -80,8 +80,8 @@ async def test_a_pass_claims_only_into_free_slots_and_the_next_fills_the_slots_f
         written = 0
         while written < SLOTS:  # a pass waits for the completions that have not arrived yet
             written += await stepped.completer.run_once()
-        while stepped.claimer.executor.running:  # each slot frees once its outcome is known
-            await asyncio.sleep(0.01)
+        # Each slot frees when its execution ends, once its outcome is known.
+        await asyncio.gather(*(e.task for e in stepped.claimer.executor.running.values() if e.task))
     assert await running(db) == 0
     assert await stepped.claimer.run_once() == 2
     assert await running(db) == 2

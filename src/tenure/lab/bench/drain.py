@@ -30,7 +30,7 @@ from tenure.db.connect import connect
 from tenure.lab.bench.cpu import backend_cpu_seconds
 from tenure.lab.bench.gate import StartGate
 from tenure.lab.bench.procs import ProcessGroup
-from tenure.lab.bench.queries import fetch
+from tenure.lab.bench.queries import clock, fetch
 from tenure.lab.bench.server import SCHEMA, CostMeter
 
 POLL_SECONDS = 0.02
@@ -167,7 +167,7 @@ async def drain(
                 if on_open is not None:
                     on_open(group)
                 first = (await start_gate.open(), initial)
-                start_on_server = (await fetch(conn, SCHEMA, "bench_clock"))[0]["now"]
+                start_on_server = await clock(conn, SCHEMA)
                 own_reads += start_gate.polls + 2  # the backends' first read and the clock
             deadline = time.monotonic() + timeout
             while True:

@@ -8,10 +8,8 @@ import time
 import uuid
 from typing import Any
 
+from tenure import Client, JobSpec, Unique
 from tenure.lab.bench.sections import SCHEMA, reset
-from tenure.model.jobs import JobSpec
-from tenure.model.unique import Unique
-from tenure.producer.client import Client
 
 QUEUE = "bench.enqueue"
 

@@ -7,35 +7,26 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from tenure import Client, JobSpec
 from tenure.db.connect import connect
-from tenure.db.queries import Queries
 from tenure.lab.bench.queries import execute
 from tenure.lab.bench.sections import SCHEMA, reset
-from tenure.model.jobs import JobSpec
-from tenure.producer.client import Client
+from tenure.lab.bench.statements import TenureStatements
 
 KEYS = 1000
 
 
 async def _drain(dsn: str, queue: str, jobs: int, batch: int, *, limited: bool) -> float:
     """Claims and completes `jobs` jobs of `queue`; returns jobs per second."""
-    q = Queries(SCHEMA)
+    statements = TenureStatements()
     done = 0
     async with await connect(dsn) as conn:
         started = time.perf_counter()
         while done < jobs:
-            claimed = await q.job_claim(
-                conn,
-                queue=queue,
-                owner="bench",
-                limit=batch,
-                default_lease_seconds=60,
-                default_runtime_seconds=600,
-                limited=limited,
-            )
+            claimed = await statements.claim(conn, queue, batch, limited=limited)
             if not claimed:
                 break
-            await q.job_complete_many(conn, owner="bench", leases=[(j.id, j.lease.token) for j in claimed])
+            await statements.complete(conn, claimed)
             done += len(claimed)
         seconds = time.perf_counter() - started
     return done / seconds

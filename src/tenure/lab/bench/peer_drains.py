@@ -7,42 +7,28 @@ sizes would take minutes; started behind the gate, its rate over that many jobs 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from tenure.lab.bench import peers
-from tenure.lab.bench.contenders import Contenders
-from tenure.lab.bench.drain import DrainResult
+from tenure.lab.bench.rounds import Drain, DrainRounds, best_of, median_run
 from tenure.lab.bench.sections import peer_drain
-from tenure.lab.bench.throughput import best_of, median_run
 
 #: Procrastinate drains this fraction of each size.
 SLOW_PEER_FRACTION = 10
 
 
-async def pgqueuer_best(
-    dsn: str,
-    contenders: Contenders,
-    sizes: tuple[int, ...],
-    processes: int,
-    repeats: int,
-    batches: tuple[int, ...],
-    log: Callable[[str], None] = print,
-) -> dict[str, Any]:
-    runs: dict[tuple[int, int], list[DrainResult]] = {}
-    for round_number in range(repeats):
-        log(
-            f"peer pgqueuer round {round_number + 1}/{repeats}: sizes {list(sizes)}, "
-            f"batch sizes {list(batches)}"
-        )
-        for size in sizes:
-            for batch in batches:
-                result = await peer_drain("pgqueuer", dsn, contenders, size, processes, batch=batch)
-                runs.setdefault((size, batch), []).append(result)
+async def pgqueuer_best(dsn: str, rounds: DrainRounds, batches: tuple[int, ...]) -> dict[str, Any]:
+    contenders = rounds.contenders
+    drains: dict[int, Drain] = {
+        batch: partial(peer_drain, "pgqueuer", dsn, contenders, processes=rounds.processes, batch=batch)
+        for batch in batches
+    }
+    runs = await rounds.interleaved("peer pgqueuer", f"batch sizes {list(batches)}", drains)
     by_size: dict[str, dict[str, Any]] = {}
-    for size in sizes:
+    for size in rounds.sizes:
         sweep = {
-            b: median_run(runs[(size, b)])
+            b: median_run(runs[(b, size)])
             | {"max_concurrent_tasks": peers.pgqueuer_max_concurrent(contenders.concurrency, b)}
             for b in batches
         }
@@ -51,23 +37,17 @@ async def pgqueuer_best(
             "batch_sweep": {str(b): r for b, r in sweep.items()},
             "best": sweep[best] | {"batch": best},
         }
-    primary = by_size[str(max(sizes))]["best"]
+    primary = by_size[str(max(rounds.sizes))]["best"]
     return {"version": peers.version("pgqueuer"), "batches": list(batches), "by_size": by_size, **primary}
 
 
-async def procrastinate_sized(
-    dsn: str,
-    contenders: Contenders,
-    sizes: tuple[int, ...],
-    processes: int,
-    max_connections: int,
-    log: Callable[[str], None] = print,
-) -> dict[str, Any]:
+async def procrastinate_sized(dsn: str, rounds: DrainRounds, max_connections: int) -> dict[str, Any]:
+    contenders, sizes, processes = rounds.contenders, rounds.sizes, rounds.processes
     concurrency = peers.procrastinate_concurrency(contenders.concurrency, processes, max_connections)
     by_size: dict[str, dict[str, Any]] = {}
     for size in sizes:
         jobs = max(1, size // SLOW_PEER_FRACTION)
-        log(f"peer procrastinate: {jobs} jobs, {processes} processes x concurrency {concurrency}")
+        rounds.log(f"peer procrastinate: {jobs} jobs, {processes} processes x concurrency {concurrency}")
         result = await peer_drain("procrastinate", dsn, contenders, jobs, processes, concurrency=concurrency)
         by_size[str(size)] = result.as_dict()
     return {

@@ -18,13 +18,13 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
+from tenure import Client
 from tenure.db.connect import connect
 from tenure.lab.bench.cpu import backend_cpu_seconds
 from tenure.lab.bench.procs import PROCESS_NAME_ENV, process_dsn
 from tenure.lab.bench.queries import bench_queries, fetch
 from tenure.lab.bench.server import SCHEMA
 from tenure.lab.bench.tenure_worker import QUEUE
-from tenure.producer.client import Client
 
 KINDS = ("tenure", "raw")
 #: A directory where each producer writes, on its way out, the CPU it and its server backends

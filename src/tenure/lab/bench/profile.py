@@ -31,13 +31,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tenure.db.connect import resolve_dsn
+from tenure import Tenure, WorkerOptions
 from tenure.lab.bench.contenders import Contenders
 from tenure.lab.bench.drain import DrainResult, drain
 from tenure.lab.bench.procs import ProcessGroup
 from tenure.lab.bench.sections import drain_timeout, load, reset
 from tenure.lab.bench.server import Databases, check_server
-from tenure.worker.options import WorkerOptions
 
 TOOLS = ("py-spy", "cprofile")
 #: Functions that every sample passes through on its way in (the entry point and the event
@@ -245,7 +244,7 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=15)
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args()
-    server = resolve_dsn(args.dsn).dsn
+    server = Tenure(args.dsn).resolved_dsn()
     result = asyncio.run(profile(server, args.jobs, args.concurrency, args.claim_batch, args.tool, args.top))
     if args.json:
         print(json.dumps(result, indent=2))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -24,3 +25,9 @@ async def execute(conn: AsyncConnection[Any], schema: str, name: str, **params: 
     async with conn.cursor() as cur:
         await cur.execute(bench_queries(schema)[name].encode(), params)
         return cur.rowcount
+
+
+async def clock(conn: AsyncConnection[Any], schema: str) -> datetime:
+    """The server's time now."""
+    now: datetime = (await fetch(conn, schema, "bench_clock"))[0]["now"]
+    return now

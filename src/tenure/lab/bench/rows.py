@@ -1,11 +1,21 @@
 """One figure of the result: its value, the baseline measured in the same run, their ratio, and
-a target where there is one."""
+a target where there is one, with the rule that judges it (the targets table judges by the same
+rules)."""
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
 from typing import Any
 
 Row = dict[str, Any]
+#: Whether a figure meets its target, from its value and its ratio to the baseline; None when
+#: what it judges by was not measured.
+Rule = Callable[[float | None, float | None], bool | None]
+
+
+def ratio(value: float | None, baseline_value: float | None) -> float | None:
+    return round(value / baseline_value, 3) if value is not None and baseline_value else None
 
 
 def row(
@@ -16,9 +26,9 @@ def row(
     baseline: str,
     baseline_value: float | None,
     target: str = "",
-    met: bool | None = None,
+    rule: Rule | None = None,
 ) -> Row:
-    ratio = round(value / baseline_value, 3) if value is not None and baseline_value else None
+    against = ratio(value, baseline_value)
     return {
         "section": section,
         "figure": figure,
@@ -26,18 +36,28 @@ def row(
         "unit": unit,
         "baseline": baseline,
         "baseline_value": baseline_value,
-        "ratio": ratio,
+        "ratio": against,
         "target": target,
-        "met": met,
+        "met": rule(value, against) if rule is not None else None,
     }
 
 
-def at_least(ratio: float | None, bound: float) -> bool | None:
-    return None if ratio is None else ratio >= bound
+def _on_ratio(compare: Callable[[float, float], bool]) -> Callable[[float], Rule]:
+    """Rules that compare the ratio with a bound."""
+    return lambda bound: lambda _value, ratio: None if ratio is None else compare(ratio, bound)
 
 
-def at_most(ratio: float | None, bound: float) -> bool | None:
-    return None if ratio is None else ratio <= bound
+def _on_value(compare: Callable[[float, float], bool]) -> Callable[[float], Rule]:
+    """Rules that compare the value itself with a bound."""
+    return lambda bound: lambda value, _ratio: None if value is None else compare(value, bound)
+
+
+ratio_at_least = _on_ratio(operator.ge)
+ratio_at_most = _on_ratio(operator.le)
+ratio_below = _on_ratio(operator.lt)
+value_at_least = _on_value(operator.ge)
+value_at_most = _on_value(operator.le)
+value_below = _on_value(operator.lt)
 
 
 def fmt(value: Any) -> str:

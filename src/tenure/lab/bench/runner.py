@@ -10,15 +10,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tenure import Client, WorkerOptions
 from tenure.db.connect import connect
 from tenure.lab.bench import end_to_end, enqueue, limits, peer_drains, peers, sections, throughput, waiting
 from tenure.lab.bench.drain import TENURE_WATCH
 from tenure.lab.bench.report import chart, figure_rows, print_table
+from tenure.lab.bench.rounds import DrainRounds
 from tenure.lab.bench.server import Databases, check_server, server_settings
 from tenure.lab.bench.sizes import SIZES
 from tenure.lab.bench.targets import targets
-from tenure.producer.client import Client
-from tenure.worker.options import WorkerOptions
 
 SECTIONS = (
     "copy",
@@ -55,6 +55,7 @@ async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
     options.out_dir.mkdir(parents=True, exist_ok=True)
     contenders = sections.Contenders(options.concurrency, options.claim_batch)
     procs = options.processes
+    rounds = DrainRounds(contenders, sizes.drain_sizes, procs, sizes.repeats, log)
     result: dict[str, Any] = {
         "meta": {
             "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -86,9 +87,7 @@ async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
                 f"throughput: {' and '.join(map(str, sizes.drain_sizes))} no-op jobs, {procs} processes, "
                 f"Tenure and the raw loop at claim sizes {list(sizes.ceiling_batches)}"
             )
-            out["throughput"] = await throughput.throughput(
-                dsn, contenders, sizes.drain_sizes, procs, sizes.repeats, sizes.ceiling_batches, log
-            )
+            out["throughput"] = await throughput.throughput(dsn, rounds, sizes.ceiling_batches)
 
         wanted_peers = [p for p in sizes.peers if options.with_peers and "peers" in options.sections]
         out["peers"] = {}
@@ -102,18 +101,12 @@ async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
                 await peers.SETUP[name](peer_dsn)
                 if name == "pgqueuer":
                     out["peers"][name] = await peer_drains.pgqueuer_best(
-                        peer_dsn,
-                        contenders,
-                        sizes.drain_sizes,
-                        procs,
-                        sizes.repeats,
-                        sizes.pgqueuer_batches,
-                        log,
+                        peer_dsn, rounds, sizes.pgqueuer_batches
                     )
                 else:
                     max_connections = int(result["meta"]["server_settings"]["max_connections"])
                     out["peers"][name] = await peer_drains.procrastinate_sized(
-                        peer_dsn, contenders, sizes.drain_sizes, procs, max_connections, log
+                        peer_dsn, rounds, max_connections
                     )
                 if "latency" in options.sections:
                     out["peers"][name]["idle_latency"] = await _peer_latency(

@@ -13,9 +13,8 @@ from typing import Any
 
 from psycopg import IsolationLevel
 
+from tenure import Client, JobSpec
 from tenure.db.connect import connect
-from tenure.db.pool import open_pool
-from tenure.db.queries import Queries
 from tenure.db.sqlfiles import named_queries
 from tenure.lab.bench import peers, probe
 from tenure.lab.bench.contenders import Contenders as Contenders
@@ -23,13 +22,10 @@ from tenure.lab.bench.drain import PEER_WATCH, DrainResult, drain
 from tenure.lab.bench.procs import ProcessGroup
 from tenure.lab.bench.queries import execute, fetch
 from tenure.lab.bench.server import SCHEMA as SCHEMA
+from tenure.lab.bench.statements import TenureStatements
 from tenure.lab.bench.tenure_worker import QUEUE
-from tenure.model.jobs import JobSpec
+from tenure.lab.passes import worker_passes
 from tenure.producer.builder import COPY_TYPES, copy_rows
-from tenure.producer.client import Client
-from tenure.worker.options import WorkerOptions
-from tenure.worker.recovery import Recovery
-from tenure.worker.services import WorkerServices
 
 NOOP = JobSpec(task="noop", queue=QUEUE, priority=0, max_attempts=20)  # complete: also COPYed raw
 PROBE_TIMEOUT = 60.0
@@ -178,21 +174,13 @@ def tenure_producer(client: Client, jobs_per_second: float) -> Callable[[], Coro
 async def claim_time_ms(dsn: str, claim_batch: int, samples: int, *, oldest: int = 0) -> float:
     """Median time of Tenure's claim statement, each inside a transaction rolled back; `oldest` of
     the batch from the queue's oldest due jobs (the worker's share does so in one claim in ten)."""
-    queries = Queries(SCHEMA)
+    statements = TenureStatements()
     timings = []
     async with await connect(dsn) as conn:
         for i in range(samples + 2):
             async with conn.transaction(force_rollback=True):
                 started = time.perf_counter()
-                await queries.job_claim(
-                    conn,
-                    queue=QUEUE,
-                    owner="bench:claim-timer",
-                    limit=claim_batch,
-                    default_lease_seconds=30.0,
-                    default_runtime_seconds=3600.0,
-                    oldest=oldest,
-                )
+                await statements.claim(conn, QUEUE, claim_batch, owner="bench:claim-timer", oldest=oldest)
                 if i >= 2:  # the first two warm the plan cache
                     timings.append(time.perf_counter() - started)
     return round(statistics.median(timings) * 1000, 3)
@@ -256,14 +244,10 @@ async def recovery(dsn: str, jobs: int) -> dict[str, Any]:
     async with await connect(dsn) as conn:
         await execute(conn, SCHEMA, "bench_lease_all_expired")
         await execute(conn, SCHEMA, "bench_vacuum")
-    pool = await open_pool(dsn, min_size=1, max_size=2, name="bench-recovery")
-    try:
-        services = WorkerServices(pool=pool, queries=Queries(SCHEMA), options=WorkerOptions(), dsn=dsn)
+    async with worker_passes(dsn, SCHEMA, name="bench-recovery") as passes:
         started = time.perf_counter()
-        recovered = await Recovery(services).run_once()
+        recovered = await passes.recovery.run_once()
         tenure_seconds = time.perf_counter() - started
-    finally:
-        await pool.close()
     async with await connect(dsn) as conn:
         await execute(conn, SCHEMA, "bench_lease_all_expired")
         await execute(conn, SCHEMA, "bench_vacuum")

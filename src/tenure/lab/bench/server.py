@@ -5,20 +5,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from psycopg import conninfo, sql
-
+from tenure import ConfigurationError, Tenure
 from tenure.db.connect import connect
-from tenure.db.migrate import migrate
 from tenure.lab.bench.queries import fetch
-from tenure.model.errors import ConfigurationError
+from tenure.ops.demo.database import with_database
+from tenure.ops.demo.queries import database_statement
 
 SCHEMA = "tenure"
-
-
-def with_db(dsn: str, dbname: str) -> str:
-    params = conninfo.conninfo_to_dict(dsn)
-    params["dbname"] = dbname
-    return conninfo.make_conninfo(**params)  # type: ignore[arg-type]
 
 
 class Databases:
@@ -32,23 +25,18 @@ class Databases:
     async def create(self, name: str, *, migrated: bool = False) -> str:
         dbname = self.prefix + name
         async with await connect(self.server_dsn) as admin:
-            await admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname))
-            )
-            await admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
+            await admin.execute(database_statement("demo_database_drop", dbname))
+            await admin.execute(database_statement("demo_database_create", dbname))
         self.created.append(dbname)
-        dsn = with_db(self.server_dsn, dbname)
+        dsn = with_database(self.server_dsn, dbname)
         if migrated:
-            async with await connect(dsn) as conn:
-                await migrate(conn, SCHEMA)
+            await Tenure(dsn, schema=SCHEMA).migrate()
         return dsn
 
     async def drop_all(self) -> None:
         async with await connect(self.server_dsn) as admin:
             for dbname in self.created:
-                await admin.execute(
-                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname))
-                )
+                await admin.execute(database_statement("demo_database_drop", dbname))
         self.created.clear()
 
 

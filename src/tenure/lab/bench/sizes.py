@@ -10,16 +10,19 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Sizes:
-    drain_sizes: tuple[int, ...]  # jobs per throughput drain: every contender drains each size
-    latency_probes: int
-    backlogs: tuple[int, ...]
-    backlog_window: float  # seconds of draining measured at each backlog
-    snapshot_window: float  # seconds of draining measured while a snapshot is held
-    recovery_jobs: int
-    copy_jobs: int
-    not_yet_due: int  # jobs due later, in the queue the claim is timed on
-    waiting: int  # the backlog that waits through the simulated hour of the fairness section
-    fairness_step: float  # seconds between the periodic passes over that hour
+    """The standard run's sizes, unless given."""
+
+    #: Jobs per throughput drain: every contender drains each size.
+    drain_sizes: tuple[int, ...] = (30_000, 50_000)
+    latency_probes: int = 150
+    backlogs: tuple[int, ...] = (10_000, 100_000)
+    backlog_window: float = 4.0  # seconds of draining measured at each backlog
+    snapshot_window: float = 20.0  # seconds of draining measured while a snapshot is held
+    recovery_jobs: int = 100_000
+    copy_jobs: int = 100_000
+    not_yet_due: int = 100_000  # jobs due later, in the queue the claim is timed on
+    waiting: int = 100_000  # the backlog that waits through the simulated hour of the fairness section
+    fairness_step: float = 1.0  # seconds between the periodic passes over that hour
     claim_samples: int = 15
     unique_enqueues: int = 2000  # single enqueues of each kind in the unique section
     limit_jobs: int = 10_000  # jobs claimed and completed per variant in the limits section
@@ -60,29 +63,15 @@ SIZES = {
         end_to_end_jobs=300,
         producer_connections=4,
     ),
-    "standard": Sizes(
-        drain_sizes=(30_000, 50_000),
-        latency_probes=150,
-        backlogs=(10_000, 100_000),
-        backlog_window=4.0,
-        snapshot_window=20.0,
-        recovery_jobs=100_000,
-        copy_jobs=100_000,
-        not_yet_due=100_000,
-        waiting=100_000,
-        fairness_step=1.0,
-    ),
+    "standard": Sizes(),
     "full": Sizes(
-        drain_sizes=(30_000, 50_000),
         latency_probes=300,
         backlogs=(10_000, 100_000, 1_000_000),
         backlog_window=8.0,
         snapshot_window=60.0,
-        recovery_jobs=100_000,
         copy_jobs=200_000,
         not_yet_due=1_000_000,
         waiting=1_000_000,
-        fairness_step=1.0,
         drain_largest=True,
         end_to_end_jobs=50_000,
     ),

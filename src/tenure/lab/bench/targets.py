@@ -5,14 +5,22 @@ measured", which is not met."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tenure.lab.bench.rows import fmt
+from tenure.lab.bench.rows import (
+    Rule,
+    fmt,
+    ratio,
+    ratio_at_least,
+    ratio_at_most,
+    ratio_below,
+    value_at_least,
+    value_at_most,
+)
 
 MET, NOT_MET, NOT_MEASURED = "met", "not met", "not measured"
 #: The backlog and not-yet-due targets are stated at this many jobs.
@@ -28,14 +36,14 @@ def _target(
     unit: str,
     baseline: str,
     baseline_value: float | None,
-    passes: Callable[[float, float | None], bool] | None,
+    rule: Rule | None,
     note: str = "",
 ) -> Target:
-    """`passes(value, ratio)` decides met; None as value means not measured (with `note`)."""
-    ratio = round(value / baseline_value, 3) if value is not None and baseline_value else None
+    """`rule` decides met; None as value means not measured (with `note`)."""
+    against = ratio(value, baseline_value)
     status = NOT_MEASURED
-    if value is not None and passes is not None:
-        status = MET if passes(value, ratio) else NOT_MET
+    if value is not None and rule is not None:
+        status = MET if rule(value, against) else NOT_MET
     return {
         "target": name,
         "threshold": threshold,
@@ -43,26 +51,18 @@ def _target(
         "unit": unit,
         "baseline": baseline,
         "baseline_value": baseline_value,
-        "ratio": ratio,
+        "ratio": against,
         "status": status,
         "note": note,
     }
 
 
-def _ratio_at_least(bound: float) -> Callable[[float, float | None], bool]:
-    return lambda _value, ratio: ratio is not None and ratio >= bound
-
-
-def _ratio_at_most(bound: float) -> Callable[[float, float | None], bool]:
-    return lambda _value, ratio: ratio is not None and ratio <= bound
-
-
-def _value_at_most(bound: float) -> Callable[[float, float | None], bool]:
-    return lambda value, _ratio: value <= bound
-
-
-def _value_at_least(bound: float) -> Callable[[float, float | None], bool]:
-    return lambda value, _ratio: value >= bound
+def _stated_at_a_million(target: Target, jobs: int, measured_at: str) -> Target:
+    """A target stated at a million jobs is judged only at that many: below, its figure stands
+    with the size it was taken at, and it is not measured."""
+    if jobs >= MILLION:
+        return target
+    return target | {"status": NOT_MEASURED, "note": f"{measured_at} (--full runs 1M)"}
 
 
 def _why_missing(sections: dict[str, Any], *names: str) -> str:
@@ -96,7 +96,7 @@ def _drain_targets(s: dict[str, Any]) -> list[Target]:
                 "jobs/s",
                 f"raw SQL claim {ceiling['batch']} (best of {tp['ceiling_batches']})",
                 ceiling["jobs_per_second"],
-                _ratio_at_least(0.6),
+                ratio_at_least(0.6),
             )
         )
     return found
@@ -131,7 +131,7 @@ def _peer_targets(s: dict[str, Any]) -> list[Target]:
                     "jobs/s",
                     label,
                     best["jobs_per_second"],
-                    _ratio_at_least(bound),
+                    ratio_at_least(bound),
                 )
             )
     return found
@@ -149,7 +149,7 @@ def _end_to_end_target(s: dict[str, Any]) -> Target:
         "jobs/s",
         f"raw INSERT + raw loop claim {e2e['raw_claim_batch']}",
         e2e["raw"]["jobs_per_second"],
-        _ratio_at_least(0.6),
+        ratio_at_least(0.6),
     )
 
 
@@ -168,7 +168,7 @@ def _latency_targets(s: dict[str, Any]) -> list[Target]:
                 "ms",
                 "pgqueuer idle",
                 pgq.get(key) if pgq else None,
-                _value_at_most(bound),
+                value_at_most(bound),
                 _why_missing(s, "latency"),
             )
         )
@@ -184,7 +184,7 @@ def _latency_targets(s: dict[str, Any]) -> list[Target]:
                 "ms",
                 "pgqueuer idle",
                 pgq.get(key) if pgq else None,
-                (lambda _v, ratio: ratio is not None and ratio < 1) if pgq else None,
+                ratio_below(1) if pgq else None,
                 missing,
             )
         )
@@ -198,18 +198,9 @@ def _backlog_target(s: dict[str, Any]) -> Target:
         why = _why_missing(s, "backlog", "throughput")
         return _target(name, ">= 0.8x", None, "jobs/s", "drain from empty", None, None, why)
     largest = bl["levels"][-1]
-    reached = largest["pending"] >= MILLION
-    note = "" if reached else f"largest backlog {largest['pending']:,} (--full runs 1M)"
-    return _target(
-        name,
-        ">= 0.8x",
-        largest["jobs_per_second"],
-        "jobs/s",
-        f"drain from empty, {tp['primary_size']:,} jobs",
-        tp["tenure_n"]["jobs_per_second"],
-        _ratio_at_least(0.8) if reached else None,
-        note,
-    )
+    empty = f"drain from empty, {tp['primary_size']:,} jobs", tp["tenure_n"]["jobs_per_second"]
+    found = _target(name, ">= 0.8x", largest["jobs_per_second"], "jobs/s", *empty, ratio_at_least(0.8))
+    return _stated_at_a_million(found, largest["pending"], f"largest backlog {largest['pending']:,}")
 
 
 def _not_yet_due_target(s: dict[str, Any]) -> Target:
@@ -217,18 +208,9 @@ def _not_yet_due_target(s: dict[str, Any]) -> Target:
     sch = s.get("scheduled")
     if not sch:
         return _target(name, "<= 1.2x", None, "ms", "due jobs only", None, None, _why_missing(s, "scheduled"))
-    reached = sch["not_yet_due"] >= MILLION
-    note = "" if reached else f"{sch['not_yet_due']:,} not yet due (--full runs 1M)"
-    return _target(
-        name,
-        "<= 1.2x",
-        sch["claim_ms_with_not_yet_due"],
-        "ms",
-        f"{sch['due']} due jobs only",
-        sch["claim_ms_due_only"],
-        _ratio_at_most(1.2) if reached else None,
-        note,
-    )
+    due_only = f"{sch['due']} due jobs only", sch["claim_ms_due_only"]
+    found = _target(name, "<= 1.2x", sch["claim_ms_with_not_yet_due"], "ms", *due_only, ratio_at_most(1.2))
+    return _stated_at_a_million(found, sch["not_yet_due"], f"{sch['not_yet_due']:,} not yet due")
 
 
 def _copy_target(s: dict[str, Any]) -> Target:
@@ -245,7 +227,7 @@ def _copy_target(s: dict[str, Any]) -> Target:
         "jobs/s",
         "bare COPY of the same rows",
         cp["raw_copy_jobs_per_second"],
-        _value_at_least(100_000),
+        value_at_least(100_000),
     )
 
 

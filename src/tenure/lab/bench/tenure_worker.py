@@ -13,11 +13,9 @@ import cProfile
 import signal
 import time
 
-from tenure.app import Tenure
-from tenure.handler.context import JobContext
+from tenure import JobContext, Tenure, WorkerOptions
 from tenure.lab.bench import probe
 from tenure.lab.bench.procs import process_dsn
-from tenure.worker.options import WorkerOptions
 
 QUEUE = "bench"
 app = Tenure(schema="tenure")

@@ -11,25 +11,13 @@ the machine falls on all of them alike; the median run stands for each. The one-
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from functools import partial
 from typing import Any
 
-from tenure.lab.bench.contenders import Contenders, loops_for
+from tenure.lab.bench.contenders import loops_for
 from tenure.lab.bench.drain import DrainResult
+from tenure.lab.bench.rounds import Drain, DrainRounds, best_of, median_run
 from tenure.lab.bench.sections import raw_drain, tenure_drain
-
-
-def median_run(results: list[DrainResult]) -> dict[str, Any]:
-    """The run with the median rate, with every run's rate beside it."""
-    ranked = sorted(results, key=lambda r: r.jobs_per_second)
-    return ranked[len(ranked) // 2].as_dict() | {
-        "all_jobs_per_second": [round(r.jobs_per_second) for r in results]
-    }
-
-
-def best_of(sweep: dict[int, dict[str, Any]]) -> int:
-    """The setting whose median rate is highest."""
-    return max(sweep, key=lambda setting: sweep[setting]["jobs_per_second"])
 
 
 def startup_summary(runs: dict[str, list[DrainResult]]) -> dict[str, float | None]:
@@ -41,29 +29,13 @@ def startup_summary(runs: dict[str, list[DrainResult]]) -> dict[str, float | Non
     return summary
 
 
-async def throughput(
-    dsn: str,
-    contenders: Contenders,
-    sizes: tuple[int, ...],
-    processes: int,
-    repeats: int,
-    batches: tuple[int, ...],
-    log: Callable[[str], None] = print,
-) -> dict[str, Any]:
+async def throughput(dsn: str, rounds: DrainRounds, batches: tuple[int, ...]) -> dict[str, Any]:
+    contenders, sizes, processes, repeats = rounds.contenders, rounds.sizes, rounds.processes, rounds.repeats
     batches = tuple(sorted({*batches, contenders.claim_batch}))
-    runs: dict[tuple[str, int], list[DrainResult]] = {}
-    for round_number in range(repeats):
-        log(
-            f"throughput round {round_number + 1}/{repeats}: sizes {list(sizes)}, "
-            f"raw claim sizes {list(batches)}"
-        )
-        for size in sizes:
-            runs.setdefault(("tenure_n", size), []).append(
-                await tenure_drain(dsn, contenders, size, processes)
-            )
-            for batch in batches:
-                result = await raw_drain(dsn, contenders, size, processes, batch)
-                runs.setdefault((f"raw_{batch}", size), []).append(result)
+    drains: dict[str, Drain] = {"tenure_n": partial(tenure_drain, dsn, contenders, processes=processes)}
+    for batch in batches:
+        drains[f"raw_{batch}"] = partial(raw_drain, dsn, contenders, processes=processes, batch=batch)
+    runs = await rounds.interleaved("throughput", f"raw claim sizes {list(batches)}", drains)
 
     by_size: dict[str, dict[str, Any]] = {}
     for size in sizes:
@@ -80,7 +52,9 @@ async def throughput(
         }
     primary = max(sizes)
     ceiling_batch = by_size[str(primary)]["ceiling"]["batch"]
-    log(f"throughput: 1 process, Tenure and the raw loop at claim size {ceiling_batch}, {primary} jobs")
+    rounds.log(
+        f"throughput: 1 process, Tenure and the raw loop at claim size {ceiling_batch}, {primary} jobs"
+    )
     single: dict[str, list[DrainResult]] = {"tenure_1": [], "raw_1": []}
     for _ in range(repeats):
         single["tenure_1"].append(await tenure_drain(dsn, contenders, primary, 1))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tenure.lab.bench.rows import Row, at_least, row
+from tenure.lab.bench.rows import Row, ratio_at_least, row, value_at_most
 
 
 def _jobs(size: str | int) -> str:
@@ -17,110 +17,88 @@ def throughput_rows(tp: dict[str, Any]) -> list[Row]:
     for size, at in tp["by_size"].items():
         ceiling = at["ceiling"]
         ceiling_label = f"ceiling: raw SQL claim {ceiling['batch']}"
-        r = row(
-            "throughput",
-            f"tenure, N processes, {_jobs(size)}",
-            at["tenure_n"]["jobs_per_second"],
-            "jobs/s",
-            ceiling_label,
-            ceiling["jobs_per_second"],
-            ">= 0.6x",
+        rows.append(
+            row(
+                "throughput",
+                f"tenure, N processes, {_jobs(size)}",
+                at["tenure_n"]["jobs_per_second"],
+                "jobs/s",
+                ceiling_label,
+                ceiling["jobs_per_second"],
+                ">= 0.6x",
+                ratio_at_least(0.6),
+            )
         )
-        r["met"] = at_least(r["ratio"], 0.6)
-        rows.append(r)
         for batch, swept in at["ceiling_sweep"].items():
             won = " (the ceiling)" if int(batch) == ceiling["batch"] else ""
+            figure = f"raw SQL claim {batch}, {swept['loops']} loop(s) a process, {_jobs(size)}{won}"
             rows.append(
                 row(
                     "throughput",
-                    f"raw SQL claim {batch}, {swept['loops']} loop(s) a process, {_jobs(size)}{won}",
+                    figure,
                     swept["jobs_per_second"],
                     "jobs/s",
                     ceiling_label,
                     ceiling["jobs_per_second"],
                 )
             )
-    primary = _jobs(tp["primary_size"])
+    raw_1 = f"raw SQL, 1 process, claim {tp['raw_1']['batch']}"
     rows.append(
         row(
             "throughput",
-            f"tenure, 1 process, {primary}",
+            f"tenure, 1 process, {_jobs(tp['primary_size'])}",
             tp["tenure_1"]["jobs_per_second"],
             "jobs/s",
-            f"raw SQL, 1 process, claim {tp['raw_1']['batch']}",
+            raw_1,
             tp["raw_1"]["jobs_per_second"],
         )
     )
     startup = tp["startup_seconds"]
-    rows.append(
-        row(
-            "start-up",
-            "worker process, spawn to first claim: tenure",
-            startup["tenure"],
-            "s",
-            "raw SQL loop",
-            startup["raw"],
-        )
-    )
+    figure = "worker process, spawn to first claim: tenure"
+    rows.append(row("start-up", figure, startup["tenure"], "s", "raw SQL loop", startup["raw"]))
     return rows
 
 
 def peer_rows(tp: dict[str, Any], peers: dict[str, Any]) -> list[Row]:
+    """Each peer's drains against the ceiling of the same size, then Tenure against the peer."""
     rows: list[Row] = []
     pgq = peers.get("pgqueuer", {})
     for size, at in pgq.get("by_size", {}).items():
         best = at["best"]
-        ceiling = tp["by_size"].get(size, {}).get("ceiling", {}) if tp else {}
         for batch, swept in at["batch_sweep"].items():
             won = " (its best)" if int(batch) == best["batch"] else ""
-            rows.append(
-                row(
-                    "peers",
-                    f"pgqueuer batch {batch}, {_jobs(size)}{won}",
-                    swept["jobs_per_second"],
-                    "jobs/s",
-                    "the ceiling",
-                    ceiling.get("jobs_per_second"),
-                )
-            )
-        if tp and size in tp["by_size"]:
-            r = row(
-                "peers",
-                f"tenure vs pgqueuer (batch {best['batch']}), {_jobs(size)}",
-                tp["by_size"][size]["tenure_n"]["jobs_per_second"],
-                "jobs/s",
-                "pgqueuer",
-                best["jobs_per_second"],
-                ">= 2.5x",
-            )
-            r["met"] = at_least(r["ratio"], 2.5)
-            rows.append(r)
+            rows.append(_against_the_ceiling(tp, size, f"pgqueuer batch {batch}, {_jobs(size)}{won}", swept))
+        vs = f"tenure vs pgqueuer (batch {best['batch']}), {_jobs(size)}"
+        rows += _tenure_against(tp, size, vs, "pgqueuer", best, 2.5)
     pro = peers.get("procrastinate", {})
     for size, drained in pro.get("by_size", {}).items():
         setting = f"concurrency {pro['concurrency_per_process']}, pool {pro['pool_max_size']}"
-        rows.append(
-            row(
-                "peers",
-                f"procrastinate ({setting}), {_jobs(drained['jobs'])}",
-                drained["jobs_per_second"],
-                "jobs/s",
-                "the ceiling",
-                tp["by_size"].get(size, {}).get("ceiling", {}).get("jobs_per_second") if tp else None,
-            )
-        )
-        if tp and size in tp["by_size"]:
-            r = row(
-                "peers",
-                f"tenure ({_jobs(size)}) vs procrastinate ({_jobs(drained['jobs'])})",
-                tp["by_size"][size]["tenure_n"]["jobs_per_second"],
-                "jobs/s",
-                "procrastinate",
-                drained["jobs_per_second"],
-                ">= 20x",
-            )
-            r["met"] = at_least(r["ratio"], 20)
-            rows.append(r)
+        figure = f"procrastinate ({setting}), {_jobs(drained['jobs'])}"
+        rows.append(_against_the_ceiling(tp, size, figure, drained))
+        vs = f"tenure ({_jobs(size)}) vs procrastinate ({_jobs(drained['jobs'])})"
+        rows += _tenure_against(tp, size, vs, "procrastinate", drained, 20)
     return rows
+
+
+def _against_the_ceiling(tp: dict[str, Any] | None, size: str, figure: str, drained: dict[str, Any]) -> Row:
+    """A peer's drain against the ceiling at the same size (none where throughput did not run)."""
+    ceiling = tp["by_size"].get(size, {}).get("ceiling", {}).get("jobs_per_second") if tp else None
+    return row("peers", figure, drained["jobs_per_second"], "jobs/s", "the ceiling", ceiling)
+
+
+def _tenure_against(
+    tp: dict[str, Any] | None, size: str, figure: str, peer: str, drained: dict[str, Any], bound: float
+) -> list[Row]:
+    """Tenure's drain against a peer's at the same size, held to `bound` times the peer's rate."""
+    if not tp or size not in tp["by_size"]:
+        return []
+    tenure = tp["by_size"][size]["tenure_n"]["jobs_per_second"]
+    target = f">= {bound:g}x"
+    return [
+        row(
+            "peers", figure, tenure, "jobs/s", peer, drained["jobs_per_second"], target, ratio_at_least(bound)
+        )
+    ]
 
 
 def cost_rows(tp: dict[str, Any]) -> list[Row]:
@@ -129,29 +107,20 @@ def cost_rows(tp: dict[str, Any]) -> list[Row]:
     tenure, raw = tp["tenure_n"], tp["raw_n"]
     same_batch = tp["by_size"][str(tp["primary_size"])]["raw_claim_batch"]
     rows: list[Row] = []
-    for key, unit, label in (
-        ("wal_bytes_per_job", "bytes", "WAL per job"),
-        ("commits_per_job", "commits", "commits per job"),
-        ("worker_cpu_us_per_job", "us", "worker CPU per job"),
-        ("server_cpu_us_per_job", "us", "server CPU per job (the workers' backends)"),
+    for key, unit, label, target, rule in (
+        ("wal_bytes_per_job", "bytes", "WAL per job", "<= 1024 B", value_at_most(1024)),
+        ("commits_per_job", "commits", "commits per job", "", None),
+        ("worker_cpu_us_per_job", "us", "worker CPU per job", "", None),
+        ("server_cpu_us_per_job", "us", "server CPU per job (the workers' backends)", "", None),
     ):
         if tenure.get(key) is None:
             continue  # server CPU: the server is not on this machine
-        r = row("cost", f"{label}, tenure", tenure.get(key), unit, "the ceiling", raw.get(key))
-        if key == "wal_bytes_per_job":
-            r["target"], r["met"] = "<= 1024 B", tenure[key] <= 1024
-        rows.append(r)
+        rows.append(
+            row("cost", f"{label}, tenure", tenure[key], unit, "the ceiling", raw.get(key), target, rule)
+        )
         if same_batch["batch"] != raw["batch"]:
             figure = f"{label}, raw SQL claim {same_batch['batch']}"
             rows.append(row("cost", figure, same_batch.get(key), unit, "the ceiling", raw.get(key)))
-    rows.append(
-        row(
-            "cost",
-            "worker peak RSS, tenure",
-            tenure["peak_rss_mib"],
-            "MiB",
-            "raw SQL worker",
-            raw["peak_rss_mib"],
-        )
-    )
+    figure = "worker peak RSS, tenure"
+    rows.append(row("cost", figure, tenure["peak_rss_mib"], "MiB", "raw SQL worker", raw["peak_rss_mib"]))
     return rows

@@ -7,18 +7,13 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from tenure import Client, JobSpec
 from tenure.db.connect import connect
-from tenure.db.pool import open_pool
-from tenure.db.queries import Queries
-from tenure.lab.bench.queries import execute
+from tenure.lab.bench.queries import clock, execute
 from tenure.lab.bench.sections import NOOP, SCHEMA, claim_time_ms, load, reset
 from tenure.lab.bench.server import CostMeter
-from tenure.model.jobs import JobSpec
-from tenure.producer.client import Client
-from tenure.worker.options import WorkerOptions
-from tenure.worker.promoter import Promoter
-from tenure.worker.recovery import Recovery
-from tenure.worker.services import WorkerServices
+from tenure.lab.bench.statements import TenureStatements
+from tenure.lab.passes import worker_passes
 
 #: What priority aging wrote, as the review measured it (issue 9, item 8): WAL bytes per waiting
 #: row per aging step of 60 s. Quoted for context; that code is gone.
@@ -48,16 +43,16 @@ async def not_yet_due(dsn: str, claim_batch: int, future: int, samples: int) -> 
             await client.enqueue_copy([later] * min(100_000, future - start))
     await _vacuum(dsn)
     with_future = await claim_time_ms(dsn, claim_batch, samples)
-    queries = Queries(SCHEMA)
+    statements = TenureStatements()
     promoted, target = 0, min(future, PROMOTION_SAMPLE)
     async with await connect(dsn) as conn:
-        now = (await (await conn.execute(b"SELECT now() + interval '2 hours'")).fetchone() or [None])[0]
+        now = await clock(conn, SCHEMA) + timedelta(hours=2)
         started = time.perf_counter()
         while promoted < target:
-            batch = await queries.job_promote_due(conn, limit=min(1000, target - promoted), now=now)
-            if not batch.promoted:
+            count = await statements.promote_due(conn, min(1000, target - promoted), now)
+            if not count:
                 break
-            promoted += batch.promoted
+            promoted += count
         promote_seconds = time.perf_counter() - started
     await reset(dsn)
     return {
@@ -83,22 +78,17 @@ async def fairness_cost(
     by_priority = await claim_time_ms(dsn, claim_batch, samples)
     with_share = await claim_time_ms(dsn, claim_batch, samples, oldest=1)
     steps = round(HOUR / step_seconds)
-    pool = await open_pool(dsn, min_size=1, max_size=2, name="bench-fairness")
     meter = CostMeter(dsn)
-    try:
-        services = WorkerServices(pool=pool, queries=Queries(SCHEMA), options=WorkerOptions(), dsn=dsn)
-        promoter, recovery = Promoter(services), Recovery(services)
-        async with pool.connection() as conn:
-            t0 = (await (await conn.execute(b"SELECT now()")).fetchone() or [None])[0]
+    async with worker_passes(dsn, SCHEMA, name="bench-fairness") as passes:
+        async with await connect(dsn) as conn:
+            t0 = await clock(conn, SCHEMA)
         await meter.start()
         started = time.perf_counter()
         for step in range(1, steps + 1):
             now = t0 + timedelta(seconds=step * step_seconds)
-            await promoter.run_once(now=now)
-            await recovery.run_once(now=now)
+            await passes.promoter.run_once(now=now)
+            await passes.recovery.run_once(now=now)
         seconds = time.perf_counter() - started
-    finally:
-        await pool.close()
     wal, _ = await meter.stop()
     await reset(dsn)
     aging = AGING_BYTES_PER_ROW_PER_STEP * HOUR / AGING_STEP_SECONDS

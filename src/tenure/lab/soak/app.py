@@ -13,8 +13,7 @@ from typing import Any
 
 import psycopg
 
-from tenure import Backoff, JobContext, Permanent, Snooze, TaskOptions, Tenure, Transient
-from tenure.handler.sync_transaction import SyncTransaction
+from tenure import Backoff, JobContext, Permanent, Snooze, SyncTransaction, TaskOptions, Tenure, Transient
 from tenure.lab.soak import orm
 from tenure.lab.soak.attempts import AttemptLog
 from tenure.lab.soak.ordered_effects import make_handlers
@@ -133,15 +132,7 @@ def refused_transfer(ctx: JobContext, source: int, target: int, amount: int) -> 
 
         def move(tx: SyncTransaction) -> None:
             bank.lock_pair(tx, source, target)
-            bank.apply(
-                tx,
-                job_id=ctx.job_id,
-                idempotency_key=ctx.idempotency_key,
-                token=ctx.token,
-                source=source,
-                target=target,
-                amount=amount,
-            )
+            bank.apply(tx, ctx, source=source, target=target, amount=amount)
             try:
                 with tx.savepoint():
                     _soak_sql.account_reopen(tx, source)

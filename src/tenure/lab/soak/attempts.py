@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from tenure.handler.context import JobContext
+from tenure import JobContext
 
 ATTEMPTS_ENV = "TENURE_SOAK_ATTEMPTS"
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from psycopg import conninfo
 
-from tenure.model.errors import ConfigurationError, DatabaseUnavailable
+from tenure import ConfigurationError, DatabaseUnavailable
 
 STARTUP_TIMEOUT = 10.0
 

@@ -27,8 +27,8 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from tenure import ConfigurationError, DatabaseUnavailable
 from tenure.db.sqlfiles import package_queries
-from tenure.model.errors import ConfigurationError, DatabaseUnavailable
 
 
 def _queries() -> dict[str, str]:

@@ -14,16 +14,14 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from tenure import Client, TenureError
 from tenure.db.connect import connect
 from tenure.db.migrate import WORKER_SCHEMA_FLOOR, known_versions, latest_version, migrate, schema_version
 from tenure.lab.soak.app import LIMITED_QUEUE, Kind, app
 from tenure.lab.soak.app import QUEUE as SOAK_QUEUE
-from tenure.lab.soak.operator import DashboardOperator
 from tenure.lab.soak.queries import SoakQueries
 from tenure.lab.soak.report import Check
-from tenure.lab.soak.roles import SoakRole
-from tenure.model.errors import TenureError
-from tenure.producer.client import Client
+from tenure.lab.soak.scope import FaultScope
 
 #: The burst each pending-locks turn enqueues: more limited jobs than the limit lets run at once,
 #: so some wait pending, and a key of its own whose later jobs wait behind its head.
@@ -55,20 +53,18 @@ class PendingLocks:
     job of an ordering key. The claims must pass them by: the rest of both queues, and the
     limited queue's other jobs, go on completing meanwhile; the held jobs run once released."""
 
-    def __init__(self, dsn: str, schema: str, lease: float, acked: dict[str, list[int]]) -> None:
-        self.dsn = dsn
-        self.schema = schema
-        self.lease = lease
+    def __init__(self, scope: FaultScope, acked: dict[str, list[int]]) -> None:
+        self.scope = scope
         self.acked = acked
-        self.queries = SoakQueries(schema)
+        self.queries = SoakQueries(scope.schema)
         self.holds: list[dict[str, Any]] = []
         self._turns = 0
 
     async def _burst(self, key: str) -> bool:
         """Enqueues the turn's jobs as the producer does; they are the workload's, counted with it."""
-        async with Client(self.dsn, schema=self.schema, registry=app.registry) as client:
+        async with Client(self.scope.dsn, schema=self.scope.schema, registry=app.registry) as client:
             limited = [
-                client.builder.spec(Kind.LIMITED.value, {"seconds": round(self.lease / 4, 3)})
+                client.builder.spec(Kind.LIMITED.value, {"seconds": round(self.scope.lease / 4, 3)})
                 for _ in range(BURST_LIMITED)
             ]
             ordered = [
@@ -88,8 +84,9 @@ class PendingLocks:
         key = f"held-{self._turns}"
         if not await self._burst(key):
             return "jobs", "the burst to hold could not be enqueued", True
-        seconds = 2.0 * self.lease
-        async with await connect(self.dsn, autocommit=False) as conn:
+        lease = self.scope.lease
+        seconds = 2.0 * lease
+        async with await connect(self.scope.dsn, autocommit=False) as conn:
             limited = await self.queries.lock_pending_limited(conn, LIMITED_QUEUE, HELD_LIMITED)
             keyed = await self.queries.lock_pending_keyed(conn, key)
             if not limited or not keyed:
@@ -100,9 +97,9 @@ class PendingLocks:
             # The queue's slots may all be taken by a stopped or killed worker's leases from the
             # fault before: hold on (the check asks for progress while held, not by a deadline)
             # until both queues have moved, or long past any lease.
-            deadline = time.monotonic() + HOLD_PATIENCE * self.lease
+            deadline = time.monotonic() + HOLD_PATIENCE * lease
             while not (window["limited"] and window["elsewhere"]) and time.monotonic() < deadline:
-                await asyncio.sleep(self.lease / 4)
+                await asyncio.sleep(lease / 4)
                 window = await self.queries.hold_window(conn, LIMITED_QUEUE, limited + keyed)
             await conn.rollback()
         held_for = (window["ended"] - window["began"]).total_seconds()
@@ -150,59 +147,46 @@ class BadRows:
     The rows are not the workload's (their task is Kind.INJECTED): the workload's accounting leaves
     them out, and this fault judges each by its id."""
 
-    def __init__(
-        self,
-        dsn: str,
-        schema: str,
-        lease: float,
-        producer: SoakRole | None,
-        operator: DashboardOperator | None,
-    ) -> None:
-        self.dsn = dsn
-        self.schema = schema
-        self.lease = lease
-        self.producer = producer
-        self.operator = operator
-        self.queries = SoakQueries(schema)
+    def __init__(self, scope: FaultScope) -> None:
+        self.scope = scope
+        self.queries = SoakQueries(scope.schema)
         #: Injected row ids by what they are: "far", "now", "deep".
         self.rows: dict[str, list[int]] = {"far": [], "now": [], "deep": []}
         #: The dashboard's answer on each injected row's job page.
         self.pages: dict[int, str] = {}
 
     async def inject(self) -> tuple[str, str, bool]:
-        if self.producer is None:
+        producer, dsn = self.scope.producer, self.scope.dsn
+        if producer is None:
             return "rows", "no producer role to enqueue as", True
-        async with await connect(self.dsn) as conn:
-            if await schema_version(conn, self.schema) != latest_version():
+        async with await connect(dsn) as conn:
+            if await schema_version(conn, self.scope.schema) != latest_version():
                 return "rows", "enqueue() comes with the upgrade, which has not run yet", True
         turn = len(self.rows["far"]) + 1
-        async with await connect(self.producer.dsn(self.dsn)) as conn:
-            far = await self.queries.enqueue_worst(
-                conn,
-                queue=SOAK_QUEUE,
-                run_at=FAR_RUN_AT,
-                unique_key=f"far-{turn}-" + "k" * LONG_KEY,
-                payload=json.dumps({"note": "due in the year 8999"}),
-            )
-            now = await self.queries.enqueue_worst(
-                conn,
-                queue=SOAK_QUEUE,
-                run_at=None,
-                unique_key=f"now-{turn}-" + "k" * LONG_KEY,
-                payload=json.dumps({"note": "due now, ahead of everything"}),
-            )
-        async with await connect(self.dsn) as conn:
+        worst: dict[str, Any] = {}
+        async with await connect(producer.dsn(dsn)) as conn:
+            for what, run_at, note in (
+                ("far", FAR_RUN_AT, "due in the year 8999"),
+                ("now", None, "due now, ahead of everything"),
+            ):
+                unique_key = f"{what}-{turn}-" + "k" * LONG_KEY
+                payload = json.dumps({"note": note})
+                worst[what] = await self.queries.enqueue_worst(
+                    conn, queue=SOAK_QUEUE, run_at=run_at, unique_key=unique_key, payload=payload
+                )
+        far, now = worst["far"], worst["now"]
+        async with await connect(dsn) as conn:
             deep = await self.queries.insert_unreadable(conn, SOAK_QUEUE, UNREADABLE_DEPTH)
         self.rows["far"].append(far["id"])
         self.rows["now"].append(now["id"])
         self.rows["deep"].append(deep)
-        if self.operator is not None:
+        if self.scope.operator is not None:
             # The random reads of job pages leave it alone: this fault reads it itself, once.
-            self.operator.avoid.add(deep)
+            self.scope.operator.avoid.add(deep)
         ended = await self._wait_for(now["id"], deep)
-        if self.operator is not None:
+        if self.scope.operator is not None:
             for job in (far["id"], now["id"], deep):
-                self.pages[job] = await self.operator.probe("GET", f"/jobs/{job}")
+                self.pages[job] = await self.scope.operator.probe("GET", f"/jobs/{job}")
         pages = ", ".join(f"{job} {self.pages.get(job, '-')}" for job in (far["id"], now["id"], deep))
         return (
             "rows",
@@ -214,9 +198,9 @@ class BadRows:
     async def _wait_for(self, now: int, deep: int) -> dict[int, str]:
         """Waits up to three leases for the row due now to succeed and the unreadable one to be
         set aside: how each stood at the end (the final check reads them again after the drain)."""
-        deadline = time.monotonic() + 3 * self.lease
+        deadline = time.monotonic() + 3 * self.scope.lease
         seen: dict[int, str] = {}
-        async with await connect(self.dsn) as conn:
+        async with await connect(self.scope.dsn) as conn:
             while True:
                 rows = await self.queries.injected(conn, [now, deep])
                 seen = {r["id"]: f"{r['state']} {r['code']}".strip() for r in rows}
@@ -282,10 +266,8 @@ class SchemaUpgrade:
     what the new versions let them have. Its later turns would find nothing to do: it leaves the
     rotation once it ran (FaultSchedule.ONE_SHOT)."""
 
-    def __init__(self, dsn: str, schema: str, roles: list[SoakRole]) -> None:
-        self.dsn = dsn
-        self.schema = schema
-        self.roles = roles
+    def __init__(self, scope: FaultScope) -> None:
+        self.scope = scope
         #: Set once the schema is at the latest version: the dashboard needs it.
         self.current = asyncio.Event()
         self.result: dict[str, Any] = {}
@@ -293,21 +275,22 @@ class SchemaUpgrade:
         self.span: tuple[datetime, datetime] | None = None
 
     async def inject(self) -> tuple[str, str, bool]:
-        async with await connect(self.dsn) as conn:
-            before = await schema_version(conn, self.schema)
+        schema, roles = self.scope.schema, self.scope.roles
+        async with await connect(self.scope.dsn) as conn:
+            before = await schema_version(conn, schema)
             if before == latest_version():
                 self.current.set()
                 return "schema", f"already at version {before}: nothing to upgrade", True
             started, began = time.monotonic(), datetime.now(UTC)
             try:
-                report = await migrate(conn, self.schema)
+                report = await migrate(conn, schema)
             except TenureError as exc:
                 self.result = {"from": before, "failed": str(exc)[:300]}
                 return "schema", f"the upgrade from version {before} failed: {exc}"[:300], False
             seconds = time.monotonic() - started
             self.span = (began, datetime.now(UTC))
-            waiting = sum(len(role.waiting) for role in self.roles)
-            for role in self.roles:
+            waiting = sum(len(role.waiting) for role in roles)
+            for role in roles:
                 await role.grant(conn)
         self.result = {
             "from": before,
@@ -358,7 +341,7 @@ class SchemaUpgrade:
         if self.span is None:
             return {}
         began, ended = self.span
-        times = await SoakQueries(self.schema).completions_between(
+        times = await SoakQueries(self.scope.schema).completions_between(
             conn, began, ended + timedelta(seconds=AFTER_UPGRADE)
         )
         marks = [began, *times]
@@ -375,16 +358,15 @@ class ForgedRequests:
     the Host and Origin checks stand in its way: each must be refused (400 for the host, 403 for
     the origin), and the job and queue it aimed at must carry no record of an act."""
 
-    def __init__(self, dsn: str, schema: str, operator: DashboardOperator | None) -> None:
-        self.dsn = dsn
-        self.queries = SoakQueries(schema)
-        self.operator = operator
+    def __init__(self, scope: FaultScope) -> None:
+        self.scope = scope
+        self.queries = SoakQueries(scope.schema)
         self.trials: list[dict[str, Any]] = []
 
     async def inject(self) -> tuple[str, str, bool]:
-        if self.operator is None:
+        if self.scope.operator is None:
             return "dashboard", "no dashboard", True
-        async with await connect(self.dsn) as conn:
+        async with await connect(self.scope.dsn) as conn:
             running = await self.queries.running_sample(conn, limit=10)
             if not running:
                 return "dashboard", "no running job to aim at", True
@@ -399,9 +381,9 @@ class ForgedRequests:
         )
         answers = []
         for method, path, headers, wanted in forged:
-            answer = await self.operator.probe(method, path, headers=headers, reason="soak: forged")
+            answer = await self.scope.operator.probe(method, path, headers=headers, reason="soak: forged")
             answers.append((method, path, next(iter(headers)), answer, wanted))
-        async with await connect(self.dsn) as conn:
+        async with await connect(self.scope.dsn) as conn:
             after = await self.queries.acts_recorded(conn, job, SOAK_QUEUE)
         changed = [
             what

@@ -18,24 +18,22 @@ from typing import Any, Protocol
 
 from psycopg import IsolationLevel
 
+from tenure import Client, ControlRefused, JobState
 from tenure.db.connect import connect
-from tenure.db.queries import Queries
 from tenure.lab.soak.app import QUEUE as SOAK_QUEUE
 from tenure.lab.soak.app import Kind
 from tenure.lab.soak.attempts import host_clock
 from tenure.lab.soak.edge_faults import BadRows, ForgedRequests, PendingLocks, SchemaUpgrade
 from tenure.lab.soak.fleet import SoakFleet
 from tenure.lab.soak.network import WorkerNetwork
-from tenure.lab.soak.operator import DashboardOperator, act_outcome
+from tenure.lab.soak.operator import act_outcome
 from tenure.lab.soak.orm import ORM_SUFFIX
 from tenure.lab.soak.queries import SoakQueries
 from tenure.lab.soak.report import Check
-from tenure.lab.soak.roles import SoakRole, set_read_only
+from tenure.lab.soak.roles import set_read_only
+from tenure.lab.soak.scope import FaultScope
 from tenure.lab.soak.workload import CANCELLABLE_KINDS
-from tenure.model.jobs import JobState
 from tenure.ops.demo.fleet import WorkerProcess
-from tenure.producer.client import Client
-from tenure.producer.control import ControlRefused
 
 PACKET_LOSS_SHARE = 0.3
 #: Turns a fault that found nothing to act on is tried again before the rotation moves on.
@@ -110,33 +108,21 @@ class FaultSchedule:
         self,
         *,
         fleet: SoakFleet,
-        dsn: str,
-        schema: str,
-        lease: float,
+        scope: FaultScope,
         server: ServerFaults,
         network: WorkerNetwork | None,
         network_missing: str,
         started: float,
-        role: SoakRole | None = None,
-        database: str | None = None,
-        worker_prefix: str = "soak",
-        operator: DashboardOperator | None = None,
-        producer: SoakRole | None = None,
         acked: dict[str, list[int]] | None = None,
     ) -> None:
+        """`network`: the namespace worker w1 runs in, or None and why in `network_missing`.
+        `acked`: the workload's acknowledged jobs by kind, which the pending-locks fault adds to."""
         self.fleet = fleet
-        self.dsn = dsn
-        self.schema = schema
-        self.queries = SoakQueries(schema)
-        self.lease = lease
+        self.scope = scope
         self.server = server
-        self.network = network
-        self.network_missing = network_missing
+        self.network, self.network_missing = network, network_missing
         self.started = started
-        self.role = role
-        self.database = database
-        self.worker_prefix = worker_prefix
-        self.operator = operator
+        self.queries = SoakQueries(scope.schema)
         self.records: list[FaultRecord] = []
         #: Every kind this run injects, in rotation: the upgrade first, the server's own faults
         #: where RESTART stands.
@@ -145,10 +131,10 @@ class FaultSchedule:
         ]
         at = self.kinds.index(FaultKind.PARTITION) + 1
         self.kinds[at:at] = server.server_faults
-        self.upgrade = SchemaUpgrade(dsn, schema, [r for r in (role, producer) if r is not None])
-        self.pending_locks = PendingLocks(dsn, schema, lease, acked if acked is not None else {})
-        self.bad_rows = BadRows(dsn, schema, lease, producer, operator)
-        self.forged = ForgedRequests(dsn, schema, operator)
+        self.upgrade = SchemaUpgrade(scope)
+        self.pending_locks = PendingLocks(scope, acked if acked is not None else {})
+        self.bad_rows = BadRows(scope)
+        self.forged = ForgedRequests(scope)
         #: The thread handlers' own connections the ORM_TERMINATE fault killed.
         self.orm_terminated = 0
         #: When each server fault began, wall clock (the database's, on this one host), and how
@@ -253,7 +239,7 @@ class FaultSchedule:
         return victim.name, f"crashed; replaced by {fresh.name}", False
 
     async def _pause(self, victim: WorkerProcess) -> tuple[str, str, bool]:
-        seconds = 2.5 * self.lease
+        seconds = 2.5 * self.scope.lease
         self.fleet.pause(victim)
         stopped = host_clock()
         await asyncio.sleep(seconds)
@@ -262,13 +248,13 @@ class FaultSchedule:
         return victim.name, f"frozen {seconds:g}s (2.5x the lease)", False
 
     async def _terminate(self, victim: WorkerProcess) -> tuple[str, str, bool]:
-        async with await connect(self.dsn) as conn:
+        async with await connect(self.scope.dsn) as conn:
             killed = await self.queries.terminate_worker(conn, victim.owner)
         return victim.name, f"{killed} sessions terminated", False
 
     async def _orm_terminate(self) -> tuple[str, str, bool]:
-        async with await connect(self.dsn) as conn:
-            killed = await self.queries.terminate_orm(conn, self.worker_prefix, ORM_SUFFIX)
+        async with await connect(self.scope.dsn) as conn:
+            killed = await self.queries.terminate_orm(conn, self.scope.worker_prefix, ORM_SUFFIX)
         if not killed:
             return "sessions", "no thread handler held a connection of its own", True
         self.orm_terminated += killed
@@ -288,11 +274,11 @@ class FaultSchedule:
         if self.network is None or victim is None:
             return "w1", self.network_missing or "no worker in the namespace", True
         if kind is FaultKind.PARTITION:
-            seconds = 2.0 * self.lease
+            seconds = 2.0 * self.scope.lease
             self.network.partition()
             detail = f"every packet dropped for {seconds:g}s (2x the lease)"
         else:
-            seconds = 3.0 * self.lease
+            seconds = 3.0 * self.scope.lease
             self.network.lose_packets(PACKET_LOSS_SHARE)
             detail = f"{PACKET_LOSS_SHARE:.0%} of packets dropped for {seconds:g}s"
         try:
@@ -302,8 +288,8 @@ class FaultSchedule:
         return victim.name, detail, False
 
     async def _snapshot(self) -> tuple[str, str, bool]:
-        seconds = 4.0 * self.lease
-        async with await connect(self.dsn, autocommit=False) as conn:
+        seconds = 4.0 * self.scope.lease
+        async with await connect(self.scope.dsn, autocommit=False) as conn:
             await conn.set_isolation_level(IsolationLevel.REPEATABLE_READ)
             held = await self.queries.snapshot_open(conn)
             await asyncio.sleep(seconds)
@@ -311,45 +297,47 @@ class FaultSchedule:
         return "session", f"snapshot (xid {held['xid']}, {held['jobs']} jobs) held {seconds:g}s", False
 
     async def _row_locks(self) -> tuple[str, str, bool]:
-        seconds = 2.0 * self.lease
-        async with await connect(self.dsn, autocommit=False) as conn:
+        seconds = 2.0 * self.scope.lease
+        async with await connect(self.scope.dsn, autocommit=False) as conn:
             locked = await self.queries.lock_running_jobs(conn, limit=5)
             await asyncio.sleep(seconds)
             await conn.rollback()
         return "session", f"row locks of {len(locked)} running jobs held {seconds:g}s", False
 
     async def _read_only(self) -> tuple[str, str, bool]:
-        if self.database is None:
+        database, prefix = self.scope.database, self.scope.worker_prefix
+        if database is None:
             return "database", "no database name", True
-        seconds = 2.0 * self.lease
+        seconds = 2.0 * self.scope.lease
         # One session does both switches: a session opened while the database is read-only
         # could not write either.
-        async with await connect(self.dsn) as conn:
-            await set_read_only(conn, self.database, True)
-            ended = await self.queries.terminate_workers(conn, self.worker_prefix)
+        async with await connect(self.scope.dsn) as conn:
+            await set_read_only(conn, database, True)
+            ended = await self.queries.terminate_workers(conn, prefix)
             try:
                 await asyncio.sleep(seconds)
             finally:
-                await set_read_only(conn, self.database, False)
-                await self.queries.terminate_workers(conn, self.worker_prefix)
+                await set_read_only(conn, database, False)
+                await self.queries.terminate_workers(conn, prefix)
         return "database", f"read-only for {seconds:g}s ({ended} worker sessions moved to it)", False
 
     async def _revoke(self) -> tuple[str, str, bool]:
-        if self.role is None:
+        role = self.scope.role
+        if role is None:
             return "role", "workers do not run as the soak's own role", True
-        seconds = 2.0 * self.lease
-        async with await connect(self.dsn) as conn:
-            await self.role.revoke_update(conn)
+        seconds = 2.0 * self.scope.lease
+        async with await connect(self.scope.dsn) as conn:
+            await role.revoke_update(conn)
             try:
                 await asyncio.sleep(seconds)
             finally:
-                await self.role.grant(conn)
-        return self.role.name, f"UPDATE on jobs revoked for {seconds:g}s, then granted again", False
+                await role.grant(conn)
+        return role.name, f"UPDATE on jobs revoked for {seconds:g}s, then granted again", False
 
     async def _job_revoke(self) -> tuple[str, str, bool]:
         """Revokes up to three running jobs through the library: one is cancelled (its holder
         may commit nothing), the others go back to pending under a new token."""
-        async with await connect(self.dsn) as conn:
+        async with await connect(self.scope.dsn) as conn:
             running = await self.queries.running_sample(conn, limit=10)
         if not running:
             return "jobs", "no running job to revoke", True
@@ -361,20 +349,19 @@ class FaultSchedule:
         transfer = cancellable[0]["id"] if cancellable else None
         requeue = [r["id"] for r in running if r["id"] != transfer][:2]
         done: list[str] = []
-        if transfer is not None and self.operator is not None:
-            # The outright cancel goes through the dashboard, as an operator at the browser would.
-            answer = await self.operator.act(
-                f"/jobs/{transfer}/cancel", reason="soak: revoke at the dashboard"
-            )
-            async with await connect(self.dsn) as conn:
-                job = await Queries(self.schema).job_get(conn, transfer)
-            # Counted by what the database says: an answer lost to a dropped connection may still
-            # have committed, and nothing else cancels a job.
-            if job is not None and job.state is JobState.CANCELLED:
-                self.cancelled.append(transfer)
-            done.append(f"dashboard cancel {act_outcome(answer)}")
-            transfer = None
-        async with Client(self.dsn, schema=self.schema) as client:
+        async with Client(self.scope.dsn, schema=self.scope.schema) as client:
+            if transfer is not None and self.scope.operator is not None:
+                # The outright cancel goes through the dashboard, as an operator at the browser would.
+                answer = await self.scope.operator.act(
+                    f"/jobs/{transfer}/cancel", reason="soak: revoke at the dashboard"
+                )
+                job = await client.get_job(transfer)
+                # Counted by what the database says: an answer lost to a dropped connection may
+                # still have committed, and nothing else cancels a job.
+                if job is not None and job.state is JobState.CANCELLED:
+                    self.cancelled.append(transfer)
+                done.append(f"dashboard cancel {act_outcome(answer)}")
+                transfer = None
             for ids, back in (([transfer] if transfer else [], False), (requeue, True)):
                 if not ids:
                     continue
@@ -393,12 +380,12 @@ class FaultSchedule:
     async def _queue_pause(self) -> tuple[str, str, bool]:
         """Pauses the soak's queue for two leases, checks no worker claimed from it meanwhile,
         and resumes it."""
-        seconds = 2.0 * self.lease
-        async with Client(self.dsn, schema=self.schema) as client:
+        seconds = 2.0 * self.scope.lease
+        async with Client(self.scope.dsn, schema=self.scope.schema) as client:
             paused_at, how = await self._pause_soak_queue(client)
             try:
                 await asyncio.sleep(seconds)
-                async with await connect(self.dsn) as conn:
+                async with await connect(self.scope.dsn) as conn:
                     # A claim that began before the pause committed may still land just after
                     # paused_at; the margin leaves those out.
                     claims = await self.queries.claims_since(
@@ -413,8 +400,8 @@ class FaultSchedule:
         """Through the dashboard when there is one (falling back to the library if its answer is
         not a pause): the pause's time, and how it was made."""
         how = ""
-        if self.operator is not None:
-            answer = await self.operator.act(
+        if self.scope.operator is not None:
+            answer = await self.scope.operator.act(
                 f"/queues/{SOAK_QUEUE}/pause", reason="soak: pause at the dashboard"
             )
             if answer == 303:
@@ -425,8 +412,8 @@ class FaultSchedule:
         return pause.paused_at, how
 
     async def _resume_soak_queue(self, client: Client) -> str:
-        if self.operator is not None:
-            answer = await self.operator.act(
+        if self.scope.operator is not None:
+            answer = await self.scope.operator.act(
                 f"/queues/{SOAK_QUEUE}/resume", reason="soak: resume at the dashboard"
             )
             if answer == 303:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from psycopg import conninfo
 
@@ -42,33 +43,21 @@ def faketime_available() -> bool:
     return FAKETIME_LIBRARY.exists()
 
 
+@dataclass(kw_only=True, eq=False)
 class SoakFleet(Fleet):
-    app_module = "tenure.lab.soak.app"
-    queues = f"{QUEUE},{LIMITED_QUEUE}"
-    owner_prefix = "soak"
+    app_module: ClassVar[str] = "tenure.lab.soak.app"
+    queues: ClassVar[str] = f"{QUEUE},{LIMITED_QUEUE}"
+    owner_prefix: ClassVar[str] = "soak"
 
-    def __init__(
-        self,
-        *,
-        dsn: str,
-        schema: str,
-        lease: float,
-        concurrency: int,
-        run_dir: Path,
-        run_id: str,
-        network: WorkerNetwork | None,
-        role: str | None = None,
-        connect_environment: Callable[[str, str | None], dict[str, str]] | None = None,
-    ) -> None:
-        """`connect_environment(dsn, host)`: the DSN variables of a worker that reaches the
-        database at `host` (None: where the soak does); by default just the DSN, moved there."""
-        super().__init__(
-            dsn=dsn, schema=schema, lease=lease, concurrency=concurrency, run_dir=run_dir, run_id=run_id
-        )
-        self.network = network
-        self.role_name = role
-        self.replacements = 0
-        self.connect_environment = connect_environment or _direct
+    #: The network namespace slot w1's worker runs in; None where this machine has none.
+    network: WorkerNetwork | None
+    #: The LOGIN role every worker connects as; None: the DSN's own user.
+    role_name: str | None = None
+    #: `connect_environment(dsn, host)`: the DSN variables of a worker that reaches the database at
+    #: `host` (None: where the soak does); by default just the DSN, moved there.
+    connect_environment: Callable[[str, str | None], dict[str, str]] = _direct
+    #: Processes started so far in place of killed ones.
+    replacements: int = field(default=0, init=False)
 
     @staticmethod
     def slot(name: str) -> str:

@@ -77,8 +77,8 @@ async def checks(
     conn: AsyncConnection[Any], schema: str, effect_task: str, run_dir: Path | None
 ) -> list[Check]:
     queries = SoakQueries(schema)
-    [order] = await queries._rows(conn, "soak_ordering_violations")
-    ledger = await queries._rows(conn, "soak_effect_states", {"task": effect_task})
+    order = await queries.ordering_violations(conn)
+    ledger = await queries.effect_states(conn, effect_task)
     performed = _performed(run_dir) if run_dir is not None else Counter()
     repeated = sum(1 for n in performed.values() if n > 1)
     undone = sum(r["jobs"] for r in ledger if r["job_state"] == "succeeded" and r["effect_state"] != "done")

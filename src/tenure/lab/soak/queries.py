@@ -9,8 +9,8 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
+from tenure import SyncTransaction
 from tenure.db.sqlfiles import package_queries
-from tenure.handler.sync_transaction import SyncTransaction
 
 Row = dict[str, Any]
 #: The task of the rows the soak's faults inject (app.Kind.INJECTED): not the workload's jobs, so
@@ -120,6 +120,12 @@ class SoakQueries:
 
     async def task_retries(self, conn: AsyncConnection[Any], task: str) -> Row:
         return (await self._rows(conn, "soak_task_retries", {"task": task}))[0]
+
+    async def ordering_violations(self, conn: AsyncConnection[Any]) -> Row:
+        return (await self._rows(conn, "soak_ordering_violations"))[0]
+
+    async def effect_states(self, conn: AsyncConnection[Any], task: str) -> list[Row]:
+        return await self._rows(conn, "soak_effect_states", {"task": task})
 
     def account_reopen(self, tx: SyncTransaction, account: int) -> None:
         tx.execute(self._sql["soak_account_reopen"], {"id": account})

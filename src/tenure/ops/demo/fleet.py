@@ -11,7 +11,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 from tenure.db.connect import DSN_ENV
 from tenure.ops.demo.bank import QUEUE
@@ -46,24 +46,24 @@ class WorkerProcess:
         return data if isinstance(data, dict) else None
 
 
+@dataclass(kw_only=True, eq=False)
 class Fleet:
     """Starts `tenure worker tenure.ops.demo.bank` processes and signals them."""
 
     #: The app module the workers load and the queues they serve (the soak runs its own app).
-    app_module = "tenure.ops.demo.bank"
-    queues = QUEUE
-    owner_prefix = "demo"
+    app_module: ClassVar[str] = "tenure.ops.demo.bank"
+    queues: ClassVar[str] = QUEUE
+    owner_prefix: ClassVar[str] = "demo"
 
-    def __init__(
-        self, *, dsn: str, schema: str, lease: float, concurrency: int, run_dir: Path, run_id: str
-    ) -> None:
-        self.dsn = dsn
-        self.schema = schema
-        self.lease = lease
-        self.concurrency = concurrency
-        self.run_dir = run_dir
-        self.run_id = run_id
-        self.workers: list[WorkerProcess] = []
+    dsn: str
+    schema: str
+    lease: float
+    concurrency: int
+    #: Where each worker's output goes: `<name>.json` its counters at exit, `<name>.log` its log.
+    run_dir: Path
+    #: In every worker's id, so that the sessions of this run's workers are told from others'.
+    run_id: str
+    workers: list[WorkerProcess] = field(default_factory=list)
 
     def start(self, count: int) -> None:
         for _ in range(count):

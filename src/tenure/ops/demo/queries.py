@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from psycopg import AsyncConnection, sql
 from psycopg.rows import dict_row
 
+from tenure import JobContext, SyncTransaction
 from tenure.db.sqlfiles import package_queries
-from tenure.handler.sync_transaction import SyncTransaction
 
 Row = dict[str, Any]
 
@@ -61,26 +60,10 @@ class BankQueries:
         rows = tx.execute(self._sql["transfer_lock_accounts"], {"source": source, "target": target})
         return {r["id"]: r["balance"] for r in rows}
 
-    def apply(
-        self,
-        tx: SyncTransaction,
-        *,
-        job_id: int,
-        idempotency_key: uuid.UUID,
-        token: int,
-        source: int,
-        target: int,
-        amount: int,
-    ) -> None:
-        params = {
-            "job_id": job_id,
-            "idempotency_key": idempotency_key,
-            "token": token,
-            "source": source,
-            "target": target,
-            "amount": amount,
-        }
-        tx.execute(self._sql["transfer_apply"], params)
+    def apply(self, tx: SyncTransaction, ctx: JobContext, *, source: int, target: int, amount: int) -> None:
+        """Moves the money and writes the ledger row, keyed to the running job and its token."""
+        job = {"job_id": ctx.job_id, "idempotency_key": ctx.idempotency_key, "token": ctx.token}
+        tx.execute(self._sql["transfer_apply"], {**job, "source": source, "target": target, "amount": amount})
 
     # -- watching and reporting ---------------------------------------------------------------
 

@@ -100,39 +100,10 @@ def _lease_figures(events: list[dict[str, Any]], recovered: dict[str, int]) -> d
 async def _invariants(
     conn: AsyncConnection[Any], bank: BankQueries, *, enqueued: int, total_money: int
 ) -> list[Invariant]:
-    money = await bank.invariant(conn, "money")
-    overdraft = await bank.invariant(conn, "no_overdraft")
-    ledger = await bank.invariant(conn, "balances_match_ledger")
-    once = await bank.invariant(conn, "applied_once", TRANSFER)
-    stray = await bank.invariant(conn, "no_stray_ledger")
+    held = await read_bank(conn, bank, TRANSFER)
     jobs = await bank.invariant(conn, "jobs_accounted", TRANSFER)
     return [
-        Invariant(
-            "total money unchanged",
-            money["expected"] == money["actual"] == total_money,
-            f"{money['actual']} now, {total_money} at opening",
-        ),
-        Invariant("no account overdrawn", overdraft["violations"] == 0, f"lowest {overdraft['lowest']}"),
-        Invariant(
-            "balances match the ledger",
-            ledger["violations"] == 0,
-            f"{ledger['violations']} accounts differ",
-        ),
-        Invariant(
-            "each succeeded transfer applied exactly once",
-            once["not_once"] == 0,
-            f"{once['succeeded'] - once['not_once']}/{once['succeeded']}, {once['duplicated']} doubled",
-        ),
-        Invariant(
-            "ledger rows carry the completing token",
-            once["wrong_token"] == 0,
-            f"{once['wrong_token']} stale tokens",
-        ),
-        Invariant(
-            "jobs that did not succeed wrote nothing",
-            stray["violations"] == 0,
-            f"{stray['violations']} stray rows",
-        ),
+        *held.invariants(total_money),
         Invariant(
             "no job lost",
             jobs["total"] == enqueued and jobs["terminal"] == enqueued and jobs["unfinished"] == 0,
@@ -140,3 +111,59 @@ async def _invariants(
             + ("" if jobs["total"] == enqueued else f", {jobs['total']} stored"),
         ),
     ]
+
+
+@dataclass(frozen=True)
+class BankFigures:
+    """What the bank's invariants are judged by, each the row of its invariant query. The demo
+    and the soak judge their banks by the same invariants."""
+
+    money: dict[str, Any]
+    overdraft: dict[str, Any]
+    ledger: dict[str, Any]
+    once: dict[str, Any]
+    stray: dict[str, Any]
+
+    def invariants(self, total_money: int) -> list[Invariant]:
+        """The money is all there and no account overdrawn; the balances agree with the ledger,
+        which holds each succeeded transfer once, under its completing token, and nothing else."""
+        money, overdraft, ledger, once, stray = self.money, self.overdraft, self.ledger, self.once, self.stray
+        return [
+            Invariant(
+                "total money unchanged",
+                money["expected"] == money["actual"] == total_money,
+                f"{money['actual']} now, {total_money} at opening",
+            ),
+            Invariant("no account overdrawn", overdraft["violations"] == 0, f"lowest {overdraft['lowest']}"),
+            Invariant(
+                "balances match the ledger",
+                ledger["violations"] == 0,
+                f"{ledger['violations']} accounts differ",
+            ),
+            Invariant(
+                "each succeeded transfer applied exactly once",
+                once["not_once"] == 0,
+                f"{once['succeeded'] - once['not_once']}/{once['succeeded']}, {once['duplicated']} doubled",
+            ),
+            Invariant(
+                "ledger rows carry the completing token",
+                once["wrong_token"] == 0,
+                f"{once['wrong_token']} stale tokens",
+            ),
+            Invariant(
+                "jobs that did not succeed wrote nothing",
+                stray["violations"] == 0,
+                f"{stray['violations']} stray rows",
+            ),
+        ]
+
+
+async def read_bank(conn: AsyncConnection[Any], bank: BankQueries, task: str) -> BankFigures:
+    """The bank's figures, its transfers being the jobs of `task`."""
+    return BankFigures(
+        money=await bank.invariant(conn, "money"),
+        overdraft=await bank.invariant(conn, "no_overdraft"),
+        ledger=await bank.invariant(conn, "balances_match_ledger"),
+        once=await bank.invariant(conn, "applied_once", task),
+        stray=await bank.invariant(conn, "no_stray_ledger"),
+    )
