@@ -24,7 +24,7 @@ async def assert_visible_dead(db: psycopg.AsyncConnection[Any], queries: Queries
     assert row["state"] == "dead" and row["finished_at"] is not None
     assert row["attempt_count"] == ATTEMPTS == row["max_attempts"]
     assert row["lease_owner"] is None and row["lease_token"] == ATTEMPTS
-    assert [d["id"] for d in await OpsQueries("tenure").dead_search(db)] == [job_id]
+    assert [d.id for d in await OpsQueries("tenure").dead_search(db)] == [job_id]
     assert await states(db) == {"dead": 1}
     assert await queries.job_claim(db, owner="late", **CLAIM) == []
 

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+from tenure.db.ops_rows import FinishedCount
 from tenure.ops.dashboard.chart import HEIGHT, WIDTH, throughput_chart, trouble_chart
+from tenure.ops.dashboard.queries import TroubleCount
 
 
 def test_bars_stack_per_minute_scaled_to_the_busiest_minute_with_now_rightmost() -> None:
     """Succeeded stacks under dead in one minute; the busiest minute fills the height; minute 0 is
     at the right edge, minute 59 at the left; queues add up."""
     rows = [
-        {"queue": "a", "state": "succeeded", "minutes_ago": 0, "jobs": 6},
-        {"queue": "b", "state": "succeeded", "minutes_ago": 0, "jobs": 2},
-        {"queue": "a", "state": "dead", "minutes_ago": 0, "jobs": 2},
-        {"queue": "a", "state": "succeeded", "minutes_ago": 59, "jobs": 5},
-        {"queue": "a", "state": "succeeded", "minutes_ago": 60, "jobs": 99},  # outside the hour
+        FinishedCount("a", "succeeded", 0, 6),
+        FinishedCount("b", "succeeded", 0, 2),
+        FinishedCount("a", "dead", 0, 2),
+        FinishedCount("a", "succeeded", 59, 5),
+        FinishedCount("a", "succeeded", 60, 99),  # outside the hour
     ]
     chart = throughput_chart(rows)
     assert chart.peak == 10 and chart.totals == {"succeeded": 13, "cancelled": 0, "dead": 2}
@@ -36,10 +38,10 @@ def test_trouble_chart_stacks_retries_expiries_and_fenced_writes_from_the_audit_
     """Audit-log rows become one stack per minute of retries, lease expiries and fencing losses;
     other events are not drawn."""
     rows = [
-        {"event": "retry", "minutes_ago": 3, "events": 4},
-        {"event": "lease_expired", "minutes_ago": 3, "events": 1},
-        {"event": "fencing_lost", "minutes_ago": 0, "events": 2},
-        {"event": "reprocess", "minutes_ago": 0, "events": 50},
+        TroubleCount("retry", 3, 4),
+        TroubleCount("lease_expired", 3, 1),
+        TroubleCount("fencing_lost", 0, 2),
+        TroubleCount("reprocess", 0, 50),
     ]
     chart = trouble_chart(rows)
     assert chart.totals == {"retry": 4, "lease_expired": 1, "fencing_lost": 2} and chart.peak == 5

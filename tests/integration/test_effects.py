@@ -176,7 +176,7 @@ async def test_without_a_hook_the_job_dies_uncertain_and_an_operator_resolves_it
     retried = await ControlQueries("tenure").retry_many(
         db, [job.id], attempts=1, actor="op", reason="resolved"
     )
-    assert [r["id"] for r in retried.moved] == [job.id]
+    assert [r.id for r in retried.moved] == [job.id]
     final = await run_until_settled(app, dsn, job.id)
     await app.close()
     assert final["state"] == "succeeded"

@@ -148,7 +148,7 @@ async def test_token_grows_by_one_per_claim_through_a_full_lifecycle(
     retried = await ControlQueries("tenure").retry_many(
         db, [job_id], attempts=2, actor="op", reason="fixed", now=at(202)
     )
-    assert [r["id"] for r in retried.moved] == [job_id]
+    assert [r.id for r in retried.moved] == [job_id]
     await step()
     [c] = await queries.job_claim(db, owner="e", now=at(203), **CLAIM)
     await step()
@@ -236,7 +236,7 @@ async def test_token_never_decreases_under_a_random_walk_of_public_queries(
             cancelled = await control.cancel_many(
                 db, [target], max_jobs=1, actor="op", reason="walk", now=now
             )
-            raised[target] += sum(r["from_state"] == "running" for r in cancelled.moved)
+            raised[target] += sum(r.from_state == "running" for r in cancelled.moved)
         for job_id in ids:
             token_now, attempts, _ = await token_of(db, queries, job_id)
             assert token_now >= last[job_id], (op, job_id)

@@ -134,7 +134,7 @@ async def test_a_dead_head_blocks_its_key_visibly_until_reprocessed(
     assert await state(db, h) == "dead"
     assert await claim(db, queries) == []
     [blocked] = await OrderingQueries("tenure").blocked(db)
-    assert (blocked["id"], blocked["ordering_key"], blocked["waiting"]) == (h, "order-9", 2)
+    assert (blocked.id, blocked.ordering_key, blocked.waiting) == (h, "order-9", 2)
 
     assert await OpsQueries("tenure").dead_reprocess_many(
         db, ids=[h], attempts=1, actor="op", reason="fixed"
@@ -152,7 +152,7 @@ async def test_skipping_a_dead_head_lets_its_key_move_on(db: AsyncConnection[Any
     await queries.job_fail(db, job_id=h, owner=OWNER, token=1, error_code="E", error="x", retry_delay=None)
     ordering = OrderingQueries("tenure")
     skipped = await ordering.skip(db, h, actor="alice", reason="customer refunded by hand")
-    assert skipped is not None and skipped["ordering_key"] == "k"
+    assert skipped is not None and skipped.ordering_key == "k"
     assert await state(db, h) == "cancelled"
     assert await ordering.skip(db, h, actor="alice", reason="again") is None  # nothing half-done twice
     event = await (
@@ -344,7 +344,7 @@ async def test_a_cancelled_head_brought_back_during_a_later_jobs_claim_waits_for
         )
         await slow.commit()
     retried = await control.retry_many(db, [head], attempts=1, actor="ops", reason="try again")
-    assert [r["id"] for r in retried.moved] == [head]
+    assert [r.id for r in retried.moved] == [head]
     assert await claim(db, queries) == []  # the follower runs: the head waits behind it
     assert {await state(db, i) for i in (head, follower, third)} == {"pending", "running"}
     await complete(db, queries, follower)

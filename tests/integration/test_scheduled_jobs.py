@@ -115,7 +115,7 @@ async def test_a_scheduled_job_can_be_cancelled_and_never_runs(
     cancelled = await ControlQueries("tenure").cancel_many(
         db, [job.id], max_jobs=1, actor="op", reason="not needed"
     )
-    assert [r["id"] for r in cancelled.moved] == [job.id]
+    assert [r.id for r in cancelled.moved] == [job.id]
     later = now[0].replace(year=now[0].year + 1)
     assert (await queries.job_promote_due(db, limit=10, now=later)).promoted == 0
     stored = await queries.job_get(db, job.id)

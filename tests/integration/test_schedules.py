@@ -238,9 +238,9 @@ async def test_a_schedule_no_running_worker_declares_stops_and_keeps_its_history
         await new.register(now=minute(1) + timedelta(seconds=2))
         for m in (2, 3, 4):
             assert set((await new.run_once(now=minute(m) + timedelta(seconds=1))).fired) == {"kept"}
-    listed = {r["name"]: r for r in await ScheduleQueries(SCHEMA).list_all(db, now=minute(5))}
-    assert listed["dropped"]["undeclared_seconds"] == (minute(5) - T0).total_seconds()
-    assert listed["kept"]["undeclared_seconds"] < 240
+    listed = {r.name: r for r in await ScheduleQueries(SCHEMA).list_all(db, now=minute(5))}
+    assert listed["dropped"].undeclared_seconds == (minute(5) - T0).total_seconds()
+    assert listed["kept"].undeclared_seconds < 240
     assert await fired_slots(db, "dropped") == [minute(1)]
     assert await fired_slots(db, "kept") == [minute(m) for m in (1, 2, 3, 4)]
 

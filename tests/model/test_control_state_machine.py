@@ -132,9 +132,9 @@ class ControlMachine(RuleBasedStateMachine):
         )
         allowed = {"running"} if requeue else {"scheduled", "pending", "running", "dead"}
         if job.state not in allowed:
-            assert [r["id"] for r in rows.refused] == [job_id] and not rows.moved
+            assert [r.id for r in rows.refused] == [job_id] and not rows.moved
             return
-        assert [r["id"] for r in rows.moved] == [job_id] and not rows.refused
+        assert [r.id for r in rows.moved] == [job_id] and not rows.refused
         bump = 1 if job.state == "running" else 0
         if requeue:
             self.jobs[job_id] = replace(
@@ -168,9 +168,9 @@ class ControlMachine(RuleBasedStateMachine):
             return
         assert not conflict, "a retry brought back a job whose unique key another job holds"
         if job.state not in ("scheduled", "pending", "dead", "cancelled"):
-            assert [r["id"] for r in rows.refused] == [job_id] and not rows.moved
+            assert [r.id for r in rows.refused] == [job_id] and not rows.moved
             return
-        assert [r["id"] for r in rows.moved] == [job_id]
+        assert [r.id for r in rows.moved] == [job_id]
         budget = job.attempts + 1 if comes_back else job.max_attempts
         self.jobs[job_id] = replace(job, state="pending", available_at=self.now, max_attempts=budget)
 

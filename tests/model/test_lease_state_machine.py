@@ -32,9 +32,10 @@ from hypothesis.stateful import (
 from psycopg.rows import dict_row
 
 from tenure.db.control_queries import ControlQueries
-from tenure.db.control_rows import CancelFilter
+from tenure.db.control_rows import CancelFilter, SkippedJob
 from tenure.db.effects_queries import EffectQueries
 from tenure.db.ops_queries import OpsQueries
+from tenure.db.ops_rows import DeadFilter
 from tenure.db.ordering_queries import OrderingQueries
 from tenure.db.queries import Queries
 from tenure.model.jobs import JobSpec
@@ -416,10 +417,10 @@ class LeaseMachine(RuleBasedStateMachine):
         rows = self.run(call)
         refused = [i for i in ids if self.jobs[i].state not in ("scheduled", "pending", "dead", "cancelled")]
         if refused:
-            assert ([r["id"] for r in rows.refused], rows.moved) == (refused, []), (ids, rows)
+            assert ([r.id for r in rows.refused], rows.moved) == (refused, []), (ids, rows)
             event("retry: refused")
             return
-        assert ([r["id"] for r in rows.moved], rows.refused) == (ids, []), (ids, rows)
+        assert ([r.id for r in rows.moved], rows.refused) == (ids, []), (ids, rows)
         expected: list[Event] = []
         for job_id in ids:
             job = self.jobs[job_id]
@@ -465,14 +466,13 @@ class LeaseMachine(RuleBasedStateMachine):
         chosen = matching[:limit]
         call = self.ops.dead_reprocess_many(
             self.conn,
+            DeadFilter(queue=QUEUE, **filters),
             ids=ids,
-            queue=QUEUE,
             limit=limit,
             attempts=budget,
             actor="model",
             reason="reprocess",
             now=self.now,
-            **filters,
         )
         # The matching rows are locked in id order, up to the limit; then job_retry_many moves
         # them, locking the waiting and running jobs of their keys first, as a retry does.
@@ -546,14 +546,14 @@ class LeaseMachine(RuleBasedStateMachine):
         rows = self.run(call)
         refused = [i for i in target if self.jobs[i].state not in accept]
         if refused:
-            assert ([r["id"] for r in rows.refused], rows.moved) == (refused, []), (ids, rows)
+            assert ([r.id for r in rows.refused], rows.moved) == (refused, []), (ids, rows)
             event(f"{what}: refused")
             return
         if len(target) > bound:
             assert rows.too_many and not rows.moved, (where, bound, rows)
             event(f"{what}: too many")
             return
-        assert ([r["id"] for r in rows.moved], rows.too_many) == (target, False), (ids, where, rows)
+        assert ([r.id for r in rows.moved], rows.too_many) == (target, False), (ids, where, rows)
         expected: list[Event] = []
         for job_id in target:
             job = self.jobs[job_id]
@@ -605,7 +605,7 @@ class LeaseMachine(RuleBasedStateMachine):
             )
             for i in sorted(dead_keyed, key=lambda i: (self.jobs[i].finished_at, i))
         ]
-        assert [(r["id"], r["ordering_key"], r["waiting"]) for r in blocked] == expected_blocked
+        assert [(r.id, r.ordering_key, r.waiting) for r in blocked] == expected_blocked
         event(f"ordering blocked: {len(blocked)} dead heads")
         pick = dead_keyed if dead_keyed and data.draw(st.booleans()) else sorted(self.jobs)
         job_id = data.draw(st.sampled_from(pick))
@@ -620,7 +620,7 @@ class LeaseMachine(RuleBasedStateMachine):
         if not eligible:
             assert skipped is None, (job_id, job, skipped)
             return
-        assert skipped == {"id": job_id, "ordering_key": job.key}
+        assert skipped == SkippedJob(job_id, job.key)
         event(f"ordering skip: {job.state} job")
         self.jobs[job_id] = self._finished(job, "cancelled", error_code="CANCELLED")
         self._log(
@@ -1078,7 +1078,7 @@ class LeaseMachine(RuleBasedStateMachine):
             event(f"effect resolve: refused on {state}")
             return
         assert resolved is not None, f"{why}; it must be resolved"
-        assert (resolved["job_id"], resolved["job_state"]) == (job_id, job.state)
+        assert (resolved.job_id, resolved.job_state) == (job_id, job.state)
         self.effects[job_id] = (verdict, token)
         event(f"effect resolve: {state} -> {verdict}")
         if verdict == "not_happened":

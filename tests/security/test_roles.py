@@ -203,12 +203,12 @@ async def test_admin_reprocesses_dead_jobs_that_producer_and_worker_cannot(
     async with await psycopg.AsyncConnection.connect(
         as_role(dsn, roles[Role.ADMIN]), autocommit=True
     ) as conn:
-        assert [r["id"] for r in await ops.dead_search(conn)] == [job_id]
+        assert [r.id for r in await ops.dead_search(conn)] == [job_id]
         assert await ops.dead_reprocess_many(
             conn, ids=[job_id], attempts=1, actor="admin", reason="fixed"
         ) == [job_id]
         cancelled = await control.cancel_many(conn, [job_id], max_jobs=1, actor="admin", reason="not needed")
-        assert [r["id"] for r in cancelled.moved] == [job_id]
+        assert [r.id for r in cancelled.moved] == [job_id]
 
 
 def test_roles_command_prints_grants_for_the_chosen_schema(capsys: pytest.CaptureFixture[str]) -> None:
@@ -421,6 +421,6 @@ async def test_only_the_admin_may_cancel_or_pause_and_the_worker_may_snooze_and_
         assert (await control.result(conn, waited.id)).result == {"answer": 42}
         assert (await control.pause(conn, "sec", until=None, actor="admin", reason="hold")).known
         moved = await control.cancel_many(conn, [target], max_jobs=1, actor="admin", reason="stop")
-        assert [(r["id"], r["from_state"]) for r in moved.moved] == [(target, "running")]
+        assert [(r.id, r.from_state) for r in moved.moved] == [(target, "running")]
     async with await psycopg.AsyncConnection.connect(worker, autocommit=True) as conn:
         assert await _claim(conn, "w") == [], "the worker role claimed from a paused queue"

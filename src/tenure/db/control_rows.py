@@ -36,20 +36,64 @@ NO_FILTER = CancelFilter()
 
 
 @dataclass(frozen=True, slots=True)
-class ControlRows:
-    """What one control statement did: the rows it moved, or why it moved none."""
+class NamedJob:
+    """A job a control statement named or matched, and the state it was in: the state it moved
+    from, or, refused, the state that kept it (None: there is no such job)."""
 
-    moved: list[Row]
-    refused: list[Row]
+    id: int
+    from_state: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ControlRows:
+    """What one control statement did: the jobs it moved, or why it moved none."""
+
+    moved: list[NamedJob]
+    refused: list[NamedJob]
     too_many: bool
 
 
 def split_rows(rows: list[Row]) -> ControlRows:
+    def named(outcome: str) -> list[NamedJob]:
+        return [NamedJob(r["id"], r["from_state"]) for r in rows if r["outcome"] == outcome]
+
     return ControlRows(
-        moved=[r for r in rows if r["outcome"] == "moved"],
-        refused=[r for r in rows if r["outcome"] == "refused"],
-        too_many=any(r["outcome"] == "too_many" for r in rows),
+        moved=named("moved"), refused=named("refused"), too_many=any(r["outcome"] == "too_many" for r in rows)
     )
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedJob:
+    """A keyed job cancelled so that its ordering key moves on."""
+
+    id: int
+    ordering_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class PauseInEffect:
+    """A queue's pause in effect: since and until when (None: until resumed), by whom and why,
+    read at `db_now`."""
+
+    queue: str
+    paused_at: datetime
+    until: datetime | None
+    actor: str
+    reason: str
+    db_now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class UniqueKeyJob:
+    """A job stored with a unique key, and whether it holds the key now (its state is one of the
+    key's unique states)."""
+
+    id: int
+    state: str
+    unique_key: str
+    holds: bool
+    created_at: datetime
+    finished_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
-from tenure.db.fetch import Row, fetch
+from tenure.db.fetch import fetch, fetch_as
 from tenure.db.sqlfiles import named_queries
 
 
@@ -21,6 +21,35 @@ class EffectStep:
     action: str  # 'perform' | 'done' | 'uncertain'
     token: int
     outcome: Any
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """One named effect of a job as the ledger lists it, with its job's queue, task and state."""
+
+    id: int
+    job_id: int
+    queue: str
+    task: str
+    name: str
+    state: str
+    """'intent', 'done', 'uncertain' or 'not_happened'."""
+    token: int
+    outcome: Any
+    resolved_by: str | None
+    reason: str | None
+    created_at: datetime
+    updated_at: datetime
+    job_state: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedEffect:
+    """An effect an operator resolved, and the state of its job."""
+
+    id: int
+    job_id: int
+    job_state: str
 
 
 class EffectQueries:
@@ -88,9 +117,11 @@ class EffectQueries:
         state: str | None = None,
         job_id: int | None = None,
         limit: int = 100,
-    ) -> list[Row]:
+    ) -> list[LedgerEntry]:
+        """The effects in `state` (None: any) of job `job_id` (None: any job), the least
+        recently changed first."""
         params = {"state": state, "job_id": job_id, "limit": limit}
-        return await fetch(conn, self._sql["effect_list"], params)
+        return await fetch_as(conn, LedgerEntry, self._sql["effect_list"], params)
 
     async def resolve(
         self,
@@ -102,7 +133,9 @@ class EffectQueries:
         reason: str,
         outcome: Any = None,
         now: datetime | None = None,
-    ) -> Row | None:
+    ) -> ResolvedEffect | None:
+        """Settles an uncertain effect (or the intent of a job no longer running) as `state`;
+        None when it is neither."""
         params = {
             "id": effect_id,
             "state": state,
@@ -111,5 +144,5 @@ class EffectQueries:
             "outcome": Jsonb(outcome) if outcome is not None else None,
             "now": now,
         }
-        rows = await fetch(conn, self._sql["effect_resolve"], params)
+        rows = await fetch_as(conn, ResolvedEffect, self._sql["effect_resolve"], params)
         return rows[0] if rows else None

@@ -1,16 +1,18 @@
-"""Running one statement and reading its rows as dicts: how every query class reads. Written once,
-async; tools/async_to_sync.py writes its blocking twin (tenure.db.sync.fetch)."""
+"""Running one statement and reading its rows: as dicts inside the query classes, or as the typed
+rows that leave them. Written once, async; tools/async_to_sync.py writes its blocking twin
+(tenure.db.sync.fetch)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from psycopg import AsyncConnection
-from psycopg.rows import dict_row
+from psycopg.rows import class_row, dict_row
 
 ASYNC = True
 
 Row = dict[str, Any]
+RowType = TypeVar("RowType")
 
 
 async def fetch(conn: AsyncConnection[Any], query: str, params: dict[str, Any]) -> list[Row]:
@@ -18,3 +20,13 @@ async def fetch(conn: AsyncConnection[Any], query: str, params: dict[str, Any]) 
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(query, params)
         return await cur.fetchall() if cur.description else []
+
+
+async def fetch_as(
+    conn: AsyncConnection[Any], row: type[RowType], query: str, params: dict[str, Any]
+) -> list[RowType]:
+    """The rows `query` gives for `params`, each a `row` built from its columns by name: a column
+    the row type does not name, or a field no column fills, fails at once."""
+    async with conn.cursor(row_factory=class_row(row)) as cur:
+        await cur.execute(query, params)
+        return await cur.fetchall()

@@ -3,6 +3,8 @@ blocking twin (tenure.db.sync.gauge_queries), which the metrics exporter's HTTP 
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
@@ -20,24 +22,13 @@ class GaugeQueries:
         self.schema = schema
         self._sql = named_queries(schema)
 
-    async def snapshot(
-        self,
-        conn: AsyncConnection[Any],
-        *,
-        near_expiry_seconds: float = 10.0,
-        stale_seconds: float = 60.0,
-        now: datetime | None = None,
-    ) -> Snapshot:
-        """All gauges in one REPEATABLE READ, READ ONLY transaction (conn must be autocommit)."""
+    @asynccontextmanager
+    async def snapshot(self, conn: AsyncConnection[Any]) -> AsyncIterator[None]:
+        """One REPEATABLE READ, READ ONLY transaction on `conn` (which must be autocommit): the
+        gauges and whatever else is read inside it describe the same instant."""
         async with conn.transaction():
-            await self.begin_snapshot(conn)
-            return await self.read_gauges(
-                conn, near_expiry_seconds=near_expiry_seconds, stale_seconds=stale_seconds, now=now
-            )
-
-    async def begin_snapshot(self, conn: AsyncConnection[Any]) -> None:
-        """Makes the transaction just opened on `conn` one read-only snapshot (first statement)."""
-        await conn.execute(self._sql["snapshot_begin"])
+            await conn.execute(self._sql["snapshot_begin"])
+            yield
 
     async def read_gauges(
         self,
@@ -47,6 +38,6 @@ class GaugeQueries:
         stale_seconds: float = 60.0,
         now: datetime | None = None,
     ) -> Snapshot:
-        """The gauges, inside the caller's snapshot transaction."""
+        """The gauges, inside the caller's `snapshot`."""
         params = snapshot_params(near_expiry_seconds, stale_seconds, now)
         return snapshot_of([await fetch(conn, self._sql[name], params) for name in SNAPSHOT_QUERIES])

@@ -16,8 +16,9 @@ from psycopg.types.json import Jsonb
 
 from tenure.db.channels import notify_channel
 from tenure.db.control_queries import ControlQueries
-from tenure.db.fetch import Row, fetch
+from tenure.db.fetch import fetch, fetch_as
 from tenure.db.gauge_queries import GaugeQueries
+from tenure.db.ops_rows import EVERY_DEAD_JOB, DeadFilter, DeadJob, FinishedCount, RegisteredWorker
 
 
 class OpsQueries(GaugeQueries):
@@ -29,61 +30,44 @@ class OpsQueries(GaugeQueries):
 
     async def finished_recent(
         self, conn: AsyncConnection[Any], *, minutes: int, now: datetime | None = None
-    ) -> list[Row]:
-        return await fetch(conn, self._sql["gauge_finished_recent"], {"minutes": minutes, "now": now})
+    ) -> list[FinishedCount]:
+        params = {"minutes": minutes, "now": now}
+        return await fetch_as(conn, FinishedCount, self._sql["gauge_finished_recent"], params)
 
-    async def worker_list(self, conn: AsyncConnection[Any], *, now: datetime | None = None) -> list[Row]:
-        return await fetch(conn, self._sql["worker_list"], {"now": now})
+    async def worker_list(
+        self, conn: AsyncConnection[Any], *, now: datetime | None = None
+    ) -> list[RegisteredWorker]:
+        return await fetch_as(conn, RegisteredWorker, self._sql["worker_list"], {"now": now})
 
     # -- dead jobs ------------------------------------------------------------------------------
 
     async def dead_search(
         self,
         conn: AsyncConnection[Any],
+        where: DeadFilter = EVERY_DEAD_JOB,
         *,
-        queue: str | None = None,
-        task: str | None = None,
-        error_code: str | None = None,
-        older_than: float | None = None,
         limit: int = 100,
         now: datetime | None = None,
-    ) -> list[Row]:
-        params = {
-            "queue": queue,
-            "task": task,
-            "error_code": error_code,
-            "older_than": older_than,
-            "limit": limit,
-            "now": now,
-        }
-        return await fetch(conn, self._sql["dead_search"], params)
+    ) -> list[DeadJob]:
+        """The dead jobs `where` matches, the last to die first."""
+        params = {**where.params(), "limit": limit, "now": now}
+        return await fetch_as(conn, DeadJob, self._sql["dead_search"], params)
 
     async def dead_reprocess_many(
         self,
         conn: AsyncConnection[Any],
+        where: DeadFilter = EVERY_DEAD_JOB,
         *,
         actor: str,
         reason: str,
         attempts: int,
         ids: Sequence[int] | None = None,
-        queue: str | None = None,
-        task: str | None = None,
-        error_code: str | None = None,
-        older_than: float | None = None,
         limit: int = 1000,
         now: datetime | None = None,
     ) -> list[int]:
         """Dead jobs (by ids and/or filter) back to pending; returns the ids moved. The move is
         job_retry_many's, the one statement for it, on the jobs the filter locks first."""
-        params = {
-            "ids": list(ids) if ids is not None else None,
-            "queue": queue,
-            "task": task,
-            "error_code": error_code,
-            "older_than": older_than,
-            "limit": limit,
-            "now": now,
-        }
+        params = {**where.params(), "ids": None if ids is None else list(ids), "limit": limit, "now": now}
         async with conn.transaction():
             matching = [r["id"] for r in await fetch(conn, self._sql["dead_matching"], params)]
             if not matching:
@@ -91,7 +75,7 @@ class OpsQueries(GaugeQueries):
             rows = await ControlQueries(self.schema).retry_many(
                 conn, matching, attempts=attempts, actor=actor, reason=reason, now=now
             )
-        return [r["id"] for r in rows.moved]
+        return [r.id for r in rows.moved]
 
     async def dead_purge(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -9,8 +10,23 @@ from psycopg import AsyncConnection
 
 from tenure.db.channels import notify_channel
 from tenure.db.control_queries import ControlQueries
-from tenure.db.fetch import Row, fetch
+from tenure.db.control_rows import SkippedJob
+from tenure.db.fetch import fetch_as
 from tenure.db.sqlfiles import named_queries
+
+
+@dataclass(frozen=True, slots=True)
+class BlockedKey:
+    """A dead keyed job, the head its ordering key waits on, and how many jobs of the key wait
+    behind it."""
+
+    id: int
+    ordering_key: str
+    queue: str
+    task: str
+    last_error_code: str | None
+    finished_at: datetime
+    waiting: int
 
 
 class OrderingQueries:
@@ -21,10 +37,10 @@ class OrderingQueries:
 
     async def blocked(
         self, conn: AsyncConnection[Any], *, ordering_key: str | None = None, limit: int = 100
-    ) -> list[Row]:
+    ) -> list[BlockedKey]:
         """Dead keyed jobs and how many jobs of their key wait behind each."""
         params = {"ordering_key": ordering_key, "limit": limit}
-        return await fetch(conn, self._sql["ordering_blocked"], params)
+        return await fetch_as(conn, BlockedKey, self._sql["ordering_blocked"], params)
 
     async def skip(
         self,
@@ -34,10 +50,9 @@ class OrderingQueries:
         actor: str,
         reason: str,
         now: datetime | None = None,
-    ) -> Row | None:
+    ) -> SkippedJob | None:
         """Cancels a dead, pending or scheduled keyed job so its key moves on; None if it is none
         of those (ControlQueries.skip_ordering_head, the cancel's own statement)."""
-        row = await ControlQueries(self.schema).skip_ordering_head(
+        return await ControlQueries(self.schema).skip_ordering_head(
             conn, job_id, actor=actor, reason=reason, now=now
         )
-        return None if row is None else {"id": row["id"], "ordering_key": row["ordering_key"]}

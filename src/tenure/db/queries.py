@@ -99,17 +99,26 @@ class QueueStateCount:
     db_now: datetime
 
 
-#: The columns both claim statements return, in order.
+#: The columns both claim statements return, in order: ClaimedJob's fields, but the lease's
+#: (token, expiry, deadline) in place of its `lease`.
 CLAIM_COLUMNS = (
     "id", "queue", "task", "payload", "priority", "attempt_count", "max_attempts", "lease_token",
     "lease_expires_at", "lease_deadline", "progress", "idempotency_key", "available_at",
-    "created_at", "result_wanted", "snoozes", "trace_context", "db_now",
+    "created_at", "db_now", "result_wanted", "snoozes", "trace_context",
 )  # fmt: skip
 
 
 def _check_claim_columns(description: Sequence[Any] | None) -> None:
     if description is not None and tuple(c.name for c in description) != CLAIM_COLUMNS:
         raise RuntimeError(f"the claim returned columns {[c.name for c in description]}, not {CLAIM_COLUMNS}")
+
+
+def _claimed_job(row: Sequence[Any], owner: str) -> ClaimedJob:
+    """A claimed row (CLAIM_COLUMNS) as the job a worker runs: the lease's three columns become
+    its `lease`; the columns after them fill ClaimedJob's fields after `lease`, in order."""
+    job_id, queue, task, payload, priority, attempt, max_attempts, token, expires_at, deadline, *rest = row
+    lease = Lease(job_id, owner, token, expires_at, deadline)
+    return ClaimedJob(job_id, queue, task, payload, priority, attempt, max_attempts, lease, *rest)
 
 
 #: The fewest due jobs a limited claim looks at to find ones whose keys have room.
@@ -198,46 +207,7 @@ class Queries(ProducerQueries, HandlerQueries):
         # Tuples in CLAIM_COLUMNS order: the claim is on every job's path, and a dict per row
         # costs more than the positions.
         rows.sort(key=itemgetter(0))
-        return [
-            ClaimedJob(
-                id=job_id,
-                queue=job_queue,
-                task=task,
-                payload=payload,
-                priority=priority,
-                attempt=attempt,
-                max_attempts=max_attempts,
-                lease=Lease(job_id, owner, token, expires_at, deadline),
-                progress=progress,
-                idempotency_key=idempotency_key,
-                available_at=available_at,
-                created_at=created_at,
-                db_now=db_now,
-                result_wanted=result_wanted,
-                snoozes=snoozes,
-                trace_context=trace_context,
-            )
-            for (
-                job_id,
-                job_queue,
-                task,
-                payload,
-                priority,
-                attempt,
-                max_attempts,
-                token,
-                expires_at,
-                deadline,
-                progress,
-                idempotency_key,
-                available_at,
-                created_at,
-                result_wanted,
-                snoozes,
-                trace_context,
-                db_now,
-            ) in rows
-        ]
+        return [_claimed_job(row, owner) for row in rows]
 
     async def _claim_rows(
         self, cur: AsyncCursor[Any], name: str, params: dict[str, Any]

@@ -12,7 +12,7 @@ from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
 from tenure.db.channels import notify_channel
-from tenure.db.fetch import Row, fetch
+from tenure.db.fetch import fetch, fetch_as
 from tenure.db.sqlfiles import named_queries
 from tenure.db.text import storable_text
 from tenure.model.actor import default_actor
@@ -42,6 +42,48 @@ class ScheduleFire:
     slots: list[datetime]
     job_ids: list[int]
     db_now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ListedSchedule:
+    """A registered schedule as the operator's faces list it: its declaration, pause and last
+    resume, its slots, and how long since a worker last declared it, read at `db_now`."""
+
+    name: str
+    task: str
+    queue: str
+    cron: str
+    timezone: str
+    payload: dict[str, Any]
+    priority: int
+    max_attempts: int
+    missed: str
+    paused: bool
+    paused_at: datetime | None
+    paused_by: str | None
+    pause_reason: str | None
+    resumed_at: datetime | None
+    resumed_by: str | None
+    resume_reason: str | None
+    last_slot: datetime
+    last_fired_slot: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    declared_at: datetime
+    undeclared_seconds: float
+    db_now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class RecentFire:
+    """One fired slot of a schedule: the job it enqueued (its state None once retention deleted
+    it), the worker that fired it, and when."""
+
+    slot: datetime
+    job_id: int
+    worker: str | None
+    fired_at: datetime
+    job_state: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,11 +180,13 @@ class ScheduleQueries:
         [r] = await fetch(conn, self._sql["schedule_fire"], params)
         return ScheduleFire(bool(r["won"]), r["last_slot"], list(r["slots"]), list(r["job_ids"]), r["db_now"])
 
-    async def list_all(self, conn: AsyncConnection[Any], now: datetime | None = None) -> list[Row]:
-        return await fetch(conn, self._sql["schedule_list"], {"now": now})
+    async def list_all(self, conn: AsyncConnection[Any], now: datetime | None = None) -> list[ListedSchedule]:
+        return await fetch_as(conn, ListedSchedule, self._sql["schedule_list"], {"now": now})
 
-    async def fires(self, conn: AsyncConnection[Any], name: str, *, limit: int = 20) -> list[Row]:
-        return await fetch(conn, self._sql["schedule_fires_recent"], {"name": name, "limit": limit})
+    async def fires(self, conn: AsyncConnection[Any], name: str, *, limit: int = 20) -> list[RecentFire]:
+        """The schedule's latest fired slots, the latest first."""
+        params = {"name": name, "limit": limit}
+        return await fetch_as(conn, RecentFire, self._sql["schedule_fires_recent"], params)
 
     async def pause(
         self, conn: AsyncConnection[Any], name: str, *, actor: str, reason: str, now: datetime | None = None

@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
-from tenure.db.control_rows import CancelFilter, ControlRows
+from tenure.db.control_rows import CancelFilter, ControlRows, NamedJob, PauseInEffect
 from tenure.model.errors import TenureError, ValidationError
 from tenure.model.validation import MAX_ATTEMPTS_LIMIT, check_queue
 
@@ -124,24 +123,23 @@ def cancel_report(rows: ControlRows, *, requeue: bool, max_jobs: int, by_filter:
         )
     if by_filter and not rows.moved:
         raise NothingMatched("no job matches the filter; nothing was cancelled")
-    running = [r["id"] for r in rows.moved if r["from_state"] == "running"]
-    waiting = [r["id"] for r in rows.moved if r["from_state"] != "running"]
+    running = [r.id for r in rows.moved if r.from_state == "running"]
+    waiting = [r.id for r in rows.moved if r.from_state != "running"]
     return CancelReport(cancelled=waiting, revoked=running, requeue=requeue)
 
 
-def _refusals(refused: list[dict[str, Any]], requeue: bool) -> str:
+def _refusals(refused: list[NamedJob], requeue: bool) -> str:
     parts = []
     for r in refused:
-        state = r["from_state"]
+        state = r.from_state
         if state is None:
-            parts.append(f"there is no job {r['id']}")
+            parts.append(f"there is no job {r.id}")
         elif requeue:
             parts.append(
-                f"job {r['id']} is {state}: requeue gives back running jobs only "
-                "(retry runs a waiting job now)"
+                f"job {r.id} is {state}: requeue gives back running jobs only (retry runs a waiting job now)"
             )
         else:
-            parts.append(f"job {r['id']} is {state}, which is finished")
+            parts.append(f"job {r.id} is {state}, which is finished")
     return "; ".join(parts)
 
 
@@ -149,15 +147,15 @@ def retry_report(rows: ControlRows) -> list[int]:
     if rows.refused:
         parts = []
         for r in rows.refused:
-            state = r["from_state"]
+            state = r.from_state
             if state is None:
-                parts.append(f"there is no job {r['id']}")
+                parts.append(f"there is no job {r.id}")
             elif state == "running":
-                parts.append(f"job {r['id']} is running (cancel it with requeue to give it back)")
+                parts.append(f"job {r.id} is running (cancel it with requeue to give it back)")
             else:
-                parts.append(f"job {r['id']} is {state}: it needs no retry")
+                parts.append(f"job {r.id} is {state}: it needs no retry")
         raise ControlRefused("; ".join(parts) + "; nothing was retried")
-    return [r["id"] for r in rows.moved]
+    return [r.id for r in rows.moved]
 
 
 def pause_until(
@@ -206,5 +204,5 @@ def not_paused(queue: str) -> ControlRefused:
     return ControlRefused(f"queue {queue!r} is not paused; nothing was resumed")
 
 
-def queue_pause(row: dict[str, Any]) -> QueuePause:
-    return QueuePause(row["queue"], row["paused_at"], row["until"], row["actor"], row["reason"])
+def queue_pause(row: PauseInEffect) -> QueuePause:
+    return QueuePause(row.queue, row.paused_at, row.until, row.actor, row.reason)

@@ -43,7 +43,7 @@ FOR UPDATE OF j;
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), doomed AS (
-    SELECT j.id
+    SELECT j.id, j.state
     FROM __schema__.jobs j CROSS JOIN clock
     WHERE j.state = 'dead'
       AND j.finished_at < clock.now - make_interval(secs => %(older_than)s::float8)
@@ -51,11 +51,4 @@ WITH clock AS (
     ORDER BY j.finished_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), history AS (
-    DELETE FROM __schema__.job_events e USING doomed d WHERE e.job_id = d.id
-)
-DELETE FROM __schema__.jobs j
-USING doomed d
-WHERE j.id = d.id
-  AND j.state = 'dead'
-RETURNING j.id, j.queue;
+), __part_doomed_deleted__;

@@ -55,8 +55,7 @@ lease_expires_at = clock.now + make_interval(secs => least(
 -- What a claim returns of each job it took, in the order CLAIM_COLUMNS (queries.py) names.
 j.id, j.queue, j.task, j.payload, j.priority, j.attempt_count, j.max_attempts,
 j.lease_token, j.lease_expires_at, j.lease_deadline, j.progress, j.idempotency_key,
-j.available_at, j.created_at, j.result_wanted, j.snoozes, j.trace_context,
-clock.now AS db_now
+j.available_at, j.created_at, clock.now AS db_now, j.result_wanted, j.snoozes, j.trace_context
 
 -- name: job_claim
 -- Claim and transition in one statement; each claim bumps the token and the attempt.

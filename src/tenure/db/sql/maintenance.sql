@@ -20,6 +20,19 @@ DELETE FROM __schema__.workers
 WHERE seen_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(seconds)s)
 RETURNING id;
 
+-- part: doomed_deleted
+-- The end of every retention statement whose doomed CTE chose and locked finished jobs (their id
+-- and state): each is deleted with its history, provided it is still in the state it was chosen
+-- in; returns its id and queue.
+history AS (
+    DELETE FROM __schema__.job_events e USING doomed d WHERE e.job_id = d.id
+)
+DELETE FROM __schema__.jobs j
+USING doomed d
+WHERE j.id = d.id
+  AND j.state = d.state
+RETURNING j.id, j.queue
+
 -- name: jobs_prune_finished
 -- Succeeded and cancelled jobs (only those: never scheduled, pending, running or dead) finished longer ago
 -- than their queue's retention, oldest first, with their audit rows.
@@ -28,7 +41,7 @@ WITH clock AS (
 ), policy AS (
     SELECT * FROM unnest(%(policy_queues)s::text[], %(policy_seconds)s::float8[]) AS p(queue, seconds)
 ), doomed AS (
-    SELECT j.id
+    SELECT j.id, j.state
     FROM __schema__.jobs j CROSS JOIN clock
     WHERE j.state IN ('succeeded', 'cancelled')
       AND j.finished_at < clock.now - make_interval(secs => %(shortest_seconds)s)
@@ -37,14 +50,7 @@ WITH clock AS (
     ORDER BY j.finished_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), history AS (
-    DELETE FROM __schema__.job_events e USING doomed d WHERE e.job_id = d.id
-)
-DELETE FROM __schema__.jobs j
-USING doomed d
-WHERE j.id = d.id
-  AND j.state IN ('succeeded', 'cancelled')
-RETURNING j.id, j.queue;
+), __part_doomed_deleted__;
 
 -- name: job_events_prune
 -- Audit rows older than the retention, except those of jobs that are scheduled, pending, running

@@ -22,12 +22,15 @@ from tenure.db.control_rows import (
     CancelFilter,
     ControlRows,
     JobResultRow,
+    PauseInEffect,
     PauseOutcome,
     ResumeOutcome,
+    SkippedJob,
+    UniqueKeyJob,
     split_rows,
 )
 from tenure.db.sqlfiles import named_queries
-from tenure.db.sync.fetch import Row, fetch
+from tenure.db.sync.fetch import Row, fetch, fetch_as
 from tenure.db.text import storable_text
 from tenure.model.jobs import JobState
 from tenure.model.limits import QueueLimit
@@ -98,18 +101,19 @@ class ControlQueries:
 
     def skip_ordering_head(
         self, conn: Connection[Any], job_id: int, *, actor: str, reason: str, now: datetime | None = None
-    ) -> Row | None:
+    ) -> SkippedJob | None:
         """Cancels a keyed job that holds up its key (dead, pending or scheduled; never a running
         one), so the key moves on: job_cancel_many's transition, its event marked ORDERING_SKIP.
-        The cancelled job's row (with its ordering_key), or None when it is no such job."""
+        The cancelled job and its key, or None when it is no such job."""
         params = self._cancel_params(
             [job_id], NO_FILTER, requeue=False, max_jobs=1, actor=actor, reason=reason, now=now
         )
         params.update(
             accept=[s.value for s in (*WAITING, JobState.DEAD)], keyed=True, event_code=ORDERING_SKIP
         )
-        rows = split_rows(fetch(conn, self._sql["job_cancel_many"], params))
-        return rows.moved[0] if rows.moved else None
+        rows = fetch(conn, self._sql["job_cancel_many"], params)
+        skipped = [SkippedJob(r["id"], r["ordering_key"]) for r in rows if r["outcome"] == "moved"]
+        return skipped[0] if skipped else None
 
     def _retry_params(
         self, ids: Sequence[int], attempts: int, actor: str, reason: str, now: datetime | None
@@ -195,9 +199,9 @@ class ControlQueries:
         rows = fetch(conn, self._sql["queue_resume"], self._resume_params(queue, actor, reason, now))
         return ResumeOutcome(**rows[0]) if rows else None
 
-    def pauses(self, conn: Connection[Any], now: datetime | None = None) -> list[Row]:
+    def pauses(self, conn: Connection[Any], now: datetime | None = None) -> list[PauseInEffect]:
         """The pauses in effect, by queue."""
-        return fetch(conn, self._sql["queue_pauses_list"], {"now": now})
+        return fetch_as(conn, PauseInEffect, self._sql["queue_pauses_list"], {"now": now})
 
     def db_now(self, conn: Connection[Any]) -> datetime:
         """The database's clock (the transaction's start, inside one): what relative times are
@@ -223,9 +227,9 @@ class ControlQueries:
         """Every limited queue with its limits and the live leases it holds now."""
         return fetch(conn, self._sql["queue_limits_list"], {})
 
-    def unique_key_jobs(self, conn: Connection[Any], key: str, limit: int = 20) -> list[Row]:
+    def unique_key_jobs(self, conn: Connection[Any], key: str, limit: int = 20) -> list[UniqueKeyJob]:
         """The jobs stored with unique key `key` (any period window), newest first."""
-        return fetch(conn, self._sql["unique_key_jobs"], {"key": key, "limit": limit})
+        return fetch_as(conn, UniqueKeyJob, self._sql["unique_key_jobs"], {"key": key, "limit": limit})
 
     def result(self, conn: Connection[Any], job_id: int) -> JobResultRow | None:
         """What a caller waiting for the job reads of it; None when there is no such job."""

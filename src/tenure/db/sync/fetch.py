@@ -1,17 +1,19 @@
 # Generated from src/tenure/db/fetch.py by tools/async_to_sync.py: do not edit.
 # Change the source and run `python tools/async_to_sync.py`; CI fails when this file differs
 # from what the source gives.
-"""Running one statement and reading its rows as dicts: how every query class reads. Written once,
-async; tools/async_to_sync.py writes its blocking twin (tenure.db.sync.fetch)."""
+"""Running one statement and reading its rows: as dicts inside the query classes, or as the typed
+rows that leave them. Written once, async; tools/async_to_sync.py writes its blocking twin
+(tenure.db.sync.fetch)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from psycopg import Connection
-from psycopg.rows import dict_row
+from psycopg.rows import class_row, dict_row
 
 Row = dict[str, Any]
+RowType = TypeVar("RowType")
 
 
 def fetch(conn: Connection[Any], query: str, params: dict[str, Any]) -> list[Row]:
@@ -19,3 +21,11 @@ def fetch(conn: Connection[Any], query: str, params: dict[str, Any]) -> list[Row
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(query, params)
         return cur.fetchall() if cur.description else []
+
+
+def fetch_as(conn: Connection[Any], row: type[RowType], query: str, params: dict[str, Any]) -> list[RowType]:
+    """The rows `query` gives for `params`, each a `row` built from its columns by name: a column
+    the row type does not name, or a field no column fills, fails at once."""
+    with conn.cursor(row_factory=class_row(row)) as cur:
+        cur.execute(query, params)
+        return cur.fetchall()

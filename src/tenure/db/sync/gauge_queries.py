@@ -6,6 +6,8 @@ blocking twin (tenure.db.sync.gauge_queries), which the metrics exporter's HTTP 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -21,24 +23,13 @@ class GaugeQueries:
         self.schema = schema
         self._sql = named_queries(schema)
 
-    def snapshot(
-        self,
-        conn: Connection[Any],
-        *,
-        near_expiry_seconds: float = 10.0,
-        stale_seconds: float = 60.0,
-        now: datetime | None = None,
-    ) -> Snapshot:
-        """All gauges in one REPEATABLE READ, READ ONLY transaction (conn must be autocommit)."""
+    @contextmanager
+    def snapshot(self, conn: Connection[Any]) -> Iterator[None]:
+        """One REPEATABLE READ, READ ONLY transaction on `conn` (which must be autocommit): the
+        gauges and whatever else is read inside it describe the same instant."""
         with conn.transaction():
-            self.begin_snapshot(conn)
-            return self.read_gauges(
-                conn, near_expiry_seconds=near_expiry_seconds, stale_seconds=stale_seconds, now=now
-            )
-
-    def begin_snapshot(self, conn: Connection[Any]) -> None:
-        """Makes the transaction just opened on `conn` one read-only snapshot (first statement)."""
-        conn.execute(self._sql["snapshot_begin"])
+            conn.execute(self._sql["snapshot_begin"])
+            yield
 
     def read_gauges(
         self,
@@ -48,6 +39,6 @@ class GaugeQueries:
         stale_seconds: float = 60.0,
         now: datetime | None = None,
     ) -> Snapshot:
-        """The gauges, inside the caller's snapshot transaction."""
+        """The gauges, inside the caller's `snapshot`."""
         params = snapshot_params(near_expiry_seconds, stale_seconds, now)
         return snapshot_of([fetch(conn, self._sql[name], params) for name in SNAPSHOT_QUERIES])

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+from collections.abc import AsyncIterator
+from dataclasses import fields, is_dataclass
 from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg import AsyncConnection
 from rich.console import Console
 
-from tenure.db.connect import DSN_ENV, ResolvedDsn, resolve_dsn
+from tenure.db.connect import DSN_ENV, ResolvedDsn, connect, resolve_dsn
+from tenure.db.migrate import require_current_schema
 
 out = Console()
 err = Console(stderr=True, soft_wrap=True)
@@ -42,10 +47,14 @@ def privilege_refused(args: argparse.Namespace, exc: psycopg.errors.Insufficient
 def _json_default(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
+    if is_dataclass(value) and not isinstance(value, type):
+        return as_dict(value)
     return str(value)
 
 
 def emit_json(data: Any) -> None:
+    """`data` as indented JSON on stdout: a row read from the database as an object of its
+    columns in their order, a time in ISO 8601."""
     print(json.dumps(data, default=_json_default, indent=2))
 
 
@@ -60,6 +69,14 @@ def resolve(args: argparse.Namespace) -> ResolvedDsn:
     return resolved
 
 
+@contextlib.asynccontextmanager
+async def connected(args: argparse.Namespace) -> AsyncIterator[AsyncConnection[Any]]:
+    """A connection to the command's database, once its schema is known to be current."""
+    async with await connect(resolve(args).dsn, name="tenure-cli") as conn:
+        await require_current_schema(conn, args.schema)
+        yield conn
+
+
 def positive_int(text: str) -> int:
     """An argparse type for counts that must be at least 1."""
     try:
@@ -72,33 +89,28 @@ def positive_int(text: str) -> int:
 
 
 def as_dict(obj: Any) -> dict[str, Any]:
-    return {name: getattr(obj, name) for name in obj.__slots__}
+    """A row (a dataclass) as a dict of its fields, in their order; not deep: a value the row
+    holds stays as it is."""
+    return {field.name: getattr(obj, field.name) for field in fields(obj)}
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
+#: The flags that set the level a command logs at, each as (flags, level, help).
+LOG_FLAGS = (
+    (("-v", "--verbose"), "info", "log at INFO level"),
+    (("-q", "--quiet"), "error", "log errors only"),
+)
+
+
 def logging_options(p: argparse.ArgumentParser, default: Any) -> None:
     # SUPPRESS on the commands: a flag given before the command is not reset by the command's
     # own default.
-    p.add_argument(
-        "-v",
-        "--verbose",
-        action="store_const",
-        const="info",
-        dest="log_level",
-        default=default,
-        help="log at INFO level",
-    )
-    p.add_argument(
-        "-q",
-        "--quiet",
-        action="store_const",
-        const="error",
-        dest="log_level",
-        default=default,
-        help="log errors only",
-    )
+    for flags, level, text in LOG_FLAGS:
+        p.add_argument(
+            *flags, action="store_const", const=level, dest="log_level", default=default, help=text
+        )
     p.add_argument(
         "--log-level",
         choices=LOG_LEVELS,

@@ -19,7 +19,6 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from tenure.db.connect import connect
 from tenure.db.control_queries import ControlQueries
 from tenure.db.migrate import require_current_schema
 from tenure.db.ops_queries import OpsQueries
@@ -27,7 +26,7 @@ from tenure.db.queries import Queries
 from tenure.model.errors import ValidationError
 from tenure.model.jobs import JobState
 from tenure.model.validation import MAX_ATTEMPTS_LIMIT
-from tenure.ops.cli._common import EXIT_USAGE, emit_json, err, out, positive_int, resolve
+from tenure.ops.cli._common import EXIT_USAGE, connected, emit_json, err, out, positive_int, resolve
 from tenure.ops.views.durations import duration, human
 from tenure.producer.client import Client
 from tenure.producer.control import DEFAULT_MAX_JOBS, CancelReport, ControlRefused, TooManyMatched
@@ -177,14 +176,11 @@ async def _queue_rows(args: argparse.Namespace) -> tuple[list[dict[str, Any]], d
     """Every queue that has jobs, a pause or a registered worker, read from one snapshot."""
     ops = OpsQueries(args.schema)
     control = ControlQueries(args.schema)
-    async with await connect(resolve(args).dsn, name="tenure-cli") as conn:
-        await require_current_schema(conn, args.schema)
-        async with conn.transaction():
-            await ops.begin_snapshot(conn)
-            counts = await Queries(args.schema).queue_stats(conn)
-            pauses = await control.pauses(conn)
-            workers = await ops.worker_list(conn)
-            now = await control.db_now(conn)
+    async with connected(args) as conn, ops.snapshot(conn):
+        counts = await Queries(args.schema).queue_stats(conn)
+        pauses = await control.pauses(conn)
+        workers = await ops.worker_list(conn)
+        now = await control.db_now(conn)
     queues: dict[str, dict[str, Any]] = {}
 
     def row(name: str) -> dict[str, Any]:
@@ -205,16 +201,12 @@ async def _queue_rows(args: argparse.Namespace) -> tuple[list[dict[str, Any]], d
     for c in counts:
         row(c.queue)[c.state.value] = c.jobs
     for p in pauses:
-        row(p["queue"]).update(
-            paused=True,
-            paused_at=p["paused_at"],
-            paused_by=p["actor"],
-            paused_until=p["until"],
-            pause_reason=p["reason"],
+        row(p.queue).update(
+            paused=True, paused_at=p.paused_at, paused_by=p.actor, paused_until=p.until, pause_reason=p.reason
         )
     for w in workers:
-        live = w["silent_seconds"] is not None and w["silent_seconds"] <= args.stale_after
-        for name in w["queues"]:
+        live = w.silent_seconds <= args.stale_after
+        for name in w.queues:
             row(name)["workers"] += 1 if live else 0
     return sorted(queues.values(), key=lambda q: q["queue"]), now
 
@@ -367,9 +359,9 @@ async def cmd_unique_show(args: argparse.Namespace) -> int:
             markup=False,
         )
         return EXIT_REFUSED
-    holder = next((r for r in rows if r["holds"]), None)
+    holder = next((r for r in rows if r.holds), None)
     out.print(
-        f"held by job {holder['id']} ({holder['state']})"
+        f"held by job {holder.id} ({holder.state})"
         if holder
         else "held by no job now: the next enqueue stores one",
         markup=False,
@@ -379,12 +371,12 @@ async def cmd_unique_show(args: argparse.Namespace) -> int:
         table.add_column(column)
     for r in rows:
         table.add_row(
-            str(r["id"]),
-            r["state"],
-            "yes" if r["holds"] else "",
-            escape(r["unique_key"]),
-            f"{r['created_at']:%Y-%m-%d %H:%M:%S}",
-            f"{r['finished_at']:%Y-%m-%d %H:%M:%S}" if r["finished_at"] else "",
+            str(r.id),
+            r.state,
+            "yes" if r.holds else "",
+            escape(r.unique_key),
+            f"{r.created_at:%Y-%m-%d %H:%M:%S}",
+            f"{r.finished_at:%Y-%m-%d %H:%M:%S}" if r.finished_at else "",
         )
     out.print(table)
     return 0

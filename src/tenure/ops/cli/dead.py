@@ -9,12 +9,11 @@ from typing import Any
 import psycopg
 from rich.table import Table
 
-from tenure.db.connect import connect
 from tenure.db.control_queries import ControlQueries
-from tenure.db.migrate import require_current_schema
 from tenure.db.ops_queries import OpsQueries
+from tenure.db.ops_rows import DeadFilter
 from tenure.db.queries import Queries
-from tenure.ops.cli._common import EXIT_USAGE, as_dict, emit_json, err, out, positive_int, resolve
+from tenure.ops.cli._common import EXIT_USAGE, connected, emit_json, err, out, positive_int
 from tenure.ops.cli._render import error_line, history_table, job_panel
 from tenure.ops.views.durations import duration, human
 from tenure.producer.control import key_held
@@ -22,17 +21,14 @@ from tenure.producer.control import key_held
 MAX_REASON_CHARS = 2000
 
 
-def _filters(args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        "queue": args.queue,
-        "task": args.task,
-        "error_code": args.error_code,
-        "older_than": args.older_than,
-    }
+def _filter(args: argparse.Namespace) -> DeadFilter:
+    return DeadFilter(
+        queue=args.queue, task=args.task, error_code=args.error_code, older_than=args.older_than
+    )
 
 
 async def cmd_list(args: argparse.Namespace, conn: Any) -> int:
-    rows = await OpsQueries(args.schema).dead_search(conn, limit=args.limit, **_filters(args))
+    rows = await OpsQueries(args.schema).dead_search(conn, _filter(args), limit=args.limit)
     if args.json:
         emit_json(rows)
         return 0
@@ -43,13 +39,13 @@ async def cmd_list(args: argparse.Namespace, conn: Any) -> int:
     table.add_column("last error", overflow="fold", ratio=1, min_width=20)
     for r in rows:
         table.add_row(
-            str(r["id"]),
-            r["queue"],
-            r["task"],
-            f"{r['attempt_count']}/{r['max_attempts']}",
-            r["last_error_code"] or "",
-            human(r["age_seconds"]),
-            error_line(r["last_error"])[:80],
+            str(r.id),
+            r.queue,
+            r.task,
+            f"{r.attempt_count}/{r.max_attempts}",
+            r.last_error_code or "",
+            human(r.age_seconds),
+            error_line(r.last_error)[:80],
         )
     out.print(table if rows else "no dead jobs match")
     return 0
@@ -63,7 +59,7 @@ async def cmd_show(args: argparse.Namespace, conn: Any) -> int:
         return 1
     events = await queries.job_events_list(conn, args.id)
     if args.json:
-        emit_json({"job": as_dict(job), "history": [as_dict(e) for e in events]})
+        emit_json({"job": job, "history": events})
         return 0
     now = await ControlQueries(args.schema).db_now(conn)
     out.print(job_panel(job, now))
@@ -76,8 +72,7 @@ async def cmd_show(args: argparse.Namespace, conn: Any) -> int:
 
 async def cmd_show_any(args: argparse.Namespace) -> int:
     """`tenure show ID`: any job, whatever its state."""
-    async with await connect(resolve(args).dsn, name="tenure-cli") as conn:
-        await require_current_schema(conn, args.schema)
+    async with connected(args) as conn:
         return await cmd_show(args, conn)
 
 
@@ -91,8 +86,8 @@ async def cmd_reprocess(args: argparse.Namespace, conn: Any) -> int:
     if len(reason) > MAX_REASON_CHARS:
         err.print(f"error: --reason is {len(reason)} characters; keep it under {MAX_REASON_CHARS}")
         return EXIT_USAGE
-    filters = _filters(args)
-    if not args.ids and not any(v is not None for v in filters.values()) and not args.all:
+    where = _filter(args)
+    if not args.ids and where.empty and not args.all:
         err.print(
             "error: name the jobs: give job ids, or a filter (--queue, --task, --error-code, --older-than), "
             "or --all for every dead job"
@@ -103,12 +98,12 @@ async def cmd_reprocess(args: argparse.Namespace, conn: Any) -> int:
     async with conn.transaction():
         moved = await ops.dead_reprocess_many(
             conn,
+            where,
             ids=ids,
             actor=args.actor,
             reason=reason,
             attempts=args.attempts,
             limit=len(ids) if ids else args.limit,
-            **filters,
         )
         refused = sorted(set(ids) - set(moved)) if ids else []
         if refused:
@@ -150,7 +145,8 @@ async def _explain_refusal(args: argparse.Namespace, conn: Any, ids: list[int]) 
 async def cmd_purge(args: argparse.Namespace, conn: Any) -> int:
     ops = OpsQueries(args.schema)
     if not args.yes:
-        matching = await ops.dead_search(conn, queue=args.queue, older_than=args.older_than, limit=100000)
+        where = DeadFilter(queue=args.queue, older_than=args.older_than)
+        matching = await ops.dead_search(conn, where, limit=100000)
         err.print(
             f"{len(matching)} dead job(s) dead for over {human(args.older_than)} would be deleted with their "
             "history; add --yes to delete them"
@@ -172,9 +168,7 @@ async def cmd_purge(args: argparse.Namespace, conn: Any) -> int:
 
 
 async def cmd_dead(args: argparse.Namespace) -> int:
-    dsn = resolve(args).dsn
-    async with await connect(dsn, name="tenure-cli") as conn:
-        await require_current_schema(conn, args.schema)
+    async with connected(args) as conn:
         handler = {"list": cmd_list, "show": cmd_show, "reprocess": cmd_reprocess, "purge": cmd_purge}
         try:
             return int(await handler[args.dead_command](args, conn))

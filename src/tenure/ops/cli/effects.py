@@ -9,17 +9,13 @@ from typing import Any
 
 from rich.table import Table
 
-from tenure.db.connect import connect
 from tenure.db.effects_queries import EffectQueries
-from tenure.db.migrate import require_current_schema
-from tenure.ops.cli._common import EXIT_USAGE, emit_json, err, out, positive_int, resolve
+from tenure.ops.cli._common import EXIT_USAGE, connected, emit_json, err, out, positive_int
 
 
 async def cmd_effects(args: argparse.Namespace) -> int:
-    dsn = resolve(args).dsn
     queries = EffectQueries(args.schema)
-    async with await connect(dsn) as conn:
-        await require_current_schema(conn, args.schema)
+    async with connected(args) as conn:
         if args.effects_command == "list":
             state = "uncertain" if args.uncertain else args.state
             rows = await queries.list(conn, state=state, job_id=args.job, limit=args.limit)
@@ -31,14 +27,14 @@ async def cmd_effects(args: argparse.Namespace) -> int:
                 table.add_column(column)
             for r in rows:
                 table.add_row(
-                    str(r["id"]),
-                    str(r["job_id"]),
-                    r["task"],
-                    r["name"],
-                    r["state"],
-                    r["job_state"],
-                    r["updated_at"].isoformat(timespec="seconds"),
-                    r["resolved_by"] or "",
+                    str(r.id),
+                    str(r.job_id),
+                    r.task,
+                    r.name,
+                    r.state,
+                    r.job_state,
+                    r.updated_at.isoformat(timespec="seconds"),
+                    r.resolved_by or "",
                 )
             out.print(table if rows else f"no {state or ''} effects".replace("  ", " "))
             return 0
@@ -60,12 +56,7 @@ async def cmd_effects(args: argparse.Namespace) -> int:
                 "see `tenure effects list --json`"
             )
             return 1
-        result = {
-            "effect": args.id,
-            "state": state,
-            "job": resolved["job_id"],
-            "job_state": resolved["job_state"],
-        }
+        result = {"effect": args.id, "state": state, "job": resolved.job_id, "job_state": resolved.job_state}
         if args.json:
             emit_json(result)
         else:
@@ -75,10 +66,10 @@ async def cmd_effects(args: argparse.Namespace) -> int:
                 else "not happened: the next attempt performs it"
             )
             out.print(f"effect {args.id} resolved as {verdict}")
-            if resolved["job_state"] == "dead":
+            if resolved.job_state == "dead":
                 out.print(
-                    f"job {resolved['job_id']} is dead: "
-                    f"`tenure dead reprocess {resolved['job_id']} --reason ...` runs it again"
+                    f"job {resolved.job_id} is dead: "
+                    f"`tenure dead reprocess {resolved.job_id} --reason ...` runs it again"
                 )
         return 0
 

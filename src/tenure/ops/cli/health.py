@@ -8,10 +8,8 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from tenure.db.connect import connect
-from tenure.db.migrate import require_current_schema
 from tenure.db.ops_queries import OpsQueries
-from tenure.ops.cli._common import emit_json, out, resolve
+from tenure.ops.cli._common import connected, emit_json, out
 from tenure.ops.views.durations import duration, human
 from tenure.ops.views.health import THROUGHPUT_MINUTES, Report, problems, queue_summaries
 
@@ -21,15 +19,12 @@ EXIT_THRESHOLD = 1
 async def read_report(args: argparse.Namespace, *, with_history: bool) -> Report:
     """The gauges, recent throughput and workers, all from one read-only snapshot."""
     ops = OpsQueries(args.schema)
-    async with await connect(resolve(args).dsn, name="tenure-cli") as conn:
-        await require_current_schema(conn, args.schema)
-        async with conn.transaction():
-            await ops.begin_snapshot(conn)
-            snapshot = await ops.read_gauges(
-                conn, near_expiry_seconds=args.near_expiry, stale_seconds=args.stale_after
-            )
-            finished = await ops.finished_recent(conn, minutes=THROUGHPUT_MINUTES) if with_history else []
-            workers = await ops.worker_list(conn) if with_history else []
+    async with connected(args) as conn, ops.snapshot(conn):
+        snapshot = await ops.read_gauges(
+            conn, near_expiry_seconds=args.near_expiry, stale_seconds=args.stale_after
+        )
+        finished = await ops.finished_recent(conn, minutes=THROUGHPUT_MINUTES) if with_history else []
+        workers = await ops.worker_list(conn) if with_history else []
     return Report(snapshot, finished, workers)
 
 
@@ -117,10 +112,10 @@ async def cmd_status(args: argparse.Namespace) -> int:
         f"{w['busy_slots']}/{w['capacity_slots']} slots busy, {w['lease_owners']} holding leases; "
         f"lock waits now: {summary['lock_waits']}"
     )
-    for worker in w["list"]:
-        for service, health in sorted((worker.get("failing") or {}).items()):
+    for worker in report.workers:
+        for service, health in sorted((worker.failing or {}).items()):
             out.print(
-                f"[bold red]worker {escape(worker['id'])}: {escape(service)} failing for "
+                f"[bold red]worker {escape(worker.id)}: {escape(service)} failing for "
                 f"{human(health.get('failing_seconds'))}[/] ({health.get('failures')} in a row): "
                 f"{escape(str(health.get('error')))}",
                 highlight=False,

@@ -8,17 +8,13 @@ from typing import Any
 
 from rich.table import Table
 
-from tenure.db.connect import connect
-from tenure.db.migrate import require_current_schema
 from tenure.db.ordering_queries import OrderingQueries
-from tenure.ops.cli._common import emit_json, err, out, positive_int, resolve
+from tenure.ops.cli._common import connected, emit_json, err, out, positive_int
 
 
 async def cmd_ordering(args: argparse.Namespace) -> int:
-    dsn = resolve(args).dsn
     queries = OrderingQueries(args.schema)
-    async with await connect(dsn) as conn:
-        await require_current_schema(conn, args.schema)
+    async with connected(args) as conn:
         if args.ordering_command == "blocked":
             rows = await queries.blocked(conn, ordering_key=args.key, limit=args.limit)
             if args.json:
@@ -29,13 +25,13 @@ async def cmd_ordering(args: argparse.Namespace) -> int:
                 table.add_column(column)
             for r in rows:
                 table.add_row(
-                    r["ordering_key"],
-                    str(r["id"]),
-                    r["queue"],
-                    r["task"],
-                    r["last_error_code"] or "",
-                    str(r["waiting"]),
-                    r["finished_at"].isoformat(timespec="seconds"),
+                    r.ordering_key,
+                    str(r.id),
+                    r.queue,
+                    r.task,
+                    r.last_error_code or "",
+                    str(r.waiting),
+                    r.finished_at.isoformat(timespec="seconds"),
                 )
             out.print(table if rows else "no ordering key is blocked")
             return 0
@@ -47,9 +43,9 @@ async def cmd_ordering(args: argparse.Namespace) -> int:
             )
             return 1
         if args.json:
-            emit_json({"skipped": args.id, "ordering_key": skipped["ordering_key"]})
+            emit_json({"skipped": args.id, "ordering_key": skipped.ordering_key})
         else:
-            out.print(f"job {args.id} cancelled; key {skipped['ordering_key']!r} moves on to its next job")
+            out.print(f"job {args.id} cancelled; key {skipped.ordering_key!r} moves on to its next job")
         return 0
 
 

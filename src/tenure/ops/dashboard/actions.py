@@ -3,7 +3,9 @@ library's verb (guarded in SQL, written to the audit log) as `dashboard:<user>`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from typing import Protocol, TypeVar
 from urllib.parse import parse_qs
 
 import psycopg
@@ -13,11 +15,13 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from tenure.model.errors import ValidationError
 from tenure.ops.dashboard.security import CSRF_COOKIE, CSRF_FIELD, LOCAL_USER, csrf_matches
 from tenure.ops.dashboard.state import Dashboard, dashboard_of
+from tenure.producer.client import Client
 from tenure.producer.control import ControlRefused, check_reason, key_held
 
 MAX_FORM_BYTES = 16 * 1024
 
 Form = dict[str, str]
+Endpoint = Callable[[Request], Awaitable[Response]]
 Act = Callable[[Dashboard, str, str, Form], Awaitable[str]]
 """Does the act with (dashboard, actor, reason, the form's fields) and returns the URL to go
 back to; raises ControlRefused (409) or ValidationError (400) having changed nothing."""
@@ -81,36 +85,58 @@ def job_url(request: Request, job_id: int, done: str) -> str:
     return f"{request.url_for('job', job_id=job_id)}?done={done}"
 
 
-async def retry_job(request: Request) -> Response:
-    job_id = int(request.path_params["job_id"])
+Target = TypeVar("Target", contravariant=True)
+Subject = TypeVar("Subject")
+
+
+class Verb(Protocol[Target]):
+    """One of the client's verbs as its method (Client.retry, Client.pause_queue, ...): what it
+    acts on, then the reason and the actor."""
+
+    def __call__(
+        self, client: Client, target: Target, /, *, reason: str, actor: str
+    ) -> Awaitable[object]: ...
+
+
+async def _client_act(request: Request, verb: Verb[Subject], target: Subject, back: str) -> Response:
+    """Runs `verb` on `target` as the act, then goes to `back`."""
 
     async def act(board: Dashboard, actor: str, reason: str, form: Form) -> str:
-        await board.client.retry([job_id], reason=reason, actor=actor)
-        return job_url(request, job_id, "retried")
+        await verb(board.client, target, reason=reason, actor=actor)
+        return back
 
     return await run_act(request, act)
 
 
-async def cancel_job(request: Request) -> Response:
-    job_id = int(request.path_params["job_id"])
+def job_act(verb: Verb[Sequence[int]], done: str) -> Endpoint:
+    """The endpoint that runs `verb` on the job its path names, then shows the job's page saying
+    `done`."""
 
-    async def act(board: Dashboard, actor: str, reason: str, form: Form) -> str:
-        await board.client.cancel([job_id], reason=reason, actor=actor)
-        return job_url(request, job_id, "cancelled")
+    async def on_job(request: Request) -> Response:
+        job_id = int(request.path_params["job_id"])
+        return await _client_act(request, verb, [job_id], job_url(request, job_id, done))
 
-    return await run_act(request, act)
+    return on_job
 
 
-async def requeue_job(request: Request) -> Response:
-    """Revokes a running job's lease and sends it back to run again at once, under a new token:
-    for a job stuck on a sick worker."""
-    job_id = int(request.path_params["job_id"])
+def queue_act(verb: Verb[str]) -> Endpoint:
+    """The endpoint that runs `verb` on the queue its path names, then shows the overview."""
 
-    async def act(board: Dashboard, actor: str, reason: str, form: Form) -> str:
-        await board.client.cancel([job_id], reason=reason, actor=actor, requeue=True)
-        return job_url(request, job_id, "requeued")
+    async def on_queue(request: Request) -> Response:
+        return await _client_act(
+            request, verb, request.path_params["queue"], str(request.url_for("overview"))
+        )
 
-    return await run_act(request, act)
+    return on_queue
+
+
+retry_job = job_act(Client.retry, "retried")
+cancel_job = job_act(Client.cancel, "cancelled")
+#: Revokes a running job's lease and sends it back to run again at once, under a new token: for a
+#: job stuck on a sick worker.
+requeue_job = job_act(partial(Client.cancel, requeue=True), "requeued")
+pause_queue = queue_act(Client.pause_queue)
+resume_queue = queue_act(Client.resume_queue)
 
 
 async def skip_ordering_head(request: Request) -> Response:
@@ -125,25 +151,5 @@ async def skip_ordering_head(request: Request) -> Response:
                 "have changed since the page was drawn); nothing was skipped"
             )
         return job_url(request, job_id, "skipped")
-
-    return await run_act(request, act)
-
-
-async def pause_queue(request: Request) -> Response:
-    queue = request.path_params["queue"]
-
-    async def act(board: Dashboard, actor: str, reason: str, form: Form) -> str:
-        await board.client.pause_queue(queue, reason=reason, actor=actor)
-        return str(request.url_for("overview"))
-
-    return await run_act(request, act)
-
-
-async def resume_queue(request: Request) -> Response:
-    queue = request.path_params["queue"]
-
-    async def act(board: Dashboard, actor: str, reason: str, form: Form) -> str:
-        await board.client.resume_queue(queue, reason=reason, actor=actor)
-        return str(request.url_for("overview"))
 
     return await run_act(request, act)

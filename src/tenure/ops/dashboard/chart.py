@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+
+from tenure.db.ops_rows import FinishedCount
+from tenure.ops.dashboard.queries import TroubleCount
 
 MINUTES = 60
 WIDTH = 600.0
@@ -38,18 +40,14 @@ class Chart:
 
 
 def stacked_chart(
-    rows: Iterable[dict[str, Any]],
-    kinds: tuple[str, ...],
-    kind_column: str,
-    count_column: str,
-    minutes: int = MINUTES,
+    counts_by_minute: Iterable[tuple[str, int, int]], kinds: tuple[str, ...], minutes: int = MINUTES
 ) -> Chart:
-    """Rows of (kind, minutes_ago, count), all queues together, as one stacked bar per minute;
+    """Counts of (kind, minutes_ago, count), all queues together, as one stacked bar per minute;
     the current minute is drawn rightmost and the busiest minute fills the height."""
     per_minute = [dict.fromkeys(kinds, 0) for _ in range(minutes)]
-    for r in rows:
-        if r[kind_column] in kinds and 0 <= r["minutes_ago"] < minutes:
-            per_minute[r["minutes_ago"]][r[kind_column]] += int(r[count_column])
+    for kind, minutes_ago, count in counts_by_minute:
+        if kind in kinds and 0 <= minutes_ago < minutes:
+            per_minute[minutes_ago][kind] += int(count)
     peak = max((sum(m.values()) for m in per_minute), default=0)
     slot = WIDTH / minutes
     bars = []
@@ -76,11 +74,11 @@ def stacked_chart(
     return Chart(WIDTH, HEIGHT, minutes, peak, totals, bars)
 
 
-def throughput_chart(rows: Iterable[dict[str, Any]], minutes: int = MINUTES) -> Chart:
-    """From gauge_finished_recent rows (queue, state, minutes_ago, jobs)."""
-    return stacked_chart(rows, FINISHED, "state", "jobs", minutes)
+def throughput_chart(rows: Iterable[FinishedCount], minutes: int = MINUTES) -> Chart:
+    """Jobs finished per minute, by the state they finished in."""
+    return stacked_chart(((r.state, r.minutes_ago, r.jobs) for r in rows), FINISHED, minutes)
 
 
-def trouble_chart(rows: Iterable[dict[str, Any]], minutes: int = MINUTES) -> Chart:
-    """From dashboard_trouble_recent rows (event, minutes_ago, events)."""
-    return stacked_chart(rows, TROUBLE, "event", "events", minutes)
+def trouble_chart(rows: Iterable[TroubleCount], minutes: int = MINUTES) -> Chart:
+    """Retries, lease expiries and fenced writes per minute, from the audit log."""
+    return stacked_chart(((r.event, r.minutes_ago, r.events) for r in rows), TROUBLE, minutes)

@@ -38,7 +38,7 @@ async def dead_page(request: Request) -> HTMLResponse:
         return board.render(request, "dead.html", {**context, "error": str(exc)}, status=400)
     async with board.pool.connection() as conn:
         groups = await board.pages.dead_by_error(conn)
-        jobs = await board.ops.dead_search(conn, limit=LISTED, **where.params())
+        jobs = await board.ops.dead_search(conn, where, limit=LISTED)
         matching = await board.pages.dead_count(conn, where)
     context.update(groups=groups, jobs=jobs, matching=matching, filtered=not where.empty)
     return board.render(request, "dead.html", context)
@@ -99,12 +99,7 @@ async def reprocess_matching(request: Request) -> Response:
             try:
                 async with conn.transaction():
                     moved = await board.ops.dead_reprocess_many(
-                        conn,
-                        actor=actor,
-                        reason=reason,
-                        attempts=attempts,
-                        limit=expected + 1,
-                        **where.params(),
+                        conn, where, actor=actor, reason=reason, attempts=attempts, limit=expected + 1
                     )
                     if len(moved) != expected:
                         # Raised inside the transaction, so the moves above are rolled back.
@@ -114,7 +109,7 @@ async def reprocess_matching(request: Request) -> Response:
                 # undone, but no further than one act may move.
                 matching = len(moved)
                 if matching > expected:
-                    matching = await board.pages.dead_count_upto(conn, where, cap=MAX_BULK + 1)
+                    matching = await board.pages.dead_count(conn, where, cap=MAX_BULK + 1)
                 raise ControlRefused(
                     f"{_matching(matching, expected)} this filter now, not the {expected:,} the page "
                     "showed: something changed meanwhile; look again. Nothing was reprocessed"

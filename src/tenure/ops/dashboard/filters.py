@@ -8,8 +8,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from tenure.db.ops_rows import DeadFilter
 from tenure.model.jobs import JobState
-from tenure.ops.dashboard.queries import DeadFilter, JobFilter
+from tenure.ops.dashboard.queries import JobFilter
 from tenure.ops.views.durations import duration
 
 MAX_CONTAINS_BYTES = 4096

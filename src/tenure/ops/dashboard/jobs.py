@@ -29,7 +29,7 @@ async def jobs_page(request: Request) -> HTMLResponse:
     if len(rows) > PAGE_SIZE:
         rows = rows[:PAGE_SIZE]
         kept = {k: v for k, v in form.items() if v}
-        context["next"] = {**kept, "before": str(rows[-1]["id"])}
+        context["next"] = {**kept, "before": str(rows[-1].id)}
     return board.render(request, "jobs.html", {**context, "jobs": rows})
 
 
@@ -53,9 +53,7 @@ async def job_page(request: Request) -> HTMLResponse:
         "progress": None if job.progress is None else pretty(masked_payload(job.progress)),
         "result": None if job.result is None else pretty(masked_payload(job.result)),
         "timeline": timeline(job, events),
-        "effects": [
-            {**e, "outcome": None if e["outcome"] is None else pretty(e["outcome"])} for e in effects
-        ],
+        "effects": [(e, None if e.outcome is None else pretty(e.outcome)) for e in effects],
         "done": DONE_MESSAGES.get(request.query_params.get("done", "")),
     }
     return board.render(request, "job.html", context)

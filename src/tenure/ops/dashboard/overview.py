@@ -44,15 +44,16 @@ class QueueRow:
 
 async def overview_context(board: Dashboard) -> dict[str, Any]:
     async with board.pool.connection() as conn:
-        snapshot = await board.ops.snapshot(conn, stale_seconds=CHECK_DEFAULTS.stale_after)
+        async with board.ops.snapshot(conn):
+            snapshot = await board.ops.read_gauges(conn, stale_seconds=CHECK_DEFAULTS.stale_after)
         workers = await board.ops.worker_list(conn)
         finished = await board.ops.finished_recent(conn, minutes=MINUTES)
         trouble = await board.pages.trouble_recent(conn, minutes=MINUTES)
     gauges = {g.queue: g for g in snapshot.queues}
     recent: dict[str, dict[str, int]] = {}
     for r in finished:
-        by_state = recent.setdefault(r["queue"], {})
-        by_state[r["state"]] = by_state.get(r["state"], 0) + int(r["jobs"])
+        by_state = recent.setdefault(r.queue, {})
+        by_state[r.state] = by_state.get(r.state, 0) + r.jobs
     pauses = {p["queue"]: p for p in snapshot.paused}
     limits = {lim["queue"]: lim for lim in snapshot.limits}
     rows = []

@@ -38,6 +38,6 @@ async def resolve_effect(request: Request) -> Response:
                 f"effect {effect_id} is not uncertain now (resolved by someone else, or its job is "
                 "running again); nothing was changed"
             )
-        return job_url(request, int(resolved["job_id"]), f"effect_{verdict}")
+        return job_url(request, resolved.job_id, f"effect_{verdict}")
 
     return await run_act(request, act)

@@ -57,11 +57,11 @@ class DatabaseCollector(Collector):
     def read(self) -> Snapshot:
         with self._lock:
             try:
-                return self.queries.snapshot(
-                    self._connection(),
-                    near_expiry_seconds=self.near_expiry_seconds,
-                    stale_seconds=self.stale_seconds,
-                )
+                conn = self._connection()
+                with self.queries.snapshot(conn):
+                    return self.queries.read_gauges(
+                        conn, near_expiry_seconds=self.near_expiry_seconds, stale_seconds=self.stale_seconds
+                    )
             except psycopg.Error:
                 if self._conn is not None:
                     self._conn.close()

@@ -30,69 +30,69 @@ class RuntimeMetrics:
     """
 
     def __init__(self, registry: CollectorRegistry, *, busy: Callable[[], int], concurrency: int) -> None:
-        self.claims = Counter("tenure_claims", "Claim queries run, by queue", ["queue"], registry=registry)
-        self.jobs_claimed = Counter(
-            "tenure_jobs_claimed", "Jobs claimed, by queue", ["queue"], registry=registry
-        )
-        self.claim_query = Histogram(
+        def counter(name: str, documentation: str, *labels: str) -> Counter:
+            return Counter(name, documentation, labels, registry=registry)
+
+        def histogram(name: str, documentation: str, buckets: Sequence[float], *labels: str) -> Histogram:
+            return Histogram(name, documentation, labels, buckets=buckets, registry=registry)
+
+        self.claims = counter("tenure_claims", "Claim queries run, by queue", "queue")
+        self.jobs_claimed = counter("tenure_jobs_claimed", "Jobs claimed, by queue", "queue")
+        self.claim_query = histogram(
             "tenure_claim_query_seconds",
             "Duration of one claim query (round trip), by queue",
-            ["queue"],
-            buckets=CLAIM_QUERY_BUCKETS,
-            registry=registry,
+            CLAIM_QUERY_BUCKETS,
+            "queue",
         )
-        self.claim_latency = Histogram(
+        self.claim_latency = histogram(
             "tenure_job_claim_latency_seconds",
             "From a job becoming available to its claim, in database time, by queue",
-            ["queue"],
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
+            LATENCY_BUCKETS,
+            "queue",
         )
-        self.run_seconds = Histogram(
+        self.run_seconds = histogram(
             "tenure_job_completion_seconds",
             "From a job's claim to its outcome being written, by queue and outcome",
-            ["queue", "outcome"],
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
+            LATENCY_BUCKETS,
+            "queue",
+            "outcome",
         )
-        self.finished = Counter(
+        self.finished = counter(
             "tenure_jobs_finished",
             "Attempts finished by this worker, by queue and outcome (throughput)",
-            ["queue", "outcome"],
-            registry=registry,
+            "queue",
+            "outcome",
         )
-        self.retries = Counter(
+        self.retries = counter(
             "tenure_job_retries",
             "Failed attempts scheduled for a retry, by queue, error code and attempt",
-            ["queue", "error_code", "attempt"],
-            registry=registry,
+            "queue",
+            "error_code",
+            "attempt",
         )
-        self.fencing_losses = Counter(
+        self.fencing_losses = counter(
             "tenure_fencing_losses",
             "Fenced writes that updated zero rows: this worker had lost the lease",
-            ["queue"],
-            registry=registry,
+            "queue",
         )
-        self.leases_lost = Counter(
+        self.leases_lost = counter(
             "tenure_leases_lost",
             "Jobs this worker stopped because it learned its lease was gone (expired or taken)",
-            ["queue"],
-            registry=registry,
+            "queue",
         )
-        self.jobs_revoked = Counter(
+        self.jobs_revoked = counter(
             "tenure_jobs_revoked",
             "Running jobs of this worker that an operator revoked, and that it stopped",
-            ["queue"],
-            registry=registry,
+            "queue",
         )
-        self.leases_expired = Counter(
+        self.leases_expired = counter(
             "tenure_leases_expired",
             "Expired leases this process's recovery moved back to pending or to dead",
-            ["queue", "to_state"],
-            registry=registry,
+            "queue",
+            "to_state",
         )
-        self.heartbeat_failures = Counter(
-            "tenure_heartbeat_failures", "Heartbeats that could not reach the database", registry=registry
+        self.heartbeat_failures = counter(
+            "tenure_heartbeat_failures", "Heartbeats that could not reach the database"
         )
         busy_gauge = Gauge("tenure_worker_busy_slots", "Slots running a job now", registry=registry)
         busy_gauge.set_function(lambda: float(busy()))

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tenure.db.gauges import Snapshot
+from tenure.db.ops_rows import FinishedCount, RegisteredWorker
 from tenure.ops.views.durations import human
 
 #: Minutes of throughput history the summaries keep.
@@ -26,11 +27,11 @@ class Thresholds(Protocol):
     stale_after: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Report:
     snapshot: Snapshot
-    finished: list[dict[str, Any]]
-    workers: list[dict[str, Any]]
+    finished: list[FinishedCount]
+    workers: list[RegisteredWorker]
 
 
 def queue_summaries(report: Report, stale_after: float) -> dict[str, Any]:
@@ -48,9 +49,9 @@ def queue_summaries(report: Report, stale_after: float) -> dict[str, Any]:
         }
     for r in report.finished:
         q = queues.setdefault(
-            r["queue"],
+            r.queue,
             {
-                "queue": r["queue"],
+                "queue": r.queue,
                 "scheduled": 0,
                 "pending": 0,
                 "running": 0,
@@ -60,9 +61,9 @@ def queue_summaries(report: Report, stale_after: float) -> dict[str, Any]:
                 "leases_near_expiry": 0,
             },
         )
-        per_minute = q.setdefault("finished_per_minute", {}).setdefault(r["state"], [0] * THROUGHPUT_MINUTES)
-        if 0 <= r["minutes_ago"] < THROUGHPUT_MINUTES:
-            per_minute[r["minutes_ago"]] += r["jobs"]
+        per_minute = q.setdefault("finished_per_minute", {}).setdefault(r.state, [0] * THROUGHPUT_MINUTES)
+        if 0 <= r.minutes_ago < THROUGHPUT_MINUTES:
+            per_minute[r.minutes_ago] += r.jobs
     paused = {p["queue"]: p for p in report.snapshot.paused}
     for q in queues.values():
         q["paused"] = q["queue"] in paused

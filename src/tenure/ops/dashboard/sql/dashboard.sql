@@ -41,19 +41,9 @@ GROUP BY event, minutes_ago
 ORDER BY event, minutes_ago;
 
 -- name: dashboard_dead_count
--- How many dead jobs a filter matches, shown before a bulk reprocess by that filter.
-SELECT count(*)::bigint AS jobs
-FROM __schema__.jobs
-WHERE state = 'dead'
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(task)s::text IS NULL OR task = %(task)s::text)
-  AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s::text)
-  AND (%(older_than)s::float8 IS NULL
-       OR finished_at <= statement_timestamp() - make_interval(secs => %(older_than)s::float8));
-
--- name: dashboard_dead_count_upto
--- How many dead jobs a filter matches, counting no further than %(cap)s: what a refused bulk
--- reprocess says matches now, at a bounded cost however many have died.
+-- How many dead jobs a filter matches: all of them (%(cap)s NULL), shown before a bulk reprocess
+-- by that filter; or no further than %(cap)s, what a refused bulk reprocess says matches now, at
+-- a bounded cost however many have died.
 SELECT count(*)::bigint AS jobs
 FROM (
     SELECT 1
@@ -64,7 +54,7 @@ FROM (
       AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s::text)
       AND (%(older_than)s::float8 IS NULL
            OR finished_at <= statement_timestamp() - make_interval(secs => %(older_than)s::float8))
-    LIMIT %(cap)s
+    LIMIT %(cap)s::bigint
 ) matching;
 
 -- name: dashboard_dead_by_error
