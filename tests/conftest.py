@@ -94,6 +94,18 @@ def dsn(server_dsn: str) -> Iterator[str]:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+@pytest.fixture(scope="session")
+def shared_dsn(server_dsn: str) -> Iterator[str]:
+    """One migrated database for the session's query tests, each of which rolls its writes back
+    (tests/db): no database to clone per test."""
+    name = f"tenure_s_{uuid.uuid4().hex[:12]}"
+    with _admin(server_dsn) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
+    yield with_db(server_dsn, name)
+    with _admin(server_dsn) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
 @pytest.fixture
 def empty_dsn(server_dsn: str) -> Iterator[str]:
     """A fresh database with no Tenure schema in it."""

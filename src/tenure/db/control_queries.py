@@ -19,6 +19,7 @@ from tenure.db.control_rows import (
     CancelFilter,
     ControlRows,
     JobResultRow,
+    LimitInEffect,
     PauseInEffect,
     PauseOutcome,
     ResumeOutcome,
@@ -26,7 +27,7 @@ from tenure.db.control_rows import (
     UniqueKeyJob,
     split_rows,
 )
-from tenure.db.fetch import Row, fetch, fetch_as
+from tenure.db.fetch import fetch, fetch_as
 from tenure.db.sqlfiles import named_queries
 from tenure.db.text import storable_text
 from tenure.model.jobs import JobState
@@ -223,9 +224,9 @@ class ControlQueries:
     async def clear_limit(self, conn: AsyncConnection[Any], queue: str) -> bool:
         return bool(await fetch(conn, self._sql["queue_limit_clear"], {"queue": queue}))
 
-    async def limits(self, conn: AsyncConnection[Any]) -> list[Row]:
+    async def limits(self, conn: AsyncConnection[Any]) -> list[LimitInEffect]:
         """Every limited queue with its limits and the live leases it holds now."""
-        return await fetch(conn, self._sql["queue_limits_list"], {})
+        return await fetch_as(conn, LimitInEffect, self._sql["queue_limits_list"], {})
 
     async def unique_key_jobs(
         self, conn: AsyncConnection[Any], key: str, limit: int = 20

@@ -84,6 +84,21 @@ class PauseInEffect:
 
 
 @dataclass(frozen=True, slots=True)
+class LimitInEffect:
+    """A queue's global limits as declared, and the live leases (`running`) it holds now."""
+
+    queue: str
+    max_running: int | None
+    key_field: str | None
+    max_running_per_key: int | None
+    rate: int | None
+    per_seconds: float | None
+    declared_by: str
+    updated_at: datetime
+    running: int
+
+
+@dataclass(frozen=True, slots=True)
 class UniqueKeyJob:
     """A job stored with a unique key, and whether it holds the key now (its state is one of the
     key's unique states)."""

@@ -17,7 +17,7 @@ from typing import Any
 from psycopg import AsyncConnection, AsyncCursor
 from psycopg.types.json import Jsonb
 
-from tenure.db.fetch import Row, fetch
+from tenure.db.fetch import fetch, fetch_as
 from tenure.db.handler_queries import HandlerQueries
 from tenure.db.job_rows import UNREADABLE, UNREADABLE_ROW
 from tenure.db.producer_queries import ProducerQueries
@@ -86,6 +86,32 @@ class LeaseExtension:
     job_id: int
     token: int
     expires_at: datetime
+    db_now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseGone:
+    """A lease (job id, token) its worker no longer holds, and what the job is now: `current_token`
+    and `state` are None when the job is gone."""
+
+    id: int
+    token: int
+    state: str | None
+    current_token: int | None
+    last_error_code: str | None
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseSeen:
+    """A job's lease as the database sees it at `db_now`: why a fenced write was refused."""
+
+    id: int
+    state: str
+    lease_owner: str | None
+    lease_token: int
+    lease_expires_at: datetime | None
+    lease_deadline: datetime | None
     db_now: datetime
 
 
@@ -296,11 +322,11 @@ class Queries(ProducerQueries, HandlerQueries):
 
     async def lease_check_many(
         self, conn: AsyncConnection[Any], *, owner: str, leases: Sequence[tuple[int, int]]
-    ) -> list[Row]:
+    ) -> list[LeaseGone]:
         """The (id, token) leases `owner` no longer holds, with the job's state and last error."""
         ordered = sorted(leases)
         params = {"ids": [i for i, _ in ordered], "tokens": [t for _, t in ordered], "owner": owner}
-        return await fetch(conn, self._sql["lease_check_many"], params)
+        return await fetch_as(conn, LeaseGone, self._sql["lease_check_many"], params)
 
     async def job_fail(
         self,
@@ -388,8 +414,8 @@ class Queries(ProducerQueries, HandlerQueries):
 
     async def lease_get(
         self, conn: AsyncConnection[Any], job_id: int, now: datetime | None = None
-    ) -> Row | None:
-        rows = await fetch(conn, self._sql["lease_get"], {"id": job_id, "now": now})
+    ) -> LeaseSeen | None:
+        rows = await fetch_as(conn, LeaseSeen, self._sql["lease_get"], {"id": job_id, "now": now})
         return rows[0] if rows else None
 
     async def lease_recover_expired(

@@ -175,25 +175,6 @@ class SlotPlan:
 DEFAULT_STALE_AFTER = 60.0
 
 
-def next_fire(row: dict[str, Any]) -> datetime | None:
-    """The next slot of a listed schedule (a schedule_list row); None when paused, or when its
-    zone is unknown on this host (registered by code that knows a zone this host does not)."""
-    if row["paused"]:
-        return None
-    try:
-        zone = zone_of(row["timezone"])
-    except ConfigurationError:
-        return None
-    return next_slot(row["cron"], zone, max(row["db_now"], row["last_slot"]))
-
-
-def schedule_status(row: dict[str, Any], stale_after: float = DEFAULT_STALE_AFTER) -> str:
-    """'active', 'paused', or 'not declared by any running worker' for a schedule_list row."""
-    if row["undeclared_seconds"] > stale_after:
-        return "not declared by any running worker"
-    return "paused" if row["paused"] else "active"
-
-
 def plan_slots(
     cron: str, zone: ZoneInfo, *, after: datetime, now: datetime, missed: MissedPolicy, grace: float
 ) -> SlotPlan:

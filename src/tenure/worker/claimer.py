@@ -143,7 +143,7 @@ class Claimer(Service):
         started = self.clock.monotonic()
         if self.clock.monotonic() - self._limits_read_at >= LIMITS_REFRESH:
             async with services.connection() as conn:
-                self.limited = {r["queue"] for r in await self.control.limits(conn)}
+                self.limited = {r.queue for r in await self.control.limits(conn)}
             self._limits_read_at = self.clock.monotonic()
         plan = self.claim_plan()
         below_share = [(q, room) for q, room in plan if room > 0]

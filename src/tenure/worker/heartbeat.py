@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 
+from tenure.db.queries import LeaseSeen
 from tenure.worker.executor import Execution, Executor
 from tenure.worker.revocation import RevocationCheck
 from tenure.worker.service import Service
@@ -69,16 +70,11 @@ class Heartbeat(Service):
                 execution.sent_progress_version = version
                 execution.set_expiry(ext.expires_at, ext.db_now, sent_at)
             for (job_id, token), (execution, _) in due.items():
-                lease = await services.queries.lease_get(conn, job_id)
-                ours = (
-                    lease is not None
-                    and lease["state"] == "running"
-                    and lease["lease_owner"] == services.owner
-                    and lease["lease_token"] == token
-                )
-                if ours and lease is not None and lease["lease_deadline"] <= lease["db_now"]:
+                seen = await services.queries.lease_get(conn, job_id)
+                verdict = refused_renewal(seen, services.owner, token)
+                if verdict == "deadline":
                     self.executor.deadline_reached(execution)
-                elif not ours or lease is None or lease["lease_expires_at"] <= lease["db_now"]:
+                elif verdict == "lost":
                     self.executor.lose(execution, "lease lost (heartbeat refused)", "HEARTBEAT_REFUSED")
 
     def _lease_seconds(self, execution: Execution) -> float:
@@ -113,3 +109,21 @@ class Watchdog(Service):
 
     def next_delay(self, result: None) -> float:
         return self.services.options.watchdog_every
+
+
+def refused_renewal(seen: LeaseSeen | None, owner: str, token: int) -> str | None:
+    """Why the renewal of lease (`owner`, `token`) was refused, from the job's lease as the database
+    sees it: "deadline" (still ours, but past its max runtime), "lost" (another's, finished, or
+    run out), or None (still ours and live: the renewal was refused for nothing, try again)."""
+    if (
+        seen is None
+        or seen.state != "running"
+        or seen.lease_owner != owner
+        or seen.lease_token != token
+        or seen.lease_deadline is None
+        or seen.lease_expires_at is None
+    ):
+        return "lost"
+    if seen.lease_deadline <= seen.db_now:
+        return "deadline"
+    return "lost" if seen.lease_expires_at <= seen.db_now else None

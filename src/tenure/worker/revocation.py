@@ -53,29 +53,29 @@ class RevocationCheck:
             gone = await services.queries.lease_check_many(conn, owner=services.owner, leases=candidates)
         stopped = 0
         for row in gone:
-            execution = running.get((row["id"], row["token"]))
+            execution = running.get((row.id, row.token))
             if execution is None or not _live(execution):
                 continue  # finished meanwhile: its own write may be what the check saw
-            if row["state"] == "succeeded" and row["current_token"] == row["token"]:
+            if row.state == "succeeded" and row.current_token == row.token:
                 continue  # its own ctx.atomic committed a moment before it says so
-            if row["last_error_code"] in REVOKE_CODES and row["current_token"] != row["token"]:
+            if row.last_error_code in REVOKE_CODES and row.current_token != row.token:
                 services.stats.revoked += 1
-                self.executor.lose(execution, f"revoked by an operator: {row['last_error']}", "REVOKED")
-            elif row["current_token"] is not None and row["current_token"] < row["token"]:
+                self.executor.lose(execution, f"revoked by an operator: {row.last_error}", "REVOKED")
+            elif row.current_token is not None and row.current_token < row.token:
                 # Tokens only grow: a smaller one means the database lost our claim (a failover
                 # to a standby that had not received it). The fence refuses our writes from here.
                 self.executor.lose(
                     execution,
-                    f"lease lost: the job's token went back from {row['token']} to {row['current_token']} "
-                    f"({row['state']}): the database lost this worker's claim, as after a failover to "
+                    f"lease lost: the job's token went back from {row.token} to {row.current_token} "
+                    f"({row.state}): the database lost this worker's claim, as after a failover to "
                     "a standby that had not received it",
                     "TOKEN_WENT_BACK",
                 )
             else:
-                state = row["state"] or "gone"
+                state = row.state or "gone"
                 self.executor.lose(
                     execution,
-                    f"lease lost: the job is {state} under token {row['current_token']}",
+                    f"lease lost: the job is {state} under token {row.current_token}",
                     "LEASE_CHECK",
                 )
             stopped += 1

@@ -22,6 +22,7 @@ from tenure.db.control_rows import (
     CancelFilter,
     ControlRows,
     JobResultRow,
+    LimitInEffect,
     PauseInEffect,
     PauseOutcome,
     ResumeOutcome,
@@ -30,7 +31,7 @@ from tenure.db.control_rows import (
     split_rows,
 )
 from tenure.db.sqlfiles import named_queries
-from tenure.db.sync.fetch import Row, fetch, fetch_as
+from tenure.db.sync.fetch import fetch, fetch_as
 from tenure.db.text import storable_text
 from tenure.model.jobs import JobState
 from tenure.model.limits import QueueLimit
@@ -223,9 +224,9 @@ class ControlQueries:
     def clear_limit(self, conn: Connection[Any], queue: str) -> bool:
         return bool(fetch(conn, self._sql["queue_limit_clear"], {"queue": queue}))
 
-    def limits(self, conn: Connection[Any]) -> list[Row]:
+    def limits(self, conn: Connection[Any]) -> list[LimitInEffect]:
         """Every limited queue with its limits and the live leases it holds now."""
-        return fetch(conn, self._sql["queue_limits_list"], {})
+        return fetch_as(conn, LimitInEffect, self._sql["queue_limits_list"], {})
 
     def unique_key_jobs(self, conn: Connection[Any], key: str, limit: int = 20) -> list[UniqueKeyJob]:
         """The jobs stored with unique key `key` (any period window), newest first."""

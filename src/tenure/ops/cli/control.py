@@ -395,15 +395,15 @@ async def cmd_limits_list(args: argparse.Namespace) -> int:
     for column in ("queue", "running now", "max running", "per key", "rate", "declared by"):
         table.add_column(column)
     for r in rows:
-        per_key = f"{r['max_running_per_key']} per {r['key_field']}" if r["key_field"] else ""
-        rate = f"{r['rate']} per {r['per_seconds']:g}s" if r["rate"] else ""
+        per_key = f"{r.max_running_per_key} per {r.key_field}" if r.key_field else ""
+        rate = f"{r.rate} per {r.per_seconds:g}s" if r.rate else ""
         table.add_row(
-            escape(r["queue"]),
-            str(r["running"]),
-            "" if r["max_running"] is None else str(r["max_running"]),
+            escape(r.queue),
+            str(r.running),
+            "" if r.max_running is None else str(r.max_running),
             escape(per_key),
             rate,
-            escape(r["declared_by"]),
+            escape(r.declared_by),
         )
     out.print(table)
     return 0

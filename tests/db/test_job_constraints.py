@@ -78,7 +78,8 @@ async def test_check_constraints_reject_illegal_states(db: AsyncConnection[Any],
         job_id = jobs[start]
         before = await queries.job_get(db, job_id)
         with pytest.raises(psycopg.errors.CheckViolation) as info:
-            await db.execute(f"UPDATE tenure.jobs SET {assignment} WHERE id = %s", (job_id,))
+            async with db.transaction():
+                await db.execute(f"UPDATE tenure.jobs SET {assignment} WHERE id = %s", (job_id,))
         assert info.value.diag.constraint_name == constraint, assignment
         assert await queries.job_get(db, job_id) == before
 
@@ -86,7 +87,8 @@ async def test_check_constraints_reject_illegal_states(db: AsyncConnection[Any],
 async def test_audit_log_refuses_unknown_events(db: AsyncConnection[Any]) -> None:
     """The audit log accepts only the known event names."""
     with pytest.raises(psycopg.errors.CheckViolation) as info:
-        await db.execute("INSERT INTO tenure.job_events (job_id, event, token) VALUES (1, 'oops', 0)")
+        async with db.transaction():
+            await db.execute("INSERT INTO tenure.job_events (job_id, event, token) VALUES (1, 'oops', 0)")
     assert info.value.diag.constraint_name == "job_events_event_known"
 
 
@@ -273,7 +275,8 @@ async def test_a_value_no_worker_can_read_or_run_is_refused(
 async def test_a_job_may_not_hold_another_tasks_unique_key(db: AsyncConnection[Any]) -> None:
     """A job's unique key must start with its own task's name: no job can squat another task's key."""
     with pytest.raises(psycopg.errors.CheckViolation, match="jobs_unique_key_of_its_task"):
-        await db.execute(
-            "INSERT INTO tenure.jobs (queue, task, unique_key, unique_states) VALUES"
-            " ('q', 'noop.never', 'billing.refund:{\"order\":1}', '{scheduled,pending,running,dead}')"
-        )
+        async with db.transaction():
+            await db.execute(
+                "INSERT INTO tenure.jobs (queue, task, unique_key, unique_states) VALUES"
+                " ('q', 'noop.never', 'billing.refund:{\"order\":1}', '{scheduled,pending,running,dead}')"
+            )
