@@ -3,12 +3,14 @@
 Before 1.21 PgBouncer cannot carry a prepared statement from one transaction to the next: psycopg
 prepares its statements (after `prepare_threshold` runs) on whichever server session the pooler
 lent it, and a later run lands on another. Tenure proves this with a probe before any pool
-prepares statements through a pooler, and refuses, naming the fix.
+prepares statements through a pooler, and then prepares none there, saying so once in the log: running
+behind PgBouncer needs no setting.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from typing import Any
 
@@ -21,7 +23,6 @@ from tenure.db.connect import PREPARE_THRESHOLD_ENV, connect
 from tenure.db.pool import open_pool
 from tenure.db.pooler import behind_pooler, is_lost_prepared_statement, prepared_statements_carried
 from tenure.db.queries import Queries
-from tenure.model.errors import ConfigurationError
 from tenure.model.jobs import JobSpec
 from tenure.worker.health import ServiceHealthBoard
 
@@ -77,19 +78,24 @@ async def test_a_prepared_statement_is_lost_in_the_next_transaction(
         await other.rollback()
 
 
-async def test_the_probe_proves_pgbouncer_loses_prepared_statements(
-    pooled_dsn: str, without_prepared_statement_support: Bouncer
+async def test_the_probe_proves_pgbouncer_loses_prepared_statements_and_pools_prepare_none(
+    pooled_dsn: str, without_prepared_statement_support: Bouncer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The probe proves the loss: a preparing pool is refused, naming the fix; a non-preparing one opens."""
+    """The probe proves the loss; a pool asked to prepare opens with prepared statements off and
+    says so once, naming the pooler and the PgBouncer that would carry them."""
 
     async def reconnect(autocommit: bool) -> psycopg.AsyncConnection[Any]:
         return await connect(pooled_dsn, autocommit=autocommit)
 
     assert await prepared_statements_carried(reconnect) is False
-    with pytest.raises(ConfigurationError, match=FIX):
-        await open_pool(pooled_dsn, prepare=5)
-    pool = await open_pool(pooled_dsn, prepare=None)
-    await pool.close()
+    caplog.set_level(logging.WARNING, logger="tenure.db")
+    for _ in range(2):
+        pool = await open_pool(pooled_dsn, prepare=5)
+        async with pool.connection() as conn:
+            assert conn.prepare_threshold is None
+        await pool.close()
+    told = [r.getMessage() for r in caplog.records if "prepares no statements there" in r.getMessage()]
+    assert len(told) == 1 and "does not keep them between transactions" in told[0], caplog.text
 
 
 async def test_a_direct_pool_with_prepared_statements_opens(dsn: str) -> None:
@@ -100,18 +106,12 @@ async def test_a_direct_pool_with_prepared_statements_opens(dsn: str) -> None:
     await pool.close()
 
 
-async def test_clients_with_prepared_statements_are_refused_through_pgbouncer(
+async def test_clients_prepare_nothing_through_pgbouncer_with_no_setting(
     pooled_dsn: str, monkeypatch: pytest.MonkeyPatch, without_prepared_statement_support: Bouncer
 ) -> None:
-    """Client and SyncClient refuse to prepare through PgBouncer, naming the fix, and enqueue with none."""
+    """Client and SyncClient, left at the default threshold, enqueue through PgBouncer with prepared
+    statements off: more enqueues than the threshold, and none meets a lost statement."""
     monkeypatch.delenv(PREPARE_THRESHOLD_ENV, raising=False)
-    with pytest.raises(ConfigurationError, match=FIX):
-        async with tenure.Client(pooled_dsn) as client:
-            pass
-    with pytest.raises(ConfigurationError, match=FIX), tenure.SyncClient(pooled_dsn) as sync_client:
-        sync_client.enqueue("pooled.noop", queue="pooled")
-
-    monkeypatch.setenv(PREPARE_THRESHOLD_ENV, "none")
     async with tenure.Client(pooled_dsn) as client:
         for _ in range(10):
             await client.enqueue("pooled.noop", queue="pooled")
@@ -128,26 +128,25 @@ async def test_clients_with_prepared_statements_are_refused_through_pgbouncer(
     await asyncio.to_thread(sync_enqueue)
 
 
-async def test_a_worker_with_prepared_statements_on_refuses_to_start_through_pgbouncer(
+async def test_a_worker_at_the_default_threshold_drains_through_pgbouncer(
     db: psycopg.AsyncConnection[Any],
     pooled_dsn: str,
     workers: WorkerProcesses,
+    monkeypatch: pytest.MonkeyPatch,
     without_prepared_statement_support: Bouncer,
 ) -> None:
-    """A worker with the default threshold exits non-zero unclaimed, naming the fix; with none it drains."""
+    """A `tenure worker` given no prepared-statement setting drains through PgBouncer, and its log
+    says once that it prepares nothing there."""
+    monkeypatch.delenv(PREPARE_THRESHOLD_ENV, raising=False)
     await Queries("tenure").job_insert_many(db, [JobSpec(task="pooled.noop", queue="pooled")] * 20)
-    refused = workers.start(pooled_dsn, "--poll-interval", "0.2")
-    assert refused.wait(timeout=30) != 0
-    assert FIX.search(" ".join(refused.log().split())), refused.log()
-    assert await states(db) == {"pending": 20}
-
-    worker = workers.start(pooled_dsn, "--poll-interval", "0.2", env={PREPARE_THRESHOLD_ENV: "none"})
+    worker = workers.start(pooled_dsn, "--poll-interval", "0.2")
 
     async def drained() -> bool:
         return await states(db) == {"succeeded": 20}
 
     await wait_until(drained, timeout=30, what="20 jobs to succeed", workers=(worker,))
     assert worker.stop() == 0
+    assert " ".join(worker.log().split()).count("Tenure prepares no statements there") == 1, worker.log()
 
 
 async def test_a_prepared_statement_lost_at_run_time_stops_the_worker_naming_the_fix(

@@ -139,23 +139,25 @@ async def connect(
     return conn
 
 
-async def check_before_pool(dsn: str, threshold: int | None, *, timeout: float, name: str) -> None:
+async def check_before_pool(dsn: str, threshold: int | None, *, timeout: float, name: str) -> int | None:
     """What every pool checks before it opens: one direct attempt, so that an unreachable server
     fails at once instead of after the pool has retried in the background for the whole timeout;
-    and, on it, that a pool with this prepared-statement threshold may prepare statements there."""
+    and, on it, whether a pool may prepare statements there. Returns the prepared-statement
+    threshold the pool uses: `threshold`, or None through a pooler that loses prepared statements."""
     probe = await connect(dsn, timeout=timeout, name=name)
     try:
 
         async def reconnect(autocommit: bool) -> psycopg.AsyncConnection[Any]:
             return await connect(dsn, autocommit=autocommit, timeout=timeout, name=f"{name}-probe")
 
-        await check_prepared_statements(probe, reconnect, threshold, describe_dsn(dsn))
+        return await check_prepared_statements(probe, reconnect, threshold, describe_dsn(dsn))
     finally:
         await probe.close()
 
 
-def check_before_pool_sync(dsn: str, threshold: int | None, *, timeout: float, name: str) -> None:
+def check_before_pool_sync(dsn: str, threshold: int | None, *, timeout: float, name: str) -> int | None:
     """`check_before_pool` for a blocking pool, on an event loop of its own thread (the caller's
     may be running one already)."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tenure-pool-check") as runner:
-        runner.submit(asyncio.run, check_before_pool(dsn, threshold, timeout=timeout, name=name)).result()
+        check = check_before_pool(dsn, threshold, timeout=timeout, name=name)
+        return runner.submit(asyncio.run, check).result()

@@ -7,7 +7,7 @@ transaction may run on another server session. A pooler that does not carry prep
 on a session where the name is missing ("does not exist"), taken ("already exists"), or, worst,
 bound to another client's statement of the same name, which then runs with this one's parameters.
 
-So before a pool that prepares statements is used, `check_prepared_statements` looks: a pooler is
+So before a pool that prepares statements opens, `check_prepared_statements` looks: a pooler is
 there when the server session's pg_backend_pid() differs from the pid the connection's startup
 reported (a pooler answers the startup with a cancel key of its own). Then a probe prepares one
 statement, holds the server session that has it with a second connection, and runs the statement
@@ -30,7 +30,7 @@ import psycopg
 from psycopg import AsyncConnection
 
 from tenure.db.sqlfiles import plain_queries
-from tenure.model.errors import ConfigurationError, DatabaseUnavailable
+from tenure.model.errors import DatabaseUnavailable
 
 log = logging.getLogger("tenure.db")
 
@@ -106,7 +106,8 @@ async def prepared_statements_carried(open_connection: Opener) -> bool | None:
 async def _probe(
     prober: AsyncConnection[Any], holders: list[AsyncConnection[Any]], open_connection: Opener
 ) -> bool | None:
-    query = plain_queries()["prepared_statement_probe"]
+    nonce = uuid.uuid4().hex  # hex digits only: safe inside the statement's text
+    query = plain_queries()["prepared_statement_probe"].replace("__probe_nonce__", nonce)
     params = {"marker": uuid.uuid4().hex}
     prober.prepare_threshold = 0  # the probe is about prepared statements, whatever the pool's
     try:
@@ -131,8 +132,8 @@ async def _probe(
             return False  # missing, or another client's statement refusing these parameters
         raise
     assert again is not None
-    if again[1] != params["marker"]:
-        return False  # another client's statement ran in place of this one
+    if (again[1], again[2]) != (params["marker"], nonce):
+        return False  # another client's statement, or an earlier probe's, ran in place of this one
     if int(again[0]) == session:
         return None  # it did not move to another session after all
     return True
@@ -140,27 +141,45 @@ async def _probe(
 
 async def check_prepared_statements(
     conn: AsyncConnection[Any], open_connection: Opener, threshold: int | None, where: str
-) -> None:
-    """Refuses to let connections prepare statements through a pooler that does not carry them.
+) -> int | None:
+    """The prepared-statement threshold a pool of connections like `conn` may use: `threshold`
+    on a direct connection, or behind a pooler the probe proved carries prepared statements between
+    transactions; None (no prepared statements) behind any other pooler, which is said once in the
+    log, so that running behind PgBouncer needs no setting.
 
     Costs one statement on a direct connection (and nothing when `threshold` is None); behind a
     pooler, the probe of `prepared_statements_carried`.
     """
     if threshold is None or not await behind_pooler(conn):
-        return
-    reason = "no other connection reached the session with its statement: session pooling, or busy sessions"
+        return threshold
     try:
         async with asyncio.timeout(PROBE_TIMEOUT):
             carried = await prepared_statements_carried(open_connection)
     except (TimeoutError, psycopg.Error, DatabaseUnavailable) as exc:
         carried, reason = None, f"the probe failed: {exc or type(exc).__name__}"
-    if carried is False:
-        raise ConfigurationError(prepared_statements_lost(where))
-    if carried is None:
-        log.warning(
-            "connections to %s go through a pooler, and whether it keeps prepared statements between "
-            "transactions could not be told (%s). If it pools transactions and is PgBouncer before "
-            "1.22.1 or has max_prepared_statements = 0, set TENURE_PREPARE_THRESHOLD=none",
-            where,
-            reason,
+    else:
+        reason = (
+            "it does not keep them between transactions"
+            if carried is False
+            else "no other connection reached the session with the probe's statement (session "
+            "pooling, or busy sessions), so whether it keeps them could not be told"
         )
+    if carried:
+        return threshold
+    _say_once(
+        where,
+        "connections to %s go through a pooler and Tenure prepares no statements there: %s. "
+        "PgBouncer 1.22.1 or later with max_prepared_statements > 0 in transaction mode carries them",
+        reason,
+    )
+    return None
+
+
+#: The databases already told about in the log: one line each per process, not one per pool.
+_TOLD: set[str] = set()
+
+
+def _say_once(where: str, message: str, *details: object) -> None:
+    if where not in _TOLD:
+        _TOLD.add(where)
+        log.warning(message, where, *details)

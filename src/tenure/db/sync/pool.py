@@ -38,15 +38,14 @@ def open_pool(
     check: bool = False,
 ) -> ConnectionPool[Any]:
     """A pool of autocommit connections. Nothing on them depends on session state, so they work
-    through PgBouncer in transaction mode (prepare=None, or $TENURE_PREPARE_THRESHOLD=none,
-    for PgBouncer before 1.22.1). `prepare="env"` takes the threshold from the environment. With
+    through PgBouncer in transaction mode. `prepare="env"` takes the threshold from the environment. With
     `check`, each connection is tested as it is lent (one round trip), so a server restart or
     failover costs no failed request: for callers that are idle for long and cannot retry.
 
-    Raises ConfigurationError when the pool would prepare statements through a pooler proven
-    not to keep them between transactions (tenure.db.pooler)."""
-    threshold = prepare_threshold() if isinstance(prepare, str) else prepare
-    check_before_pool_sync(dsn, threshold, timeout=timeout, name=name)
+    Through a pooler proven not to keep prepared statements between transactions, the pool
+    prepares none, and says so once in the log (tenure.db.pooler)."""
+    wanted = prepare_threshold() if isinstance(prepare, str) else prepare
+    threshold = check_before_pool_sync(dsn, wanted, timeout=timeout, name=name)
     pool: ConnectionPool[Any] = ConnectionPool(
         dsn,
         min_size=min_size,

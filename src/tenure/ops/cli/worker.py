@@ -138,8 +138,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--prepare-threshold",
         default=None,
-        help=f"runs before a statement is prepared, or 'none' behind PgBouncer before 1.22.1 "
-        f"(or ${PREPARE_THRESHOLD_ENV})",
+        help="runs before a statement is prepared, or 'none'; behind a pooler that loses prepared "
+        f"statements none are prepared anyway (or ${PREPARE_THRESHOLD_ENV})",
     )
     p.add_argument(
         "--oldest-every",

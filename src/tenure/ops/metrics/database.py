@@ -12,7 +12,6 @@ import psycopg
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from tenure.db.connect import prepare_threshold
 from tenure.db.gauges import CONTROL_WINDOW_SECONDS, Snapshot
 from tenure.db.sync.gauge_queries import GaugeQueries
 
@@ -50,7 +49,9 @@ class DatabaseCollector(Collector):
                 autocommit=True,
                 connect_timeout=5,
                 application_name=self.application_name,
-                prepare_threshold=prepare_threshold(),
+                # A scrape every few seconds gains nothing from prepared statements, and none is
+                # safe through a pooler that does not carry them.
+                prepare_threshold=None,
             )
         return self._conn
 
