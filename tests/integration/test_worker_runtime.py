@@ -348,7 +348,8 @@ async def test_graceful_shutdown_gives_unfinished_jobs_back_at_once(
 
 
 async def test_batch_claim_never_exceeds_free_slots(dsn: str, db: AsyncConnection[Any]) -> None:
-    """With concurrency 3 and claim_batch 20, never more than 3 jobs run at once, and 3 do."""
+    """With concurrency 3 and claim_batch 20, never more than 3 handlers run at once, and 3 do; the
+    database sees at most 6 running rows (3 handlers, and up to 3 whose completion is being written)."""
     app = Tenure(dsn)
     observed: list[int] = []
     in_flight = 0
@@ -375,7 +376,7 @@ async def test_batch_claim_never_exceeds_free_slots(dsn: str, db: AsyncConnectio
         for job in jobs:
             await wait_state(db, job.id, "succeeded")
     assert len(observed) == 12
-    assert max(observed) <= 3 and peak == 3, (observed, peak)
+    assert max(observed) <= 6 and peak == 3, (observed, peak)
 
 
 # -- concurrent lease recovery --------------------------------------------------------------------

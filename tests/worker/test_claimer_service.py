@@ -1,6 +1,7 @@
 """The claimer stepped pass by pass on a real database with a fake local clock: a pass claims only
-into free slots and says how many it took, a freed slot is filled by the next pass, and no pass
-claims while completions cannot be written."""
+into free slots and says how many it took, a slot frees when its handler returns (before its
+completion is written) and is filled by the next pass, at most `concurrency` completions wait at
+once, and no pass claims while completions cannot be written."""
 
 from __future__ import annotations
 
@@ -60,6 +61,15 @@ async def stepped(dsn: str, queries: Queries) -> AsyncIterator[Stepped]:
     await pool.close()
 
 
+async def until_handlers_return(executor: Executor) -> None:
+    """Lets the event loop run until no handler's code is running (a few turns of the loop)."""
+    for _ in range(10_000):
+        if not executor.busy:
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"{executor.busy} handlers did not return")
+
+
 async def running(db: AsyncConnection[Any]) -> int:
     row = await (await db.execute("SELECT count(*) FROM tenure.jobs WHERE state = 'running'")).fetchone()
     assert row is not None
@@ -85,6 +95,32 @@ async def test_a_pass_claims_only_into_free_slots_and_the_next_fills_the_slots_f
     assert await running(db) == 0
     assert await stepped.claimer.run_once() == 2
     assert await running(db) == 2
+
+
+async def test_a_slot_frees_when_its_handler_returns_and_the_next_claim_overlaps_its_completion(
+    stepped: Stepped, db: AsyncConnection[Any], queries: Queries
+) -> None:
+    """With three handlers returned and their completions not yet written, the next pass claims
+    three more: the claim overlaps the writes. With those three returned too, no pass claims
+    again until completions are written: at most `concurrency` of them wait at once."""
+    await queries.job_insert_many(db, [JobSpec(task="held") for _ in range(9)])
+    assert await stepped.claimer.run_once() == SLOTS
+    stepped.release.set()
+    executor = stepped.claimer.executor
+    await until_handlers_return(executor)  # nothing writes their completions yet
+    assert len(executor.running) == SLOTS  # still watched: their outcomes are not written
+    assert await stepped.claimer.run_once() == SLOTS
+    await until_handlers_return(executor)
+    assert len(executor.running) == 2 * SLOTS
+    assert await stepped.claimer.run_once() == 0  # the bound: `concurrency` writes waiting
+    assert await running(db) == 2 * SLOTS
+    async with asyncio.timeout(10):
+        written = 0
+        while written < 2 * SLOTS:
+            written += await stepped.completer.run_once()
+    await asyncio.gather(*(e.task for e in executor.running.values() if e.task))
+    assert await stepped.claimer.run_once() == SLOTS
+    assert await running(db) == SLOTS
 
 
 async def test_no_pass_claims_while_completions_cannot_be_written(

@@ -99,7 +99,7 @@ class Claimer(Service):
             self._follow_up = asyncio.get_running_loop().call_later(cooldown, self._follow_up_due)
 
     def _claim_for_notice(self) -> None:
-        if self.executor.running:
+        if self.executor.busy:
             self._refill_soon()
         else:
             self._wake.set()
@@ -112,7 +112,10 @@ class Claimer(Service):
         self._follow_up = loop.call_later(wait, self._follow_up_due) if wait > 0 else None
 
     def free_slots(self) -> int:
-        return self.services.options.concurrency - len(self.executor.running)
+        """Slots whose handler has returned are free, even while their outcome is written; at
+        most `concurrency` such writes wait at once, so a slow write path slows claims down."""
+        concurrency = self.services.options.concurrency
+        return min(concurrency - self.executor.busy, 2 * concurrency - len(self.executor.running))
 
     def claim_plan(self) -> list[tuple[str, int]]:
         """(queue, slots) to claim, most underserved queue first.
@@ -123,7 +126,8 @@ class Claimer(Service):
         options = self.services.options
         running: dict[str, int] = dict.fromkeys(self.queues, 0)
         for execution in self.executor.running.values():
-            running[execution.job.queue] = running.get(execution.job.queue, 0) + 1
+            if not execution.handler_done:
+                running[execution.job.queue] = running.get(execution.job.queue, 0) + 1
         total_weight = sum(options.weight(q) for q in self.queues)
         start = self._next_queue % len(self.queues)
         self._next_queue += 1

@@ -86,6 +86,8 @@ class Execution:
     started: float = field(default_factory=time.monotonic)
     #: This attempt's tracing span (tenure.telemetry.tracing), when tracing is on.
     span: Any = None
+    #: Told when the handler's code has stopped and its slot is free for another job.
+    slot_freed: Callable[[], None] = field(default=lambda: None, repr=False)
 
     def set_expiry(self, expires_at: Any, db_now: Any, sent_at: float) -> None:
         # Only a duration crosses from the database clock to ours, never a wall-clock time,
@@ -114,8 +116,13 @@ class Executor:
         self.completer = completer
         self.threads = threads
         #: Executions by (job id, token): one job can briefly have two here, when the database
-        #: handed it out again while this worker's older attempt had not yet stopped.
+        #: handed it out again while this worker's older attempt had not yet stopped. An execution
+        #: stays here until its outcome is written, so its lease is watched until then.
         self.running: dict[tuple[int, int], Execution] = {}
+        #: How many of them still run their handler's code: the slots in use. A job whose handler
+        #: has returned gives its slot back while its outcome is being written, so the next claim
+        #: overlaps that write instead of waiting for it.
+        self.busy = 0
         self._latest_token: dict[int, int] = {}
 
     def start(self, job: ClaimedJob, on_done: Any, sent_at: float, traced: bool = True) -> Execution:
@@ -134,10 +141,13 @@ class Executor:
             self.lose(self.running[(job.id, older)], "lease lost: the job was claimed again", "RECLAIMED")
         self._latest_token[job.id] = job.lease.token
         self.running[key] = execution
+        execution.slot_freed = on_done
+        self.busy += 1
         run = self._run(execution) if traced else self._attempt(execution)
         execution.task = asyncio.create_task(run, name=f"tenure-job-{job.id}")
 
         def finished(_: asyncio.Task[None]) -> None:
+            self._code_stopped(execution)  # a task cancelled before its handler returned
             self.running.pop(key, None)
             if self._latest_token.get(job.id) == job.lease.token:
                 del self._latest_token[job.id]
@@ -293,7 +303,7 @@ class Executor:
             error,
         )
         if execution.thread is None or execution.thread.done():
-            execution.handler_done = True
+            self._code_stopped(execution)
         await self._settle(execution, task, error, secrets, value)
         await self._until_code_stops(execution)
 
@@ -308,7 +318,16 @@ class Executor:
                     raise
             except Exception:
                 break
+        self._code_stopped(execution)
+
+    def _code_stopped(self, execution: Execution) -> None:
+        """The handler's code has stopped: its slot is free, though its outcome may still be
+        being written (the execution stays in `running` until then)."""
+        if execution.handler_done:
+            return
         execution.handler_done = True
+        self.busy -= 1
+        execution.slot_freed()
 
     async def _settle(
         self, execution: Execution, task: AnyTask, error: Exception | None, secrets: list[str], value: Any
