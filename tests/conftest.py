@@ -10,6 +10,7 @@ jobs and never depend on leftovers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -83,38 +84,39 @@ def server_dsn(request: pytest.FixtureRequest) -> Iterator[str]:
         conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
 
 
+@contextlib.contextmanager
+def _scratch_database(server_dsn: str, prefix: str, template: str | None) -> Iterator[str]:
+    """A new database (cloned from `template`, or empty), dropped when the block ends."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with _admin(server_dsn) as conn:
+        conn.execute(f"CREATE DATABASE {name}" + (f" TEMPLATE {template}" if template else ""))
+    try:
+        yield with_db(server_dsn, name)
+    finally:
+        with _admin(server_dsn) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
 @pytest.fixture
 def dsn(server_dsn: str) -> Iterator[str]:
     """A fresh, migrated database for this test alone, dropped afterwards."""
-    name = f"tenure_t_{uuid.uuid4().hex[:12]}"
-    with _admin(server_dsn) as conn:
-        conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
-    yield with_db(server_dsn, name)
-    with _admin(server_dsn) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    with _scratch_database(server_dsn, "tenure_t", TEMPLATE) as fresh:
+        yield fresh
 
 
 @pytest.fixture(scope="session")
 def shared_dsn(server_dsn: str) -> Iterator[str]:
     """One migrated database for the session's query tests, each of which rolls its writes back
     (tests/db): no database to clone per test."""
-    name = f"tenure_s_{uuid.uuid4().hex[:12]}"
-    with _admin(server_dsn) as conn:
-        conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
-    yield with_db(server_dsn, name)
-    with _admin(server_dsn) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    with _scratch_database(server_dsn, "tenure_s", TEMPLATE) as shared:
+        yield shared
 
 
 @pytest.fixture
 def empty_dsn(server_dsn: str) -> Iterator[str]:
     """A fresh database with no Tenure schema in it."""
-    name = f"tenure_e_{uuid.uuid4().hex[:12]}"
-    with _admin(server_dsn) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    yield with_db(server_dsn, name)
-    with _admin(server_dsn) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    with _scratch_database(server_dsn, "tenure_e", None) as empty:
+        yield empty
 
 
 @pytest.fixture
