@@ -147,11 +147,11 @@ class Executor:
         execution.task = asyncio.create_task(run, name=f"tenure-job-{job.id}")
 
         def finished(_: asyncio.Task[None]) -> None:
-            self._code_stopped(execution)  # a task cancelled before its handler returned
             self.running.pop(key, None)
+            self._release_slot(execution)  # a task cancelled before its handler returned
             if self._latest_token.get(job.id) == job.lease.token:
                 del self._latest_token[job.id]
-            on_done()
+            on_done()  # its slot, or its place among the completions waiting, is free
 
         execution.task.add_done_callback(finished)
         return execution
@@ -323,11 +323,16 @@ class Executor:
     def _code_stopped(self, execution: Execution) -> None:
         """The handler's code has stopped: its slot is free, though its outcome may still be
         being written (the execution stays in `running` until then)."""
+        if self._release_slot(execution):
+            execution.slot_freed()
+
+    def _release_slot(self, execution: Execution) -> bool:
+        """Marks the handler's code stopped; False when it was already."""
         if execution.handler_done:
-            return
+            return False
         execution.handler_done = True
         self.busy -= 1
-        execution.slot_freed()
+        return True
 
     async def _settle(
         self, execution: Execution, task: AnyTask, error: Exception | None, secrets: list[str], value: Any
