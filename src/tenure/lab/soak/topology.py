@@ -157,12 +157,10 @@ class BehindPgBouncer(Topology):
 
     def worker_environment(self, dsn: str, host: str | None) -> dict[str, str]:
         assert self.bouncer is not None
-        # LISTEN needs a session of its own, which transaction pooling cannot keep.
-        return {
-            DSN_ENV: self.bouncer.route(dsn, host),
-            LISTEN_DSN_ENV: _with_host(dsn, host),
-            PREPARE_THRESHOLD_ENV: NO_PREPARED_STATEMENTS,
-        }
+        # LISTEN needs a session of its own, which transaction pooling cannot keep. No
+        # prepared-statement setting: the workers find by themselves that this PgBouncer keeps
+        # none between transactions, and prepare none.
+        return {DSN_ENV: self.bouncer.route(dsn, host), LISTEN_DSN_ENV: _with_host(dsn, host)}
 
     def producer_dsn(self, dsn: str) -> str:
         assert self.bouncer is not None
