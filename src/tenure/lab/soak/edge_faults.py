@@ -42,6 +42,9 @@ UNREADABLE_DEPTH = 5000
 
 #: Seconds after the upgrade's end within which jobs must have gone on completing.
 AFTER_UPGRADE = 5.0
+#: Seconds the upgrade waits for the first completion: it runs under load, not before the
+#: workers are up (on a busy machine they take seconds to start).
+LOAD_PATIENCE = 60.0
 
 EVIL_HOST = "evil.example"
 EVIL_ORIGIN = f"http://{EVIL_HOST}"
@@ -281,6 +284,8 @@ class SchemaUpgrade:
             if before == latest_version():
                 self.current.set()
                 return "schema", f"already at version {before}: nothing to upgrade", True
+            if not await self._load_flowing(conn):
+                return "schema", f"no job completed in {LOAD_PATIENCE:g}s: no load to upgrade under", True
             started, began = time.monotonic(), datetime.now(UTC)
             try:
                 report = await migrate(conn, schema)
@@ -307,6 +312,15 @@ class SchemaUpgrade:
             f"{waiting} role GRANTs that waited for it applied",
             False,
         )
+
+    async def _load_flowing(self, conn: Any) -> bool:
+        queries = SoakQueries(self.scope.schema)
+        deadline = time.monotonic() + LOAD_PATIENCE
+        while not await queries.any_succeeded(conn):
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.2)
+        return True
 
     async def checks(self, conn: Any) -> list[Check]:
         r = self.result
@@ -344,8 +358,11 @@ class SchemaUpgrade:
         times = await SoakQueries(self.scope.schema).completions_between(
             conn, began, ended + timedelta(seconds=AFTER_UPGRADE)
         )
-        marks = [began, *times]
-        gap = max((b - a).total_seconds() for a, b in itertools.pairwise(marks))
+        if not times:
+            found: dict[str, Any] = {"completed": 0, "until_s_after_its_end": AFTER_UPGRADE}
+            self.result.update(found)
+            return found
+        gap = max((b - a).total_seconds() for a, b in itertools.pairwise([began, *times]))
         found = {"completed": len(times), "longest_gap_s": round(gap, 2)}
         self.result.update(found)
         return found

@@ -75,6 +75,9 @@ class SoakQueries:
     async def schedule_fires(self, conn: AsyncConnection[Any], schedule: str) -> Row:
         return (await self._rows(conn, "soak_schedule_fires", {"schedule": schedule}))[0]
 
+    async def any_succeeded(self, conn: AsyncConnection[Any]) -> bool:
+        return bool((await self._rows(conn, "soak_any_succeeded", {}))[0]["flowing"])
+
     async def completions_between(
         self, conn: AsyncConnection[Any], since: datetime, until: datetime
     ) -> list[datetime]:

@@ -115,6 +115,10 @@ FROM __schema__.schedule_fires f
 LEFT JOIN __schema__.jobs j ON j.id = f.job_id
 WHERE f.schedule = %(schedule)s;
 
+-- name: soak_any_succeeded
+-- Whether any job has succeeded yet: the upgrade waits for the load to be flowing.
+SELECT EXISTS (SELECT 1 FROM __schema__.jobs WHERE state = 'succeeded') AS flowing;
+
 -- name: soak_completions_between
 -- When jobs succeeded in a window: the soak reads how long work stopped around a server fault.
 SELECT finished_at FROM __schema__.jobs
