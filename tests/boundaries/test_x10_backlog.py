@@ -63,6 +63,7 @@ def _recover_params() -> dict[str, Any]:
 
 
 async def _load(dsn: str, n: int) -> None:
+    """`n` pending jobs of QUEUE, and a tenth as many of another queue."""
     async with Client(dsn, schema=SCHEMA) as client:
         for start in range(0, n, 50_000):
             batch = [
@@ -187,6 +188,35 @@ async def test_claim_and_recovery_use_their_indexes_at_backlog(dsn: str, server_
     )
 
 
+async def test_the_claim_takes_its_rows_by_primary_key_on_statistics_older_than_the_backlog(
+    dsn: str,
+) -> None:
+    """Statistics taken while the table was empty (a VACUUM before a bulk load) do not lead the
+    claim's UPDATE to its rows through a claimable partial index, which reads every pending entry
+    of the queue: it takes them by primary key, with these parameters and under a generic plan."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"VACUUM ANALYZE {SCHEMA}.jobs")
+    await _load(dsn, 20_000)
+    sql = named_queries(SCHEMA)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        params = _claim_params("explain") | {"limit": 100, "by_priority": 90}
+        for plan in _plans(conn, sql["job_claim"], params):
+            reached = _indexes_reaching(plan, "j")
+            assert reached == {"jobs_pkey"}, json.dumps(plan)
+
+
+def _indexes_reaching(plan: dict[str, Any], alias: str) -> set[str]:
+    """The indexes through which the plan reads the rows of `alias` (a bitmap scan's included)."""
+    found: set[str] = set()
+    for node in _nodes(plan):
+        if node.get("Alias") != alias or node["Node Type"] == "ModifyTable":
+            continue
+        found |= {n["Index Name"] for n in _nodes(node) if "Index Name" in n}
+        if node["Node Type"] == "Seq Scan":
+            found.add("(sequential scan)")
+    return found
+
+
 async def _small_queue_claim_time(dsn: str) -> float:
     """The baseline: the same claims against a queue holding only what they take."""
     async with Client(dsn, schema=SCHEMA) as client:
@@ -230,5 +260,6 @@ async def test_jobs_not_yet_due_cost_the_claim_nothing(dsn: str) -> None:
             _assert_indexed(promote_plan, "jobs_scheduled_idx")
     print(f"\nclaim of 10: {alone} buffers alone, {behind_future} with {future} jobs due later")
     # Walking past the 100k later jobs reads their hundreds of index pages (about 1,060 buffers
-    # against 130 before the scheduled state); what remains is the deeper primary key and heap.
-    assert behind_future <= 1.5 * alone, (alone, behind_future)
+    # against 130 before the scheduled state); what remains is the deeper primary key, through
+    # which the claim reaches each row it takes (about 3 buffers a row at this size), and heap.
+    assert behind_future <= 1.75 * alone, (alone, behind_future)
