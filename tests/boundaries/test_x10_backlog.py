@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql as pgsql
 
 from tenure.db.queries import Queries
 from tenure.db.sqlfiles import named_queries
@@ -203,6 +204,47 @@ async def test_the_claim_takes_its_rows_by_primary_key_on_statistics_older_than_
         for plan in _plans(conn, sql["job_claim"], params):
             reached = _indexes_reaching(plan, "j")
             assert reached == {"jobs_pkey"}, json.dumps(plan)
+
+
+async def test_a_completion_reads_its_batch_once_on_statistics_older_than_the_batch(dsn: str) -> None:
+    """On statistics taken while the table was empty, the fenced completion of 100 claimed jobs
+    reads the batch it was given once, not once more for each job it locks."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"VACUUM ANALYZE {SCHEMA}.jobs")
+    await _load(dsn, 2_000)
+    q = Queries(SCHEMA)
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+        claimed = await q.job_claim(
+            aconn, queue=QUEUE, owner="x10", limit=100, default_lease_seconds=30, default_runtime_seconds=60
+        )
+    assert len(claimed) == 100
+    params = q._complete_params("x10", [(j.id, j.lease.token) for j in claimed], None)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        plan = _generic_plan_run(conn, named_queries(SCHEMA)["job_complete_many"], params)
+    rereads = [n for n in _nodes(plan) if n.get("CTE Name") == "input" and n.get("Actual Loops", 0) > 1]
+    assert not rereads, json.dumps(plan)
+
+
+def _generic_plan_run(
+    conn: psycopg.Connection[Any], statement: str, params: dict[str, Any]
+) -> dict[str, Any]:
+    """EXPLAIN ANALYZE of one run of `statement` on a generic plan, as a worker's prepared
+    statement may run, rolled back after: the plan a pooled connection settles on, with its
+    actual row counts and loops."""
+    numbers: dict[str, int] = {}
+
+    def placeholder(match: re.Match[str]) -> str:
+        return f"${numbers.setdefault(match.group(1), len(numbers) + 1)}"
+
+    generic = re.sub(r"%\((\w+)\)s", placeholder, statement)
+    with conn.transaction(force_rollback=True):
+        conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        conn.execute(f"PREPARE x10_generic AS {generic}".encode())
+        args = ", ".join(pgsql.Literal(params[name]).as_string(conn) for name in numbers)
+        row = conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE x10_generic({args})".encode()).fetchone()
+        conn.execute("DEALLOCATE x10_generic")
+    assert row is not None
+    return row[0][0]["Plan"]  # type: ignore[no-any-return]
 
 
 def _indexes_reaching(plan: dict[str, Any], alias: str) -> set[str]:

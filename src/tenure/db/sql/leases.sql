@@ -224,12 +224,15 @@ WITH clock AS (
 ), input AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(results)s::jsonb[]) AS u(id, token, result)
 ), locked AS (
-    SELECT j.id, i.token, i.result
+    -- By primary key, each row's token and result looked up by its place in the arrays: joined
+    -- on input, the plan scans every running job of every worker, or, on statistics older than
+    -- the batch, reads all of input again for each job (a tenth of a millisecond a job).
+    SELECT j.id, j.lease_token AS token,
+           (%(results)s::jsonb[])[array_position(%(ids)s::bigint[], j.id)] AS result
     FROM __schema__.jobs j
-    JOIN input i ON i.id = j.id AND i.token = j.lease_token
     CROSS JOIN clock
-    -- By primary key: joined on input alone, the plan scans every running job of every worker.
     WHERE j.id = ANY(%(ids)s::bigint[])
+      AND j.lease_token = (%(tokens)s::bigint[])[array_position(%(ids)s::bigint[], j.id)]
       AND __part_lease_live__
     ORDER BY j.id
     FOR UPDATE OF j SKIP LOCKED
