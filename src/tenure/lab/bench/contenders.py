@@ -9,6 +9,10 @@ from tenure.lab.bench.procs import ProcessGroup, module_argv
 from tenure.lab.bench.queries import bench_queries
 from tenure.lab.bench.server import SCHEMA
 
+#: The raw loop's claim size the drain targets compare Tenure with (a worker's own default claim);
+#: the ceiling, the best claim size of the sweep, is reported beside it.
+RAW_REFERENCE_BATCH = 100
+
 
 def _first_line(sql: str) -> str:
     return sql.strip().splitlines()[0]
@@ -73,9 +77,10 @@ class Contenders:
             kind,
             *("--dsn", dsn, "--jobs", str(jobs // processes), "--connections", str(connections)),
         )
-        query = (
-            named_queries(SCHEMA)["job_insert_one"]  # a lone job's enqueue
-            if kind == "tenure"
-            else bench_queries(SCHEMA)["bench_raw_insert"]
-        )
-        return ProcessGroup(argv, processes, label=f"{kind}producer", claim_marker=_first_line(query))
+        # A producer is ready once its first enqueue waits at the gate. PgQueuer's statement text is
+        # its own, but its producers run nothing else on the queue table that the gate locks.
+        markers = {
+            "tenure": _first_line(named_queries(SCHEMA)["job_insert_one"]),  # a lone job's enqueue
+            "raw": _first_line(bench_queries(SCHEMA)["bench_raw_insert"]),
+        }
+        return ProcessGroup(argv, processes, label=f"{kind}producer", claim_marker=markers.get(kind))

@@ -44,9 +44,14 @@ class Watch:
     state: str  # (started, unfinished) from index probes: polled throughout
     finished_at: str  # when the k-th job finished (from 0), for the half rates
     gate: str  # the start gate's lock on the contender's table
+    succeeded: str  # the count of jobs finished successfully
+    table: str  # the contender's queue table, whose row writes are counted (table_writes.py)
 
     async def count(self, conn: AsyncConnection[Any]) -> int:
         return int((await fetch(conn, SCHEMA, self.unfinished))[0]["n"])
+
+    async def count_succeeded(self, conn: AsyncConnection[Any]) -> int:
+        return int((await fetch(conn, SCHEMA, self.succeeded))[0]["n"])
 
     async def probe(self, conn: AsyncConnection[Any]) -> tuple[bool, bool]:
         row = (await fetch(conn, SCHEMA, self.state))[0]
@@ -57,12 +62,24 @@ class Watch:
         return rows[0]["at"] if rows else None
 
 
-TENURE_WATCH = Watch("bench_unfinished", "bench_drain_state", "bench_finished_at", "bench_gate_tenure")
+TENURE_WATCH = Watch(
+    "bench_unfinished",
+    "bench_drain_state",
+    "bench_finished_at",
+    "bench_gate_tenure",
+    "bench_succeeded",
+    f"{SCHEMA}.jobs",
+)
 PEER_WATCH = {
     name: Watch(
-        f"peer_{name}_unfinished", f"peer_{name}_state", f"peer_{name}_finished_at", f"peer_{name}_gate"
+        f"peer_{name}_unfinished",
+        f"peer_{name}_state",
+        f"peer_{name}_finished_at",
+        f"peer_{name}_gate",
+        f"peer_{name}_succeeded",
+        table,
     )
-    for name in ("pgqueuer", "procrastinate")
+    for name, table in (("pgqueuer", "pgqueuer"), ("procrastinate", "procrastinate_jobs"))
 }
 
 
@@ -83,6 +100,10 @@ class DrainResult:
     server_cpu_us_per_job: float | None = None
     first_half_jobs_per_second: float | None = None
     second_half_jobs_per_second: float | None = None
+    #: Row writes to the queue table per job (table_writes.py; None where they were not counted).
+    inserts_per_job: float | None = None
+    non_hot_updates_per_job: float | None = None
+    hot_updates_per_job: float | None = None
 
     def as_dict(self) -> dict[str, float | None]:
         return {k: round(v, 3) if isinstance(v, float) else v for k, v in vars(self).items()}

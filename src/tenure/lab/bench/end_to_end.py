@@ -1,12 +1,14 @@
 """End to end: producers enqueue one job per transaction while the workers drain, all started
 behind one gate; the rate is the jobs enqueued, from the gate's opening to the last of them
 finished. Tenure (Client.enqueue on each producer connection, Tenure workers) against the raw-SQL
-equivalent (a plain INSERT per transaction, the raw loop at the ceiling's claim size).
+equivalent (a plain INSERT per transaction, the raw loop at the ceiling's claim size), and against
+PgQueuer on the same load (its own enqueue, one job per call, and its workers at its best batch)
+when it is installed.
 
-Both run `repeats` times, interleaved; the median stands. Producers are processes of their own
-(as many as the worker processes, `connections` connections each), so the producers' CPU is
-spent beside the workers' and the server's on the same cores, as it would be in production on
-a machine this size."""
+Every contender runs `repeats` times, interleaved; the median stands. Producers are processes of
+their own (as many as the worker processes, `connections` connections each), so the producers'
+CPU is spent beside the workers' and the server's on the same cores, as it would be in
+production on a machine this size."""
 
 from __future__ import annotations
 
@@ -15,30 +17,53 @@ import contextlib
 import json
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from tenure.db.connect import connect
 from tenure.lab.bench.contenders import Contenders
-from tenure.lab.bench.drain import TENURE_WATCH, BackendCpu
+from tenure.lab.bench.drain import PEER_WATCH, TENURE_WATCH, BackendCpu, Watch
 from tenure.lab.bench.gate import StartGate
 from tenure.lab.bench.procs import ProcessGroup
 from tenure.lab.bench.producer import REPORT_DIR_ENV
-from tenure.lab.bench.queries import fetch
-from tenure.lab.bench.sections import SCHEMA, drain_timeout, reset
+from tenure.lab.bench.sections import drain_timeout, peer_reset, reset
 
 POLL_SECONDS = 0.02
 
 
-async def _run(dsn: str, workers: ProcessGroup, producers: ProcessGroup, jobs: int) -> dict[str, Any]:
-    await reset(dsn)
+@dataclass(frozen=True)
+class Load:
+    """One contender's side: its database, how its queue is watched and emptied, and its worker
+    and producer processes (new groups for every run)."""
+
+    dsn: str
+    watch: Watch
+    reset: Callable[[str], Awaitable[None]]
+    workers: Callable[[], ProcessGroup]
+    producers: Callable[[], ProcessGroup]
+
+
+@dataclass(frozen=True)
+class PeerLoad:
+    """PgQueuer's side of the section: its database and the batch its workers dequeue."""
+
+    dsn: str
+    batch: int
+
+
+async def _run(load: Load, jobs: int) -> dict[str, Any]:
+    await load.reset(load.dsn)
+    workers, producers = load.workers(), load.producers()
     worker_backends = BackendCpu(workers)
-    async with await connect(dsn) as conn, contextlib.AsyncExitStack() as stack:
+    async with await connect(load.dsn) as conn, contextlib.AsyncExitStack() as stack:
         reports = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tenure-bench-producers-")))
         producers.env[REPORT_DIR_ENV] = str(reports)
         stack.push_async_callback(workers.stop)
         stack.push_async_callback(producers.stop)
-        gate = await stack.enter_async_context(StartGate(dsn, TENURE_WATCH.gate))
+        gate = await stack.enter_async_context(StartGate(load.dsn, load.watch.gate))
         workers.start()
         producers.start()
         startup = await gate.wait_ready(conn, [workers, producers])
@@ -52,7 +77,7 @@ async def _run(dsn: str, workers: ProcessGroup, producers: ProcessGroup, jobs: i
             if enqueued_at is None and len(producers.exited()) == producers.count:
                 await producers.wait(0)  # raises if one failed
                 enqueued_at = now
-            if enqueued_at is not None and not (await TENURE_WATCH.probe(conn))[1]:
+            if enqueued_at is not None and not (await load.watch.probe(conn))[1]:
                 break
             if now > deadline:
                 raise TimeoutError(f"end to end: not done after {now - started:.0f}s")
@@ -60,7 +85,7 @@ async def _run(dsn: str, workers: ProcessGroup, producers: ProcessGroup, jobs: i
         seconds = now - started
         worker_server_cpu = await worker_backends.used(conn)
         await workers.stop()
-        done = int((await fetch(conn, SCHEMA, "bench_succeeded"))[0]["n"])
+        done = await load.watch.count_succeeded(conn)
         await producers.stop()  # every report written before the folder goes
         producer_cpu, producer_server_cpu = _producer_cpu(reports)
     worker_cpu = sum(workers.cpu_seconds_at_stop) - sum(cpu_before)
@@ -101,35 +126,40 @@ async def end_to_end(
     connections: int,
     raw_batch: int,
     repeats: int,
+    pgqueuer: PeerLoad | None = None,
 ) -> dict[str, Any]:
     jobs -= jobs % processes  # every producer process sends the same number
-    runs: dict[str, list[dict[str, Any]]] = {"tenure": [], "raw": []}
+
+    def producers(kind: str, on: str) -> Callable[[], ProcessGroup]:
+        return partial(contenders.producers, kind, on, processes, jobs, connections)
+
+    on_tenure = partial(Load, dsn, TENURE_WATCH, reset)  # Tenure and the raw loop share the schema
+    loads = {
+        "tenure": on_tenure(partial(contenders.tenure, dsn, processes), producers("tenure", dsn)),
+        "raw": on_tenure(partial(contenders.raw, dsn, processes, raw_batch), producers("raw", dsn)),
+    }
+    if pgqueuer is not None:
+        peer = pgqueuer.dsn
+        loads["pgqueuer"] = Load(
+            peer,
+            PEER_WATCH["pgqueuer"],
+            partial(peer_reset, "pgqueuer"),
+            partial(contenders.peer, "pgqueuer", peer, processes, batch=pgqueuer.batch),
+            producers("pgqueuer", peer),
+        )
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in loads}
     for _ in range(repeats):
-        runs["tenure"].append(
-            await _run(
-                dsn,
-                contenders.tenure(dsn, processes),
-                contenders.producers("tenure", dsn, processes, jobs, connections),
-                jobs,
-            )
-        )
-        runs["raw"].append(
-            await _run(
-                dsn,
-                contenders.raw(dsn, processes, raw_batch),
-                contenders.producers("raw", dsn, processes, jobs, connections),
-                jobs,
-            )
-        )
+        for name, load in loads.items():
+            runs[name].append(await _run(load, jobs))
     return {
         "jobs": jobs,
         "processes": processes,
         "producer_processes": processes,
         "connections_per_producer": connections,
         "raw_claim_batch": raw_batch,
+        **({"pgqueuer_batch": pgqueuer.batch} if pgqueuer is not None else {}),
         "repeats": repeats,
-        "tenure": _median(runs["tenure"]),
-        "raw": _median(runs["raw"]),
+        **{name: _median(results) for name, results in runs.items()},
     }
 
 

@@ -2,7 +2,8 @@
 documentation recommends for throughput. Worker processes: `python -m tenure.lab.bench.peers NAME`.
 
 PgQueuer: the asyncpg driver, `batch_size` swept by the benchmark (its best stands), and
-`max_concurrent_tasks` the run's concurrency, or twice the batch where PgQueuer requires it.
+`max_concurrent_tasks` exactly twice the batch, the least PgQueuer accepts, so that the batch
+size alone sets how many of its jobs a process holds.
 Procrastinate: async tasks, LISTEN/NOTIFY, and a pool sized for the worker's concurrency: its
 docs ("Mind the size of your PostgreSQL pool") say that the shorter the jobs, the more the pool
 needs as many connections as the concurrency, plus one; the listening connection is apart."""
@@ -11,8 +12,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
 import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -43,12 +46,26 @@ def version(name: str) -> str:
 # --- PgQueuer: asyncpg driver (its recommended one) when present, batch dequeue. ---
 
 
-async def _pgqueuer_driver(dsn: str) -> Any:
+async def _pgqueuer_connection(dsn: str) -> tuple[Any, int, Callable[[], Awaitable[None]]]:
+    """A PgQueuer driver on a connection of its own: the driver, the connection's server backend,
+    and how to close it."""
     if installed("asyncpg"):
         asyncpg = importlib.import_module("asyncpg")
-        return _pgqueuer("db").AsyncpgDriver(await asyncpg.connect(**_asyncpg_params(dsn)))
-    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
-    return _pgqueuer("db").PsycopgDriver(conn)
+        conn = await asyncpg.connect(**_asyncpg_params(dsn))
+        return _pgqueuer("db").AsyncpgDriver(conn), int(conn.get_server_pid()), conn.close
+    pconn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    return _pgqueuer("db").PsycopgDriver(pconn), pconn.info.backend_pid, pconn.close
+
+
+@contextlib.asynccontextmanager
+async def pgqueuer_session(dsn: str) -> AsyncIterator[tuple[Any, int]]:
+    """PgQueuer's queries on a connection of their own, and that connection's server backend; the
+    connection is closed at the end (a session left open would outlive the drain it served)."""
+    driver, backend, close = await _pgqueuer_connection(dsn)
+    try:
+        yield _pgqueuer("queries").Queries(driver), backend
+    finally:
+        await close()
 
 
 def _pgqueuer(module: str = "") -> Any:
@@ -72,32 +89,35 @@ def _asyncpg_params(dsn: str) -> dict[str, Any]:
 
 
 async def pgqueuer_setup(dsn: str) -> None:
-    queries = _pgqueuer("queries").Queries(await _pgqueuer_driver(dsn))
-    await queries.install()
+    async with pgqueuer_session(dsn) as (queries, _):
+        await queries.install()
 
 
 async def pgqueuer_enqueue(dsn: str, count: int, *, entrypoint: str = "noop") -> None:
-    queries = await pgqueuer_queries(dsn)
-    for start in range(0, count, ENQUEUE_CHUNK):
-        n = min(ENQUEUE_CHUNK, count - start)
-        await queries.enqueue([entrypoint] * n, [None] * n, [0] * n)
+    async with pgqueuer_session(dsn) as (queries, _):
+        for start in range(0, count, ENQUEUE_CHUNK):
+            n = min(ENQUEUE_CHUNK, count - start)
+            await queries.enqueue([entrypoint] * n, [None] * n, [0] * n)
+
+
+async def pgqueuer_enqueue_one(queries: Any) -> None:
+    """One no-op job in a transaction of its own, as an application enqueues with PgQueuer."""
+    await queries.enqueue("noop", None, 0)
 
 
 async def pgqueuer_probe(queries: Any, sent: float) -> None:
     await queries.enqueue("probe", repr(sent).encode(), 0)
 
 
-async def pgqueuer_queries(dsn: str) -> Any:
-    return _pgqueuer("queries").Queries(await _pgqueuer_driver(dsn))
-
-
-def pgqueuer_max_concurrent(concurrency: int, batch: int) -> int:
-    """PgQueuer refuses a cap below twice its batch size."""
-    return max(concurrency, 2 * batch)
+def pgqueuer_max_concurrent(batch: int) -> int:
+    """Twice the batch: PgQueuer refuses a cap below that, and the sweep is over the batch alone."""
+    return 2 * batch
 
 
 async def pgqueuer_worker(dsn: str, concurrency: int, batch: int) -> None:
-    pgq = _pgqueuer().PgQueuer(await _pgqueuer_driver(process_dsn(dsn)))
+    """`concurrency` is not PgQueuer's: its cap follows from the batch (pgqueuer_max_concurrent)."""
+    driver, _, _ = await _pgqueuer_connection(process_dsn(dsn))
+    pgq = _pgqueuer().PgQueuer(driver)
 
     async def noop(job: Any) -> None:
         pass
@@ -108,7 +128,7 @@ async def pgqueuer_worker(dsn: str, concurrency: int, batch: int) -> None:
     pgq.entrypoint("noop")(noop)
     pgq.entrypoint("probe")(probe_entry)
 
-    await pgq.run(batch_size=batch, max_concurrent_tasks=pgqueuer_max_concurrent(concurrency, batch))
+    await pgq.run(batch_size=batch, max_concurrent_tasks=pgqueuer_max_concurrent(batch))
 
 
 # --- Procrastinate: psycopg connector, async tasks, worker concurrency, LISTEN/NOTIFY. ---

@@ -4,11 +4,18 @@ appends (now - sent) to a file, the same way for every contender (one machine, o
 from __future__ import annotations
 
 import os
+import random
 import statistics
 import time
 from pathlib import Path
 
 PROBE_FILE_ENV = "TENURE_BENCH_PROBE_FILE"
+
+
+def gap_seconds() -> float:
+    """The wait between two probes: random, 20-40 ms, so that no probe falls in step with a
+    contender's own timers."""
+    return 0.02 + random.random() * 0.02
 
 
 def record(sent: float) -> None:

@@ -14,6 +14,7 @@ from rich.table import Table
 from tenure.lab.bench.rows import (
     Row,
     fmt,
+    ratio_above,
     ratio_at_least,
     ratio_at_most,
     ratio_below,
@@ -21,8 +22,8 @@ from tenure.lab.bench.rows import (
     value_at_least,
     value_below,
 )
-from tenure.lab.bench.targets import print_targets
-from tenure.lab.bench.throughput_rows import cost_rows, peer_rows, throughput_rows
+from tenure.lab.bench.throughput_rows import contention_rows, cost_rows, peer_rows, throughput_rows
+from tenure.lab.bench.verdicts import print_targets
 
 #: Where the machine's CPU goes per job end to end, in the order a job meets it.
 END_TO_END_CPU = (
@@ -32,6 +33,8 @@ END_TO_END_CPU = (
     ("worker_server_cpu_us_per_job", "server CPU for the workers (their backends)"),
 )
 PERCENTILES = ("p50_ms", "p99_ms")
+#: How far above the machine's floor Tenure's idle latency may be, at each percentile.
+FLOOR_BOUNDS = (1.25, 2.0)
 
 Sections = dict[str, Any]
 
@@ -50,28 +53,52 @@ def figure_rows(result: dict[str, Any]) -> list[Row]:
 
 
 def end_to_end_rows(s: Sections) -> list[Row]:
-    """The end-to-end rates and, per job, the CPU each side spent, Tenure against raw SQL."""
+    """The end-to-end rates and, per job, the CPU each side spent: Tenure against raw SQL and
+    against PgQueuer, and PgQueuer against raw SQL, where it ran."""
     e2e = s["endtoend"]
     tenure, raw = e2e["tenure"], e2e["raw"]
     baseline = f"raw SQL (claim {e2e['raw_claim_batch']})"
+    rate = tenure["jobs_per_second"]
     rows = [
-        row("endtoend", "producers' enqueue rate, tenure", tenure["enqueue_jobs_per_second"], "jobs/s",
-            baseline, raw["enqueue_jobs_per_second"]),
+        row("endtoend", "end to end, tenure", rate, "jobs/s", baseline, raw["jobs_per_second"],
+            ">= 0.6x", ratio_at_least(0.6)),
     ]  # fmt: skip
-    for key, label in END_TO_END_CPU:
+    pgq = e2e.get("pgqueuer", {})
+    if "jobs_per_second" in pgq:
+        peer = f"pgqueuer (batch {e2e['pgqueuer_batch']})"
+        rows += [
+            row("endtoend", "end to end, tenure", rate, "jobs/s", peer, pgq["jobs_per_second"],
+                "> 1x", ratio_above(1)),
+            row("endtoend", "end to end, pgqueuer", pgq["jobs_per_second"], "jobs/s", baseline,
+                raw["jobs_per_second"]),
+        ]  # fmt: skip
+    for name, measured in (("tenure", tenure), ("pgqueuer", pgq)):
+        if "jobs_per_second" not in measured:
+            continue
         rows.append(
-            row("endtoend", f"{label} per job, tenure", tenure.get(key), "us", baseline, raw.get(key))
-        )
+            row("endtoend", f"producers' enqueue rate, {name}", measured["enqueue_jobs_per_second"],
+                "jobs/s", baseline, raw["enqueue_jobs_per_second"])
+        )  # fmt: skip
+        for key, label in END_TO_END_CPU:
+            rows.append(
+                row("endtoend", f"{label} per job, {name}", measured.get(key), "us", baseline, raw.get(key))
+            )
     return rows
 
 
 def _latency_rows(s: Sections) -> list[Row]:
-    """Idle latency against PgQueuer's, each peer's against Tenure's, and Tenure's at half load."""
-    idle = s["latency"]["idle"]
+    """Idle latency against the machine's floor and PgQueuer's, each peer's against Tenure's, and
+    Tenure's at half load."""
+    idle, floor = s["latency"]["idle"], s["latency"]["floor"]
     peers = s.get("peers", {})
     pgq = peers.get("pgqueuer", {}).get("idle_latency", {})
     below_pgq = "< 1x pgqueuer", ratio_below(1)
     rows = [
+        row("latency", f"idle {pct[:3]}, tenure", idle[pct], "ms", "floor: durable INSERT + NOTIFY + "
+            "durable claim", floor[pct], f"<= {bound:g}x floor", ratio_at_most(bound))
+        for pct, bound in zip(PERCENTILES, FLOOR_BOUNDS, strict=True)
+    ]  # fmt: skip
+    rows += [
         row("latency", f"idle {pct[:3]}, tenure", idle[pct], "ms", "pgqueuer idle", pgq.get(pct), *below_pgq)
         for pct in PERCENTILES
     ]
@@ -195,6 +222,7 @@ def _copy_rows(s: Sections) -> list[Row]:
 
 #: The sections with figures of their own, in the order of the table, each read when it ran.
 SECTION_ROWS: tuple[tuple[str, Callable[[Sections], list[Row]]], ...] = (
+    ("contention", contention_rows),
     ("endtoend", end_to_end_rows),
     ("latency", _latency_rows),
     ("backlog", _backlog_rows),

@@ -55,6 +55,7 @@ def _on_value(compare: Callable[[float, float], bool]) -> Callable[[float], Rule
 ratio_at_least = _on_ratio(operator.ge)
 ratio_at_most = _on_ratio(operator.le)
 ratio_below = _on_ratio(operator.lt)
+ratio_above = _on_ratio(operator.gt)
 value_at_least = _on_value(operator.ge)
 value_at_most = _on_value(operator.le)
 value_below = _on_value(operator.lt)

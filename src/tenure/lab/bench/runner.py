@@ -12,7 +12,18 @@ from typing import Any
 
 from tenure import Client, WorkerOptions
 from tenure.db.connect import connect
-from tenure.lab.bench import end_to_end, enqueue, limits, peer_drains, peers, sections, throughput, waiting
+from tenure.lab.bench import (
+    contention,
+    end_to_end,
+    enqueue,
+    floor,
+    limits,
+    peer_drains,
+    peers,
+    sections,
+    throughput,
+    waiting,
+)
 from tenure.lab.bench.drain import TENURE_WATCH
 from tenure.lab.bench.report import chart, figure_rows, print_table
 from tenure.lab.bench.rounds import DrainRounds
@@ -20,10 +31,12 @@ from tenure.lab.bench.server import Databases, check_server, server_settings
 from tenure.lab.bench.sizes import SIZES
 from tenure.lab.bench.targets import targets
 
+NOT_INSTALLED = "not installed (pip install 'tenure[bench]')"
 SECTIONS = (
     "copy",
     "throughput",
     "peers",
+    "contention",
     "endtoend",
     "latency",
     "backlog",
@@ -89,16 +102,24 @@ async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
             )
             out["throughput"] = await throughput.throughput(dsn, rounds, sizes.ceiling_batches)
 
+        peer_dsns: dict[str, str] = {}
+
+        async def peer_database(name: str) -> str:
+            """The peer's own database, created and set up on first use."""
+            if name not in peer_dsns:
+                peer_dsns[name] = await dbs.create(name)
+                await peers.SETUP[name](peer_dsns[name])
+            return peer_dsns[name]
+
         wanted_peers = [p for p in sizes.peers if options.with_peers and "peers" in options.sections]
         out["peers"] = {}
         for name in peers.PEERS:
             if name not in wanted_peers:
                 out["peers"][name] = {"skipped": "not selected"}
             elif not peers.installed(name):
-                out["peers"][name] = {"skipped": "not installed (pip install 'tenure[bench]')"}
+                out["peers"][name] = {"skipped": NOT_INSTALLED}
             else:
-                peer_dsn = await dbs.create(name)
-                await peers.SETUP[name](peer_dsn)
+                peer_dsn = await peer_database(name)
                 if name == "pgqueuer":
                     out["peers"][name] = await peer_drains.pgqueuer_best(
                         peer_dsn, rounds, sizes.pgqueuer_batches
@@ -113,12 +134,23 @@ async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
                         name, peer_dsn, contenders, sizes.latency_probes, options.out_dir
                     )
 
+        if "contention" in options.sections:
+            crowd = sizes.contention_processes
+            log(f"contention: {sizes.jobs} jobs drained by {crowd} processes, Tenure and the raw loop")
+            out["contention"] = await contention.contention(dsn, rounds, crowd)
+
         if "endtoend" in options.sections:
             tp = out.get("throughput")
             raw_batch = tp["raw_n"]["batch"] if tp else options.claim_batch
+            pgqueuer: end_to_end.PeerLoad | None = None
+            pgqueuer_skipped = _peer_skipped("pgqueuer", options.with_peers)
+            if not pgqueuer_skipped:
+                batch = out["peers"]["pgqueuer"].get("batch", peer_drains.PGQUEUER_UNSWEPT_BATCH)
+                pgqueuer = end_to_end.PeerLoad(await peer_database("pgqueuer"), batch)
             log(
                 f"end to end: {sizes.end_to_end_jobs} jobs enqueued one per transaction by {procs} producer "
                 f"processes x {sizes.producer_connections} connections while {procs} processes drain"
+                + ("" if pgqueuer is None else f"; PgQueuer too, batch {pgqueuer.batch}")
             )
             out["endtoend"] = await end_to_end.end_to_end(
                 dsn,
@@ -128,10 +160,18 @@ async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
                 sizes.producer_connections,
                 raw_batch,
                 sizes.repeats,
+                pgqueuer,
             )
+            if pgqueuer_skipped:
+                out["endtoend"]["pgqueuer"] = {"skipped": pgqueuer_skipped}
 
         if "latency" in options.sections:
-            log(f"latency: {sizes.latency_probes} probes idle, and at half of peak load")
+            log(
+                f"latency: {sizes.latency_probes} probes of the machine's floor, then of Tenure idle "
+                "and at half of peak load"
+            )
+            await sections.reset(dsn)
+            floor_figures = await floor.latency_floor(dsn, sizes.latency_probes)
             await sections.reset(dsn)
             peak = out["throughput"]["tenure_n"]["jobs_per_second"]
             async with Client(dsn, schema=sections.SCHEMA) as client:
@@ -153,6 +193,7 @@ async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
             async with await connect(dsn) as conn:
                 left = await TENURE_WATCH.count(conn)
             out["latency"] = {
+                "floor": floor_figures,
                 "idle": idle,
                 "half_load": loaded | {"load_jobs_per_second": round(peak / 2), "unfinished_at_end": left},
             }
@@ -221,18 +262,25 @@ async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
     return result
 
 
+def _peer_skipped(name: str, with_peers: bool) -> str:
+    """Why a peer's run outside the peers section is skipped ("" when it runs)."""
+    if not with_peers:
+        return "peers skipped (--no-peers)"
+    return "" if peers.installed(name) else NOT_INSTALLED
+
+
 async def _peer_latency(
     name: str, dsn: str, contenders: sections.Contenders, probes: int, out_dir: Path
 ) -> dict[str, Any]:
     group = contenders.peer(name, dsn, 1)
     path = out_dir / f"probe-{name}-idle.txt"
     if name == "pgqueuer":
-        queries = await peers.pgqueuer_queries(dsn)
+        async with peers.pgqueuer_session(dsn) as (queries, _):
 
-        async def send(sent: float) -> None:
-            await peers.pgqueuer_probe(queries, sent)
+            async def send(sent: float) -> None:
+                await peers.pgqueuer_probe(queries, sent)
 
-        return await sections.latency(group, path, send, probes)
+            return await sections.latency(group, path, send, probes)
     app = peers.procrastinate_app(dsn)
     async with app.open_async():
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +18,12 @@ from tenure.db.connect import connect
 from tenure.db.sqlfiles import named_queries
 from tenure.lab.bench import peers, probe
 from tenure.lab.bench.contenders import Contenders as Contenders
-from tenure.lab.bench.drain import PEER_WATCH, DrainResult, drain
+from tenure.lab.bench.drain import PEER_WATCH, TENURE_WATCH, DrainResult, drain
 from tenure.lab.bench.procs import ProcessGroup
 from tenure.lab.bench.queries import execute, fetch
 from tenure.lab.bench.server import SCHEMA as SCHEMA
 from tenure.lab.bench.statements import TenureStatements
+from tenure.lab.bench.table_writes import counted
 from tenure.lab.bench.tenure_worker import QUEUE
 from tenure.lab.passes import worker_passes
 from tenure.producer.builder import COPY_TYPES, copy_rows
@@ -71,7 +72,8 @@ async def copy_enqueue(dsn: str, count: int) -> dict[str, Any]:
 async def tenure_drain(dsn: str, contenders: Contenders, jobs: int, processes: int) -> DrainResult:
     await reset(dsn)
     await load(dsn, jobs)
-    return await drain(dsn, contenders.tenure(dsn, processes), timeout=drain_timeout(jobs))
+    group = contenders.tenure(dsn, processes)
+    return await counted(dsn, TENURE_WATCH.table, partial(drain, dsn, group, timeout=drain_timeout(jobs)))
 
 
 async def raw_drain(
@@ -80,7 +82,12 @@ async def raw_drain(
     await reset(dsn)
     await load(dsn, jobs)
     group = contenders.raw(dsn, processes, batch)
-    return await drain(dsn, group, timeout=drain_timeout(jobs))
+    return await counted(dsn, TENURE_WATCH.table, partial(drain, dsn, group, timeout=drain_timeout(jobs)))
+
+
+async def peer_reset(name: str, dsn: str) -> None:
+    async with await connect(dsn) as conn:
+        await execute(conn, SCHEMA, f"peer_{name}_reset")
 
 
 async def peer_drain(
@@ -93,8 +100,7 @@ async def peer_drain(
     batch: int | None = None,
     concurrency: int | None = None,
 ) -> DrainResult:
-    async with await connect(dsn) as conn:
-        await execute(conn, SCHEMA, f"peer_{name}_reset")
+    await peer_reset(name, dsn)
     await peers.ENQUEUE[name](dsn, jobs)
     group = contenders.peer(name, dsn, processes, batch=batch, concurrency=concurrency)
     return await drain(dsn, group, PEER_WATCH[name], timeout=drain_timeout(jobs, slow=True))
@@ -128,7 +134,7 @@ async def latency(
             await asyncio.sleep(1.0)
         for _ in range(probes):
             await send(time.time())
-            await asyncio.sleep(0.02 + random.random() * 0.02)
+            await asyncio.sleep(probe.gap_seconds())
         await _wait_for_lines(probe_file, probes)
     finally:
         if load_task is not None:

@@ -32,7 +32,9 @@ class Sizes:
     #: Claim sizes of the raw loop swept for the ceiling (Tenure's own claim batch is added).
     ceiling_batches: tuple[int, ...] = (20, 50, 100, 200, 500)
     #: PgQueuer batch sizes swept for its best.
-    pgqueuer_batches: tuple[int, ...] = (10, 25, 50, 100)
+    pgqueuer_batches: tuple[int, ...] = (10, 25, 50, 100, 200)
+    #: Worker processes of the contention section's drains (Tenure, and the raw loop claiming 100).
+    contention_processes: int = 8
     end_to_end_jobs: int = 20_000  # jobs enqueued one per transaction while workers drain
     producer_connections: int = 10  # connections per producer process, each one job at a time
 
@@ -60,6 +62,7 @@ SIZES = {
         limit_jobs=400,
         ceiling_batches=(20, 100),
         pgqueuer_batches=(50,),
+        contention_processes=3,  # one more than the run's 2: a worker process takes ~1 s to start
         end_to_end_jobs=300,
         producer_connections=4,
     ),

@@ -5,8 +5,12 @@ The raw loop is swept over claim sizes (with `concurrency / batch` loops per pro
 one, so that as many jobs are in flight as a Tenure worker's slots hold, or one batch when a
 batch is larger), and at each size of run the best median stands as the ceiling. Every
 configuration runs `repeats` times, interleaved round by round so that load from elsewhere on
-the machine falls on all of them alike; the median run stands for each. The one-process pair
-(Tenure, and the raw loop at the ceiling's claim size) runs at the largest size."""
+the machine falls on all of them alike; the median run stands for each. The sweep always holds
+the reference claim size (RAW_REFERENCE_BATCH), which the drain target compares with. The
+one-process pair (Tenure, and the raw loop at the ceiling's claim size) runs at the largest size.
+
+Every drain of Tenure and of the raw loop also counts its row writes to the jobs table
+(table_writes.py); the table's indexes are counted once, beside them."""
 
 from __future__ import annotations
 
@@ -14,10 +18,11 @@ import statistics
 from functools import partial
 from typing import Any
 
-from tenure.lab.bench.contenders import loops_for
-from tenure.lab.bench.drain import DrainResult
+from tenure.lab.bench.contenders import RAW_REFERENCE_BATCH, loops_for
+from tenure.lab.bench.drain import TENURE_WATCH, DrainResult
 from tenure.lab.bench.rounds import Drain, DrainRounds, best_of, median_run
 from tenure.lab.bench.sections import raw_drain, tenure_drain
+from tenure.lab.bench.table_writes import indexes
 
 
 def startup_summary(runs: dict[str, list[DrainResult]]) -> dict[str, float | None]:
@@ -31,7 +36,7 @@ def startup_summary(runs: dict[str, list[DrainResult]]) -> dict[str, float | Non
 
 async def throughput(dsn: str, rounds: DrainRounds, batches: tuple[int, ...]) -> dict[str, Any]:
     contenders, sizes, processes, repeats = rounds.contenders, rounds.sizes, rounds.processes, rounds.repeats
-    batches = tuple(sorted({*batches, contenders.claim_batch}))
+    batches = tuple(sorted({*batches, contenders.claim_batch, RAW_REFERENCE_BATCH}))
     drains: dict[str, Drain] = {"tenure_n": partial(tenure_drain, dsn, contenders, processes=processes)}
     for batch in batches:
         drains[f"raw_{batch}"] = partial(raw_drain, dsn, contenders, processes=processes, batch=batch)
@@ -49,6 +54,7 @@ async def throughput(dsn: str, rounds: DrainRounds, batches: tuple[int, ...]) ->
             "ceiling_sweep": {str(b): r for b, r in sweep.items()},
             "ceiling": sweep[best] | {"batch": best},
             "raw_claim_batch": sweep[contenders.claim_batch] | {"batch": contenders.claim_batch},
+            "raw_reference": sweep[RAW_REFERENCE_BATCH] | {"batch": RAW_REFERENCE_BATCH},
         }
     primary = max(sizes)
     ceiling_batch = by_size[str(primary)]["ceiling"]["batch"]
@@ -78,4 +84,5 @@ async def throughput(dsn: str, rounds: DrainRounds, batches: tuple[int, ...]) ->
         "tenure_1": median_run(single["tenure_1"]),
         "raw_1": median_run(single["raw_1"]) | {"batch": ceiling_batch},
         "startup_seconds": startup_summary(startups),
+        "jobs_table": await indexes(dsn, TENURE_WATCH.table),
     }

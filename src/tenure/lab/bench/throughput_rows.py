@@ -1,5 +1,6 @@
-"""Figures of the drains: Tenure against the ceiling at each size, the ceiling's sweep, the peers
-at their best settings, start-up, and what each job costs (WAL, commits, CPU, memory)."""
+"""Figures of the drains: Tenure against the raw loop and the ceiling at each size, the ceiling's
+sweep, the peers at their best settings, start-up, what each job costs (WAL, commits, CPU, row
+writes, memory), and the drains with more processes."""
 
 from __future__ import annotations
 
@@ -15,20 +16,29 @@ def _jobs(size: str | int) -> str:
 def throughput_rows(tp: dict[str, Any]) -> list[Row]:
     rows: list[Row] = []
     for size, at in tp["by_size"].items():
-        ceiling = at["ceiling"]
+        ceiling, reference = at["ceiling"], at["raw_reference"]
         ceiling_label = f"ceiling: raw SQL claim {ceiling['batch']}"
-        rows.append(
+        tenure = at["tenure_n"]["jobs_per_second"]
+        rows += [
             row(
                 "throughput",
                 f"tenure, N processes, {_jobs(size)}",
-                at["tenure_n"]["jobs_per_second"],
+                tenure,
+                "jobs/s",
+                f"raw SQL claim {reference['batch']}",
+                reference["jobs_per_second"],
+                ">= 0.6x",
+                ratio_at_least(0.6),
+            ),
+            row(
+                "throughput",
+                f"tenure, N processes, {_jobs(size)}, against the ceiling",
+                tenure,
                 "jobs/s",
                 ceiling_label,
                 ceiling["jobs_per_second"],
-                ">= 0.6x",
-                ratio_at_least(0.6),
-            )
-        )
+            ),
+        ]
         for batch, swept in at["ceiling_sweep"].items():
             won = " (the ceiling)" if int(batch) == ceiling["batch"] else ""
             figure = f"raw SQL claim {batch}, {swept['loops']} loop(s) a process, {_jobs(size)}{won}"
@@ -69,14 +79,14 @@ def peer_rows(tp: dict[str, Any], peers: dict[str, Any]) -> list[Row]:
             won = " (its best)" if int(batch) == best["batch"] else ""
             rows.append(_against_the_ceiling(tp, size, f"pgqueuer batch {batch}, {_jobs(size)}{won}", swept))
         vs = f"tenure vs pgqueuer (batch {best['batch']}), {_jobs(size)}"
-        rows += _tenure_against(tp, size, vs, "pgqueuer", best, 2.5)
+        rows += _tenure_against(tp, size, vs, "pgqueuer", best, 1.3)
     pro = peers.get("procrastinate", {})
     for size, drained in pro.get("by_size", {}).items():
         setting = f"concurrency {pro['concurrency_per_process']}, pool {pro['pool_max_size']}"
         figure = f"procrastinate ({setting}), {_jobs(drained['jobs'])}"
         rows.append(_against_the_ceiling(tp, size, figure, drained))
         vs = f"tenure ({_jobs(size)}) vs procrastinate ({_jobs(drained['jobs'])})"
-        rows += _tenure_against(tp, size, vs, "procrastinate", drained, 20)
+        rows += _tenure_against(tp, size, vs, "procrastinate", drained)
     return rows
 
 
@@ -87,18 +97,20 @@ def _against_the_ceiling(tp: dict[str, Any] | None, size: str, figure: str, drai
 
 
 def _tenure_against(
-    tp: dict[str, Any] | None, size: str, figure: str, peer: str, drained: dict[str, Any], bound: float
+    tp: dict[str, Any] | None,
+    size: str,
+    figure: str,
+    peer: str,
+    drained: dict[str, Any],
+    bound: float | None = None,
 ) -> list[Row]:
-    """Tenure's drain against a peer's at the same size, held to `bound` times the peer's rate."""
+    """Tenure's drain against a peer's at the same size, held to `bound` times the peer's rate
+    where there is a target."""
     if not tp or size not in tp["by_size"]:
         return []
     tenure = tp["by_size"][size]["tenure_n"]["jobs_per_second"]
-    target = f">= {bound:g}x"
-    return [
-        row(
-            "peers", figure, tenure, "jobs/s", peer, drained["jobs_per_second"], target, ratio_at_least(bound)
-        )
-    ]
+    target = (f">= {bound:g}x", ratio_at_least(bound)) if bound is not None else ("", None)
+    return [row("peers", figure, tenure, "jobs/s", peer, drained["jobs_per_second"], *target)]
 
 
 def cost_rows(tp: dict[str, Any]) -> list[Row]:
@@ -112,9 +124,11 @@ def cost_rows(tp: dict[str, Any]) -> list[Row]:
         ("commits_per_job", "commits", "commits per job", "", None),
         ("worker_cpu_us_per_job", "us", "worker CPU per job", "", None),
         ("server_cpu_us_per_job", "us", "server CPU per job (the workers' backends)", "", None),
+        ("non_hot_updates_per_job", "updates", "non-HOT updates per job", "", None),
+        ("hot_updates_per_job", "updates", "HOT updates per job", "", None),
     ):
         if tenure.get(key) is None:
-            continue  # server CPU: the server is not on this machine
+            continue  # server CPU: the server is elsewhere; row writes: a session stayed (table_writes.py)
         rows.append(
             row("cost", f"{label}, tenure", tenure[key], unit, "the ceiling", raw.get(key), target, rule)
         )
@@ -123,4 +137,23 @@ def cost_rows(tp: dict[str, Any]) -> list[Row]:
             rows.append(row("cost", figure, same_batch.get(key), unit, "the ceiling", raw.get(key)))
     figure = "worker peak RSS, tenure"
     rows.append(row("cost", figure, tenure["peak_rss_mib"], "MiB", "raw SQL worker", raw["peak_rss_mib"]))
+    return rows
+
+
+def contention_rows(s: dict[str, Any]) -> list[Row]:
+    """Each contender's drain with more processes against its own at the run's process count,
+    and Tenure against the raw loop among as many processes."""
+    crowd, tp = s["contention"], s.get("throughput")
+    at = tp["by_size"].get(str(crowd["jobs"]), {}) if tp else {}
+    n, jobs = crowd["processes"], _jobs(crowd["jobs"])
+    raw = f"raw SQL claim {crowd['raw']['batch']}"
+    rows = [
+        row("contention", f"{who}, {n} processes, {jobs}", crowd[key]["jobs_per_second"], "jobs/s",
+            f"{who}, N processes", at.get(against, {}).get("jobs_per_second"))
+        for key, against, who in (("tenure", "tenure_n", "tenure"), ("raw", "raw_reference", raw))
+    ]  # fmt: skip
+    rows.append(
+        row("contention", f"tenure, {n} processes, {jobs}", crowd["tenure"]["jobs_per_second"], "jobs/s",
+            f"{raw}, {n} processes", crowd["raw"]["jobs_per_second"])
+    )  # fmt: skip
     return rows

@@ -1,5 +1,5 @@
-"""Jobs that wait: the claim's cost while many jobs are not yet due (issue 9, item 9), and what a
-worker writes per waiting job to keep starvation bounded (item 8), over a simulated hour."""
+"""Jobs that wait: the claim's cost while many jobs are not yet due, and what a worker writes per
+waiting job to keep starvation bounded, over a simulated hour."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from tenure.lab.bench.server import CostMeter
 from tenure.lab.bench.statements import TenureStatements
 from tenure.lab.passes import worker_passes
 
-#: What priority aging wrote, as the review measured it (issue 9, item 8): WAL bytes per waiting
-#: row per aging step of 60 s. Quoted for context; that code is gone.
+#: What priority aging wrote, as the review measured it: WAL bytes per waiting row per aging step
+#: of 60 s. Quoted for context; that code is gone.
 AGING_BYTES_PER_ROW_PER_STEP = 443
 AGING_STEP_SECONDS = 60.0
 HOUR = 3600.0
@@ -101,7 +101,7 @@ async def fairness_cost(
         "wal_bytes": wal,
         "wal_bytes_per_waiting_job": round(wal / waiting, 4),
         "aging_bytes_per_waiting_job_per_hour": aging,
-        "aging_source": "issue 9, item 8: 443 B of WAL per waiting row per 60 s aging step",
+        "aging_source": "priority aging as reviewed: 443 B of WAL per waiting row per 60 s aging step",
         "claim_ms_by_priority_only": by_priority,
         "claim_ms_with_oldest_share": with_share,
     }

@@ -75,6 +75,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         help="most jobs per claim of Tenure's workers (default: a worker's own default, %(default)s; "
         "the raw-SQL ceiling sweeps its own claim sizes)",
     )
-    p.add_argument("--no-peers", action="store_true", help="skip PgQueuer and Procrastinate")
+    p.add_argument(
+        "--no-peers",
+        action="store_true",
+        help="skip PgQueuer and Procrastinate (their drains and latency, and PgQueuer's end-to-end run)",
+    )
     p.add_argument("--out", default="bench-results", help="results directory (default: bench-results)")
     p.set_defaults(handler=cmd_bench)

@@ -24,6 +24,16 @@ WHERE datname = current_database();
 -- name: bench_wal_bytes_since
 SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %(lsn)s::pg_lsn)::bigint AS bytes;
 
+-- part: raw_lease
+-- The lease a raw claim takes: the columns Tenure's claim sets, with fixed durations.
+SET state = 'running',
+    attempt_count = j.attempt_count + 1,
+    lease_token = j.lease_token + 1,
+    lease_owner = %(owner)s,
+    attempted_at = statement_timestamp(),
+    lease_deadline = statement_timestamp() + interval '1 hour',
+    lease_expires_at = statement_timestamp() + interval '30 seconds'
+
 -- name: bench_raw_claim
 -- The ceiling's claim: the same index order and SKIP LOCKED, the same lease columns.
 WITH candidate AS (
@@ -37,13 +47,7 @@ WITH candidate AS (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE __schema__.jobs j
-SET state = 'running',
-    attempt_count = j.attempt_count + 1,
-    lease_token = j.lease_token + 1,
-    lease_owner = %(owner)s,
-    attempted_at = statement_timestamp(),
-    lease_deadline = statement_timestamp() + interval '1 hour',
-    lease_expires_at = statement_timestamp() + interval '30 seconds'
+__part_raw_lease__
 FROM candidate
 WHERE j.id = candidate.id
 RETURNING j.id, j.lease_token;
@@ -191,3 +195,58 @@ SELECT EXISTS (SELECT 1 FROM procrastinate_jobs WHERE status IN ('doing', 'succe
 
 -- name: peer_procrastinate_finished_at
 SELECT at FROM procrastinate_events WHERE type = 'succeeded' ORDER BY at OFFSET %(k)s LIMIT 1;
+
+-- name: peer_pgqueuer_succeeded
+-- PgQueuer logs each finished job; a drained one is logged successful.
+SELECT count(*) AS n FROM pgqueuer_log WHERE status = 'successful';
+
+-- name: peer_procrastinate_succeeded
+SELECT count(*) AS n FROM procrastinate_jobs WHERE status = 'succeeded';
+
+-- name: bench_floor_insert
+-- The latency floor's enqueue: one plain row, committed durably on its own.
+INSERT INTO __schema__.jobs (queue, task, payload, priority, available_at, state, max_attempts)
+VALUES (%(queue)s, 'noop', '{}'::jsonb, 0, statement_timestamp(), 'pending', 20)
+RETURNING id;
+
+-- name: bench_floor_listen
+LISTEN tenure_bench_floor;
+
+-- name: bench_floor_async_commit
+-- The floor's notifying session: a notification carries nothing to keep, so its commit need not
+-- wait for a WAL flush (Tenure's own wake-ups are committed the same way).
+SET synchronous_commit = off;
+
+-- name: bench_floor_notify
+SELECT pg_notify('tenure_bench_floor', %(id)s::text);
+
+-- name: bench_floor_claim
+-- The floor's claim: the row the notification named, leased and committed durably.
+UPDATE __schema__.jobs j
+__part_raw_lease__
+WHERE j.id = %(id)s AND j.state = 'pending'
+RETURNING j.id, j.lease_token;
+
+-- name: bench_other_sessions
+-- Sessions on this database besides the caller's: each flushes its statistics when it exits.
+SELECT count(*) AS n
+FROM pg_stat_activity
+WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid();
+
+-- name: bench_table_writes
+-- Row writes to one table so far; an update is HOT when its new version needed no index entry.
+SELECT n_tup_ins AS inserts, n_tup_upd AS updates, n_tup_hot_upd AS hot_updates
+FROM pg_stat_user_tables
+WHERE relid = %(table)s::regclass;
+
+-- name: bench_flush_own_stats
+-- This session's own counters (its reads count as commits) reach the shared statistics at the
+-- end of this statement, not lazily during the drain that follows.
+SELECT pg_stat_force_next_flush();
+
+-- name: bench_table_indexes
+-- The indexes on one table, and how many of them are partial (entered only by the row versions
+-- their predicate admits).
+SELECT count(*) AS indexes, count(*) FILTER (WHERE indpred IS NOT NULL) AS partial_indexes
+FROM pg_index
+WHERE indrelid = %(table)s::regclass;
