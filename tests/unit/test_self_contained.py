@@ -10,12 +10,15 @@ ROOT = Path(__file__).resolve().parents[2]
 CITATION = re.compile(
     r"\((?:[A-Z][0-9]{1,2}(?:-[A-Z][0-9]{1,2})?)(?:, [A-Z][0-9]{1,2}(?:-[A-Z][0-9]{1,2})?)*\)"
 )
+#: A tracker's issue, by number: the tracker is not in the repository either.
+ISSUE = re.compile(r"\bissues? [0-9]+", re.IGNORECASE)
 PLACES = ("src", "tests", "docs", "examples", "README.md")
 SUFFIXES = {".py", ".md", ".sql", ".html", ".sh"}
 
 
 def test_no_file_cites_requirement_numbers_kept_elsewhere() -> None:
-    """No source, test, doc or example cites a requirement number or design document kept elsewhere."""
+    """No source, test, doc or example cites a requirement number, an issue number or a design
+    document kept elsewhere."""
     found = []
     for place in PLACES:
         root = ROOT / place
@@ -23,6 +26,6 @@ def test_no_file_cites_requirement_numbers_kept_elsewhere() -> None:
             if path.suffix not in SUFFIXES or "_griffe" in path.parts:
                 continue
             for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
-                if CITATION.search(line) or "DESIGN" + ".md" in line:
+                if CITATION.search(line) or ISSUE.search(line) or "DESIGN" + ".md" in line:
                     found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert found == []

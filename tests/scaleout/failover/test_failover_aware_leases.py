@@ -1,4 +1,4 @@
-"""Failover-aware leases (issue 13 item 3, docs/guarantees.md "Across a failover").
+"""Failover-aware leases (docs/guarantees.md "Across a failover").
 
 With asynchronous replication a promoted standby may never have received a claim the old
 primary acknowledged: on the new primary the job's row is as it was before that claim, with the
