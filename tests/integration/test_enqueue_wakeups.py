@@ -14,6 +14,7 @@ import psycopg
 import pytest
 from _inprocess import eventually, running
 from psycopg import AsyncConnection, sql
+from psycopg_pool import AsyncConnectionPool
 
 from tenure import Client, JobContext, JobSpec, SyncClient, Tenure, Worker
 from tenure.db import wakeups
@@ -173,3 +174,28 @@ async def test_a_failed_wakeup_after_commit_returns_the_job_and_warns(
         row = await (await db.execute("SELECT count(*) FROM tenure.jobs WHERE id = %s", (job.id,))).fetchone()
         assert row == (1,)
         assert "next poll" in caplog.text and "connection was closed" in caplog.text
+
+
+async def test_commits_made_while_a_wakeup_waits_for_a_connection_share_the_next_one(dsn: str) -> None:
+    """Fifty enqueues, each owning its commit, while the client's pool has no connection to lend:
+    once one is free, the queue is notified at most twice (the notification that was waiting, then
+    one for every commit made meanwhile), not once per commit, each one waiting for a connection."""
+    listener = await listen(dsn)
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        dsn, min_size=1, max_size=1, open=False, kwargs={"autocommit": True}
+    )
+    await pool.open()
+    try:
+        async with (
+            Client(dsn, pool=pool) as client,
+            await AsyncConnection.connect(dsn, autocommit=True) as conn,
+        ):
+            async with pool.connection():  # the pool's one connection: no wake-up can go out
+                for _ in range(50):
+                    await client.enqueue("t", {}, queue="burst", conn=conn)
+                assert await heard(listener, 0.3) == []
+            notified = [n for n in await heard(listener, 1.5) if n == "burst"]
+            assert 1 <= len(notified) <= 2, notified
+    finally:
+        await listener.close()
+        await pool.close()

@@ -19,6 +19,11 @@ waits NOTIFY_COOLDOWN at most, not a poll interval. Only a confirmed notificatio
 back: while one is in flight, or after one failed or was cancelled, the next commit sends its
 own. A notification inside the caller's transaction is never left out: its commit may come any
 time later, after any follow-up.
+
+The async client sends them one at a time: what commits admit while one is on its way waits, and
+goes in the next, which starts after those commits and so is delivered after them. Under a load
+its notifications cannot keep up with, a client then holds one notification in flight and one
+waiting, not one for every commit (each waiting for a connection, and each giving up on it).
 """
 
 from __future__ import annotations
@@ -47,6 +52,14 @@ class Wakeups:
 
     def __bool__(self) -> bool:
         return bool(self.queues) or self.first_scheduled is not None
+
+    def merge(self, other: Wakeups) -> None:
+        """Adds what `other` has to notify: one notification then covers both."""
+        self.queues |= other.queues
+        if other.first_scheduled is not None and (
+            self.first_scheduled is None or other.first_scheduled < self.first_scheduled
+        ):
+            self.first_scheduled = other.first_scheduled
 
 
 #: How long a client waits before it notifies a queue again for jobs committed on their own, and

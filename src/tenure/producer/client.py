@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import os
 import threading
+import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Unpack
@@ -94,6 +95,8 @@ class Client:
         if ASYNC:
             #: Wake-up notifications being sent after commits (_wake); close() lets them finish.
             self._waking: set[asyncio.Task[None]] = set()
+            #: What commits admitted to notify that the sending task has not taken up yet.
+            self._unsent = Wakeups()
             # Concurrent first uses (enqueues and their wake-ups) share one pool, not one each.
             self._opening = asyncio.Lock()
         else:
@@ -222,9 +225,11 @@ class Client:
         if not admitted.wakeups:
             return
         if ASYNC:
-            task = asyncio.get_running_loop().create_task(self._send_wakeups(admitted))
-            self._waking.add(task)
-            task.add_done_callback(self._waking.discard)
+            self._unsent.merge(admitted.wakeups)
+            if not self._waking:  # else the task sending now sends these after it
+                task = asyncio.get_running_loop().create_task(self._send_wakeups())
+                self._waking.add(task)
+                task.add_done_callback(self._waking.discard)
         else:
             assert conn is not None
             try:
@@ -236,14 +241,18 @@ class Client:
 
     if ASYNC:
 
-        async def _send_wakeups(self, admitted: Admitted) -> None:
-            try:
-                async with (await self.pool()).connection() as conn:
-                    await self.queries.notify_wakeups(conn, admitted.wakeups, after_commit=True)
-            except Exception as exc:  # a closed pool, a lost server: nothing the caller can act on
-                log_lost_wakeup(exc)  # workers find the jobs at their next poll
-                return
-            self._notify_limiter.sent(admitted)
+        async def _send_wakeups(self) -> None:
+            """Sends what commits left to notify, one notification at a time: each takes up all
+            that waits, so it starts after, and is delivered after, every commit it covers."""
+            while self._unsent:
+                admitted, self._unsent = Admitted(self._unsent, time.monotonic()), Wakeups()
+                try:
+                    async with (await self.pool()).connection() as conn:
+                        await self.queries.notify_wakeups(conn, admitted.wakeups, after_commit=True)
+                except Exception as exc:  # a closed pool, a lost server: nothing the caller can act on
+                    log_lost_wakeup(exc)  # workers find the jobs at their next poll
+                    continue
+                self._notify_limiter.sent(admitted)
 
     async def enqueue_copy(self, specs: Iterable[JobSpec]) -> int:
         """Bulk enqueue through COPY, in one transaction: all or none. A job that fails its
