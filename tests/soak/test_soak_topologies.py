@@ -12,7 +12,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.crash]
 def test_soak_through_pgbouncer_loses_nothing() -> None:
     """Workers and the producer through PgBouncer in transaction mode (LISTEN direct), under
     every fault of the schedule and a PostgreSQL restart behind the pooler: every check holds."""
-    report = run_soak("--topology", "pgbouncer", "--duration", "70", "--fault-gap", "1",
+    report = run_soak("--topology", "pgbouncer", "--duration", "85", "--fault-gap", "1",
                       "--rate", "15", "--drain-timeout", "90", timeout=360)  # fmt: skip
     assert report["setup"]["topology"] == "pgbouncer"
     assert "PgBouncer" in report["setup"]["server"]
