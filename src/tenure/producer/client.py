@@ -93,8 +93,8 @@ class Client:
         self._owns_pool = pool is None
         self._notify_limiter = NotifyLimiter()
         if ASYNC:
-            #: Wake-up notifications being sent after commits (_wake); close() lets them finish.
-            self._waking: set[asyncio.Task[None]] = set()
+            #: The task sending wake-up notifications after commits (_wake); close() lets it finish.
+            self._sender: asyncio.Task[None] | None = None
             #: What commits admitted to notify that the sending task has not taken up yet.
             self._unsent = Wakeups()
             # Concurrent first uses (enqueues and their wake-ups) share one pool, not one each.
@@ -122,8 +122,8 @@ class Client:
         """Closes the client's own pool (a pool it was given stays open), once the wake-ups of
         its last enqueues are sent."""
         if ASYNC:  # noqa: SIM102 - a branch for the async twin only
-            if self._waking:
-                await asyncio.wait(self._waking, timeout=2.0)
+            if self._sender is not None and not self._sender.done():
+                await asyncio.wait({self._sender}, timeout=2.0)
         if self._pool is not None and self._owns_pool:
             await self._pool.close()
             self._pool = None
@@ -226,10 +226,10 @@ class Client:
             return
         if ASYNC:
             self._unsent.merge(admitted.wakeups)
-            if not self._waking:  # else the task sending now sends these after it
-                task = asyncio.get_running_loop().create_task(self._send_wakeups())
-                self._waking.add(task)
-                task.add_done_callback(self._waking.discard)
+            # A running sender sends these after its current one. done(), not a done-callback:
+            # a sender that has just returned must not count, or these would wait for a commit.
+            if self._sender is None or self._sender.done():
+                self._sender = asyncio.get_running_loop().create_task(self._send_wakeups())
         else:
             assert conn is not None
             try:
