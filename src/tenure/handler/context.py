@@ -3,7 +3,9 @@ complete in its own transaction."""
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -32,6 +34,10 @@ class JobContext:
         self._progress_version = 0
         self.lost_reason: str | None = None
         self.completed = False
+        #: When this worker must take the lease as lost, on the process clock (time.monotonic):
+        #: counted from before the claim or its last renewal was sent, so never later than the
+        #: database's expiry. The worker sets it; a context outside a worker never expires.
+        self.local_expiry = math.inf
 
     # -- identity ---------------------------------------------------------------------------
 
@@ -96,6 +102,14 @@ class JobContext:
         """Raises LeaseLost if this worker no longer holds the job."""
         if self.lost_reason is not None:
             raise LeaseLost(self.job.id, self.token, self.lost_reason)
+
+    def check_in_time(self) -> None:
+        """`check`, and LeaseLost past the lease's local expiry too, before the worker's watchdog
+        has marked it: the last check before an external call. A busy event loop runs the
+        watchdog late, and a newer attempt may by then hold the job and have made the call."""
+        self.check()
+        if time.monotonic() >= self.local_expiry:
+            raise LeaseLost(self.job.id, self.token, "lease expired before it was renewed")
 
     @property
     def lease_lost(self) -> bool:

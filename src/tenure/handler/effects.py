@@ -44,6 +44,7 @@ class EffectContext(Protocol):
     def idempotency_key(self) -> uuid.UUID: ...
     def step_key(self, step: str) -> str: ...
     def check(self) -> None: ...
+    def check_in_time(self) -> None: ...
     def mark_lost(self, reason: str) -> None: ...
 
 
@@ -180,7 +181,7 @@ async def run_effect(
         settled = await runner.settle(verdict)
         if isinstance(settled, Confirmed):
             return settled.outcome
-    ctx.check()  # a lease lost since the intent (watchdog, heartbeat) stops the call here
+    ctx.check_in_time()  # a lease lost since the intent, or run out by now, stops the call here
     outcome = perform(runner.record.key)
     if inspect.isawaitable(outcome):
         outcome = await outcome
@@ -211,7 +212,7 @@ def run_effect_sync(
         settled = on_loop(runner.settle(verdict))
         if isinstance(settled, Confirmed):
             return settled.outcome
-    ctx.check()
+    ctx.check_in_time()
     outcome = perform(runner.record.key)
     if inspect.isawaitable(outcome):
         raise ValidationError("effect_sync needs a plain perform function; use ctx.effect in async handlers")

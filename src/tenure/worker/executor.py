@@ -77,7 +77,6 @@ class Execution:
     ctx: JobContext
     task: asyncio.Task[None] | None = None
     thread: asyncio.Future[Any] | None = None
-    local_expiry: float = 0.0
     local_deadline: float = 0.0
     cancel_reason: str | None = None
     handler_done: bool = False
@@ -93,7 +92,13 @@ class Execution:
         # Only a duration crosses from the database clock to ours, never a wall-clock time,
         # and it is counted from when the request was sent: the reply's travel time only makes
         # the estimate earlier than the database's, never later.
-        self.local_expiry = sent_at + (expires_at - db_now).total_seconds()
+        self.ctx.local_expiry = sent_at + (expires_at - db_now).total_seconds()
+
+    @property
+    def local_expiry(self) -> float:
+        """When the lease must be taken as lost, on the process clock (the handler's context
+        keeps it, so that the handler's own checks see it too)."""
+        return self.ctx.local_expiry
 
     @property
     def code_stopped(self) -> bool:
