@@ -35,10 +35,12 @@ from tenure.model.secrets import (
     secret,
 )
 from tenure.model.unique import Unique
+from tenure.model.workflows import EnqueuedWorkflow, WorkflowStep, WorkflowSummary
 from tenure.producer.client import Client
 from tenure.producer.control import CancelReport, ControlRefused, NothingMatched, QueuePause, TooManyMatched
 from tenure.producer.results import JobFailed, ResultTimeout
 from tenure.producer.sync_client import SyncClient
+from tenure.producer.workflow import Step, Workflow, chain, fan_in
 from tenure.tasks import EnqueueOptions, Task, TaskOptions, TaskPolicy, TaskRegistry
 
 if TYPE_CHECKING:
@@ -75,6 +77,7 @@ __all__ = [
     "EffectUncertain",
     "EnqueueOptions",
     "EnqueuedJob",
+    "EnqueuedWorkflow",
     "FailureClass",
     "FailurePolicy",
     "Job",
@@ -98,6 +101,7 @@ __all__ = [
     "SchemaNotMigrated",
     "SecretValue",
     "Snooze",
+    "Step",
     "SyncClient",
     "SyncTransaction",
     "Task",
@@ -114,6 +118,11 @@ __all__ = [
     "ValidationError",
     "Worker",
     "WorkerOptions",
+    "Workflow",
+    "WorkflowStep",
+    "WorkflowSummary",
+    "chain",
+    "fan_in",
     "resolve_secrets",
     "run_transaction",
     "run_transaction_sync",

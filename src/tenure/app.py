@@ -230,6 +230,16 @@ class Tenure:
     paused_queues_sync = _blocking_verb(SyncClient.paused_queues)
     result = _async_verb(Client.result)
     result_sync = _blocking_verb(SyncClient.result)
+    enqueue_workflow = _async_verb(Client.enqueue_workflow)
+    enqueue_workflow_sync = _blocking_verb(SyncClient.enqueue_workflow)
+    get_workflow = _async_verb(Client.get_workflow)
+    get_workflow_sync = _blocking_verb(SyncClient.get_workflow)
+    workflow_steps = _async_verb(Client.workflow_steps)
+    workflow_steps_sync = _blocking_verb(SyncClient.workflow_steps)
+    cancel_workflow = _async_verb(Client.cancel_workflow)
+    cancel_workflow_sync = _blocking_verb(SyncClient.cancel_workflow)
+    retry_workflow = _async_verb(Client.retry_workflow)
+    retry_workflow_sync = _blocking_verb(SyncClient.retry_workflow)
 
     async def migrate(self) -> MigrationReport:
         """Creates or upgrades the app's schema, as `tenure migrate` does."""

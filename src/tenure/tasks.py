@@ -7,7 +7,7 @@ import inspect
 import math
 import numbers
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from typing import (
@@ -191,10 +191,17 @@ class Task(Generic[P, R]):
         names = None if allowed is None else frozenset(allowed)
         return _KeywordShape(params[0].name, frozenset(required), names)
 
-    def accepts(self, payload: dict[str, Any], *, check_types: bool = True) -> str | None:
+    def accepts(
+        self, payload: dict[str, Any], *, check_types: bool = True, filled: Collection[str] = ()
+    ) -> str | None:
         """Why `payload` cannot be passed as the handler's keyword arguments, or None: a missing
         or unknown argument, or (with `check_types`, as at enqueue) a value whose JSON type the
-        handler's annotation rules out."""
+        handler's annotation rules out. `filled` names arguments the payload will get later (a
+        workflow step's input): they must be arguments of the handler, and need no value yet."""
+        if filled:
+            payload_now, payload = payload, {**payload, **dict.fromkeys(filled)}
+        else:
+            payload_now = payload
         keywords = self._keywords
         # A payload that fits the handler's keyword names binds; binding (several microseconds,
         # once per job) runs only to word the refusal, or for a handler keywords cannot describe.
@@ -211,8 +218,17 @@ class Task(Generic[P, R]):
                 return str(exc)
         if not check_types:
             return None
-        wrong = payload_type_errors(self.handler, payload)
+        wrong = payload_type_errors(self.handler, payload_now)
         return "; ".join(wrong) if wrong else None
+
+    def takes(self, argument: str) -> bool:
+        """Whether the handler has an argument of that name (or takes any, through **kwargs)."""
+        params = list(self._signature.parameters.values())[1:]
+        return any(
+            p.kind is inspect.Parameter.VAR_KEYWORD
+            or (p.name == argument and p.kind is not inspect.Parameter.POSITIONAL_ONLY)
+            for p in params
+        )
 
     def parameters(self) -> str:
         """The handler's payload arguments as a caller writes them: `order_id, email=...`."""
@@ -247,6 +263,23 @@ class Task(Generic[P, R]):
                 payload[name] = value
         return payload
 
+    def bind(self, *args: Any, **kwargs: Any) -> BoundCall:
+        """This task with some of its handler's arguments: a workflow step
+        (tenure.Workflow.step), whose other arguments the workflow fills, such as the results of
+        the steps it waits for."""
+        try:
+            self._signature.bind_partial(None, *args, **kwargs)
+        except TypeError as exc:
+            raise ValidationError(
+                f"cannot bind task {self.name!r}: {exc}; pass the handler's arguments ({self.parameters()})"
+            ) from None
+        if args:
+            raise ValidationError(
+                f"cannot bind task {self.name!r} by position: a step's arguments are stored by name, "
+                f"pass keyword arguments ({self.parameters()})"
+            )
+        return BoundCall(self, dict(kwargs))
+
     def with_options(
         self, *, conn: AsyncConnection[Any] | Connection[Any] | None = None, **options: Unpack[EnqueueOptions]
     ) -> TaskCall[P]:
@@ -269,6 +302,14 @@ class Task(Generic[P, R]):
 
 #: A task of any handler: what registries, workers and clients handle.
 AnyTask = Task[..., Any]
+
+
+@dataclass(frozen=True)
+class BoundCall:
+    """A task with some of its handler's arguments (`task.bind(...)`): a workflow step to be."""
+
+    task: AnyTask
+    payload: dict[str, Any]
 
 
 class EnqueueOptions(TypedDict, total=False):

@@ -17,6 +17,7 @@ from tenure.db.queries import Queries
 from tenure.model.jobs import JobSpec, JobState
 from tenure.ops.cli import main
 from tenure.producer.client import Client
+from tenure.producer.workflow import Workflow
 from tenure.security.roles import Role, grants
 
 SCHEMA = "tenure"
@@ -424,3 +425,41 @@ async def test_only_the_admin_may_cancel_or_pause_and_the_worker_may_snooze_and_
         assert [(r.id, r.from_state) for r in moved.moved] == [(target, "running")]
     async with await psycopg.AsyncConnection.connect(worker, autocommit=True) as conn:
         assert await _claim(conn, "w") == [], "the worker role claimed from a paused queue"
+
+
+async def test_a_producer_enqueues_a_workflow_and_a_worker_moves_it_on_without_table_grants(
+    dsn: str, roles: dict[Role, str]
+) -> None:
+    """The producer enqueues a workflow through enqueue_workflow() alone; the worker's fenced
+    completion of the first step releases the second (the trigger needs no grant of the role);
+    neither role may write the workflow tables itself."""
+    wf = Workflow("sec")
+    first = wf.step(_task("sec.a"))
+    wf.step(_task("sec.b"), after=first)
+    async with Client(as_role(dsn, roles[Role.PRODUCER]), schema=SCHEMA) as client:
+        run = await client.enqueue_workflow(wf)
+    async with await psycopg.AsyncConnection.connect(
+        as_role(dsn, roles[Role.WORKER]), autocommit=True
+    ) as conn:
+        (claimed,) = await _claim(conn, "w1")
+        assert claimed.id == run.jobs["sec.a"]
+        done = await Queries(SCHEMA).job_complete_many(
+            conn, owner="w1", leases=[(claimed.id, claimed.lease.token)]
+        )
+        assert set(done.values()) == {"done"}
+        (released,) = await _claim(conn, "w1")
+        assert released.id == run.jobs["sec.b"]
+        for role in (Role.PRODUCER, Role.WORKER):
+            with pytest.raises(errors.InsufficientPrivilege):
+                async with await psycopg.AsyncConnection.connect(as_role(dsn, roles[role])) as other:
+                    await other.execute(f"UPDATE {SCHEMA}.workflow_steps SET remaining = 0")
+
+
+def _task(name: str) -> Any:
+    """A task of the workflow above, known to the client only by name (its queue given)."""
+    from tenure.tasks import TaskRegistry
+
+    async def handler(ctx: Any) -> None:
+        return None
+
+    return TaskRegistry().register(handler, name=name, queue="sec")

@@ -48,14 +48,17 @@ class JobBuilder:
         caller's spec is not changed). Applies the credential policy."""
         return self.check_json(spec, task)[0]
 
-    def check_json(self, spec: JobSpec, task: AnyTask | None = None) -> tuple[JobSpec, str]:
-        """`check`, and the payload's compact JSON text (what COPY sends)."""
+    def check_json(
+        self, spec: JobSpec, task: AnyTask | None = None, *, filled: tuple[str, ...] = ()
+    ) -> tuple[JobSpec, str]:
+        """`check`, and the payload's compact JSON text (what COPY sends). `filled`: arguments
+        the payload gets later (a workflow step's input), checked as the handler's own."""
         payload_text = check_spec_json(spec, max_payload_bytes=self.max_payload_bytes)
         known = task or (self.registry.get(spec.task) if self.registry is not None else None)
         queue, priority, max_attempts = spec.queue, spec.priority, spec.max_attempts
         unique_option = spec.unique
         if known is not None:
-            mismatch = known.accepts(spec.payload)
+            mismatch = known.accepts(spec.payload, filled=filled)
             if mismatch:
                 raise ValidationError(
                     f"payload does not fit task {spec.task!r}: {mismatch}; "

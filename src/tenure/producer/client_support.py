@@ -76,7 +76,11 @@ def connection_error(dsn: str, exc: psycopg.Error) -> DatabaseUnavailable | None
     return None
 
 
-def not_migrated(schema: str) -> SchemaNotMigrated:
+def not_migrated(schema: str, feature: str | None = None) -> SchemaNotMigrated:
+    if feature is not None:
+        return SchemaNotMigrated(
+            f"the Tenure schema {schema!r} is older than {feature}: {migrate_hint(schema)} to upgrade it"
+        )
     return SchemaNotMigrated(
         f"the Tenure schema {schema!r} is missing from this database: {migrate_hint(schema)}"
     )

@@ -28,12 +28,14 @@ from tenure.db.sqlfiles import named_queries
 from tenure.db.sync.control_queries import ControlQueries
 from tenure.db.sync.pool import open_pool
 from tenure.db.sync.producer_queries import ProducerQueries
+from tenure.db.sync.workflow_queries import WorkflowQueries
 from tenure.db.wakeups import NotifyLimiter, Wakeups, owns_commit
 from tenure.model.actor import default_actor
 from tenure.model.errors import ValidationError
 from tenure.model.jobs import EnqueuedJob, Job, JobEvent, JobSpec
 from tenure.model.secrets import CredentialPolicy
 from tenure.model.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_queue, check_schema_name
+from tenure.model.workflows import EnqueuedWorkflow, WorkflowCancel, WorkflowStep, WorkflowSummary
 from tenure.producer.builder import COPY_TYPES, CopyRows, JobBuilder
 from tenure.producer.client_support import (
     MISSING_SCHEMA,
@@ -60,6 +62,7 @@ from tenure.producer.control import (
     unknown_queue,
 )
 from tenure.producer.sync.result_wait import wait_for_result
+from tenure.producer.workflow import Workflow, stored_steps
 from tenure.tasks import AnyTask, EnqueueOptions, TaskRegistry
 from tenure.telemetry.tracing import enqueue_span
 
@@ -83,6 +86,7 @@ class SyncClient:
         self.schema = check_schema_name(schema)
         self.queries = ProducerQueries(schema)
         self.control = ControlQueries(schema)
+        self.workflows = WorkflowQueries(schema)
         self.builder = JobBuilder(registry, max_payload_bytes, credential_policy)
         self._dsn = dsn
         self._pool = pool
@@ -298,6 +302,73 @@ class SyncClient:
                 )
             except psycopg.errors.UniqueViolation as exc:
                 raise key_held(exc, "retried") from None
+        return retry_report(rows)
+
+    # -- workflows ------------------------------------------------------------------
+
+    def enqueue_workflow(
+        self, workflow: Workflow, *, conn: Connection[Any] | None = None
+    ) -> EnqueuedWorkflow:
+        """Enqueues a workflow (tenure.Workflow, chain, fan_in); with `conn`, inside that
+        connection's current transaction, like a job. Every step is checked as a job of its task
+        before anything is written; the steps without dependencies are jobs at once."""
+        steps = stored_steps(workflow, self.builder)
+        with self._joined(conn) as joined, self._conn(joined) as c:
+            try:
+                return self.workflows.enqueue(c, name=workflow.name, on_dead=workflow.on_dead, steps=steps)
+            except psycopg.errors.UndefinedFunction:
+                raise not_migrated(self.schema, "workflows") from None
+
+    def list_workflows(self, *, limit: int = 50) -> list[WorkflowSummary]:
+        """The latest workflows, newest first, with their steps counted by state."""
+        with self._conn(None) as c:
+            return self.workflows.latest(c, limit=limit)
+
+    def get_workflow(self, workflow_id: int) -> WorkflowSummary | None:
+        """The workflow with its steps counted by state; None when there is none with that id."""
+        with self._conn(None) as c:
+            return self.workflows.get(c, workflow_id)
+
+    def workflow_steps(self, workflow_id: int, *, limit: int = 1000) -> list[WorkflowStep]:
+        """The workflow's steps in the order they were declared, with what each waits for."""
+        with self._conn(None) as c:
+            return self.workflows.steps(c, workflow_id, limit=limit)
+
+    def cancel_workflow(self, workflow_id: int, *, reason: str, actor: str | None = None) -> WorkflowCancel:
+        """Cancels every step still to run: waiting and held steps, queued step jobs, and running
+        ones revoked (their holders can write nothing more). Steps already finished stay as they
+        are. A workflow cancelled before answers 'already'."""
+        text = check_reason(reason, "cancel a workflow")
+        with self._conn(None) as c:
+            done = self.workflows.cancel(c, workflow_id, actor=actor or default_actor(), reason=text)
+        if done is None:
+            raise ValidationError(f"there is no workflow {workflow_id}: `tenure workflows list` shows them")
+        return done
+
+    def retry_workflow(
+        self, workflow_id: int, *, reason: str, attempts: int = 1, actor: str | None = None
+    ) -> list[int]:
+        """Reprocesses the workflow's dead steps (and steps whose job was cancelled on its own)
+        with `attempts` more attempts: the steps they held wait again, and run once they succeed.
+        Returns the step jobs reprocessed."""
+        check_attempts(attempts)
+        text = check_reason(reason, "retry a workflow")
+        with self._conn(None) as c:
+            summary = self.workflows.get(c, workflow_id)
+            if summary is None:
+                raise ValidationError(
+                    f"there is no workflow {workflow_id}: `tenure workflows list` shows them"
+                )
+            if summary.cancelled_at is not None:
+                raise ValidationError(
+                    f"workflow {workflow_id} was cancelled; a cancelled workflow stays cancelled"
+                )
+            failed = self.workflows.failed_jobs(c, workflow_id)
+            if not failed:
+                return []
+            rows = self.control.retry_many(
+                c, failed, attempts=attempts, actor=actor or default_actor(), reason=text
+            )
         return retry_report(rows)
 
     def pause_queue(

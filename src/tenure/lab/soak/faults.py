@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from psycopg import IsolationLevel
 
-from tenure import Client, ControlRefused, JobState
+from tenure import Client, ConfigurationError, ControlRefused, JobState
 from tenure.db.connect import connect
 from tenure.lab.soak.app import QUEUE as SOAK_QUEUE
 from tenure.lab.soak.app import Kind
@@ -46,6 +46,8 @@ CANCELLABLE_TASKS = frozenset(k.value for k in CANCELLABLE_KINDS)
 
 
 class FaultKind(enum.Enum):
+    """The faults a soak injects; `tenure soak --faults` names them in lower case (kill, pause, ...)."""
+
     KILL = "SIGKILL a worker"
     PAUSE = "SIGSTOP/SIGCONT a worker"
     TERMINATE = "pg_terminate_backend of a worker's sessions"
@@ -65,6 +67,20 @@ class FaultKind(enum.Enum):
     BAD_ROWS = "rows with the worst values the database accepts"
     FORGED_REQUESTS = "DNS-rebinding and cross-site requests to the dashboard"
     ORM_TERMINATE = "pg_terminate_backend of thread handlers' own connections"
+
+
+def fault_kinds(names: str | None) -> frozenset[FaultKind] | None:
+    """The kinds `--faults` names (comma-separated, lower case); None when it names none."""
+    if not names:
+        return None
+    known = {k.name.lower(): k for k in FaultKind}
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in known]
+    if unknown or not wanted:
+        raise ConfigurationError(
+            f"--faults names unknown fault kinds {unknown or [names]}: give some of {', '.join(known)}"
+        )
+    return frozenset(known[n] for n in wanted)
 
 
 #: Faults of the server itself: which of them a run injects depends on its topology.
@@ -114,9 +130,11 @@ class FaultSchedule:
         network_missing: str,
         started: float,
         acked: dict[str, list[int]] | None = None,
+        only: frozenset[FaultKind] | None = None,
     ) -> None:
         """`network`: the namespace worker w1 runs in, or None and why in `network_missing`.
-        `acked`: the workload's acknowledged jobs by kind, which the pending-locks fault adds to."""
+        `acked`: the workload's acknowledged jobs by kind, which the pending-locks fault adds to.
+        `only`: the kinds to inject (None: every one); the topology's server faults always run."""
         self.fleet = fleet
         self.scope = scope
         self.server = server
@@ -131,7 +149,11 @@ class FaultSchedule:
         ]
         at = self.kinds.index(FaultKind.PARTITION) + 1
         self.kinds[at:at] = server.server_faults
+        if only is not None:
+            self.kinds = [k for k in self.kinds if k in only or k in server.server_faults]
         self.upgrade = SchemaUpgrade(scope)
+        if FaultKind.UPGRADE not in self.kinds:
+            self.upgrade.current.set()  # the schema starts at the latest version
         self.pending_locks = PendingLocks(scope, acked if acked is not None else {})
         self.bad_rows = BadRows(scope)
         self.forged = ForgedRequests(scope)
@@ -262,11 +284,12 @@ class FaultSchedule:
 
     async def checks(self, conn: Any) -> list[Check]:
         """The verdicts of the faults that judge what they did themselves."""
+        kinds = set(self.kinds)
         return [
-            *await self.upgrade.checks(conn),
-            *self.pending_locks.checks(),
-            *await self.bad_rows.checks(conn),
-            *self.forged.checks(),
+            *(await self.upgrade.checks(conn) if FaultKind.UPGRADE in kinds else []),
+            *(self.pending_locks.checks() if FaultKind.PENDING_LOCKS in kinds else []),
+            *(await self.bad_rows.checks(conn) if FaultKind.BAD_ROWS in kinds else []),
+            *(self.forged.checks() if FaultKind.FORGED_REQUESTS in kinds else []),
         ]
 
     async def _network(self, kind: FaultKind) -> tuple[str, str, bool]:

@@ -21,14 +21,14 @@ from psycopg import AsyncConnection
 
 from tenure import Client, ConfigurationError, EnqueuedJob, JobSpec, Tenure, TenureError
 from tenure.db.connect import connect
-from tenure.db.migrate import WORKER_SCHEMA_FLOOR, migrate
+from tenure.db.migrate import WORKER_SCHEMA_FLOOR, latest_version, migrate
 from tenure.db.schedule_queries import ScheduleQueries
 from tenure.lab.passes import recover_at_once
 from tenure.lab.soak import ordered_effects
 from tenure.lab.soak import orm as orm_connections
 from tenure.lab.soak.app import LIMITED_MAX, LIMITED_QUEUE, SNOOZES, TICK_SCHEDULE, Kind, app
 from tenure.lab.soak.attempts import host_clock, overlaps, read_intervals
-from tenure.lab.soak.faults import FaultRecord, FaultSchedule
+from tenure.lab.soak.faults import FaultKind, FaultRecord, FaultSchedule, fault_kinds
 from tenure.lab.soak.fleet import SoakFleet, faketime_available
 from tenure.lab.soak.network import NetworkUnavailable, WorkerNetwork
 from tenure.lab.soak.operator import DashboardOperator
@@ -112,7 +112,9 @@ async def _run(args: argparse.Namespace) -> int:
         _say(args, f"tenure soak: {args.duration:g}s of load on {where}")
         dsn = await recreate_database(server_dsn, args.database)
         workload = make_workload(args.accounts, 0, args.seed)
-        await _prepare(dsn, args.schema, workload)
+        only = fault_kinds(args.faults)
+        upgrading = only is None or FaultKind.UPGRADE in only
+        await _prepare(dsn, args.schema, workload, upgrading=upgrading)
         role = SoakRole(role_name, args.schema)
         producer = SoakRole(f"tenure_soak_producer_{run_id}", args.schema, Role.PRODUCER)
         async with await connect(dsn) as conn:
@@ -153,6 +155,7 @@ async def _run(args: argparse.Namespace) -> int:
             network_missing=network_missing,
             started=started,
             acked=acked,
+            only=only,
         )
         waiting = Client(dsn, schema=args.schema)
         waiters = ResultWaiters(waiting, timeout=args.duration + args.drain_timeout + 60)
@@ -228,7 +231,7 @@ async def _run(args: argparse.Namespace) -> int:
             "accounts": args.accounts,
             "network_faults": network_missing or "network namespace + veth + iptables",
             "clock_skew": "libfaketime" if faketime_available() else "unavailable (no libfaketime)",
-            "schema_at_start": WORKER_SCHEMA_FLOOR,
+            "schema_at_start": WORKER_SCHEMA_FLOOR if upgrading else latest_version(),
             "run_dir": str(run_dir),
         }
         report.wall_seconds = time.monotonic() - started
@@ -302,11 +305,12 @@ async def _load_and_drain(
     return failures, await sampling
 
 
-async def _prepare(dsn: str, schema: str, workload: Workload) -> None:
-    """Tenure's schema at the oldest version workers run on (the upgrade fault brings it to the
-    latest under load), and the bank with its accounts opened."""
+async def _prepare(dsn: str, schema: str, workload: Workload, *, upgrading: bool) -> None:
+    """Tenure's schema at the oldest version workers run on when the upgrade fault runs (it
+    brings the schema to the latest under load), else at the latest; and the bank with its
+    accounts opened."""
     async with await connect(dsn) as conn:
-        await migrate(conn, schema, up_to=WORKER_SCHEMA_FLOOR)
+        await migrate(conn, schema, up_to=WORKER_SCHEMA_FLOOR if upgrading else None)
         async with conn.transaction():
             bank = BankQueries(schema)
             await bank.create_bank(conn)

@@ -37,6 +37,12 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--lease", type=float, default=2.0, help="lease seconds")
     p.add_argument("--accounts", type=int, default=50)
     p.add_argument("--fault-gap", type=float, default=3.0, help="seconds between faults")
+    p.add_argument(
+        "--faults",
+        default=None,
+        help="inject only these fault kinds, comma-separated (kill,pause,terminate,...; default: "
+        "every kind); the topology's own server faults always run, and each kind named must run",
+    )
     p.add_argument("--drain-timeout", type=float, default=120.0, help="seconds to finish after the load")
     p.add_argument("--report-every", type=float, default=10.0, help="seconds between progress lines")
     p.add_argument(

@@ -16,6 +16,8 @@ GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT EXECUTE ON FUNCTION {schema}.enqueue(text, jsonb, text, timestamptz, float8, integer, integer, text, uuid,
                                            text, {schema}.job_state[], float8, boolean, jsonb, boolean)
     TO {role};
+-- Workflows come in through enqueue_workflow() alone, a SECURITY DEFINER function as enqueue().
+GRANT EXECUTE ON FUNCTION {schema}.enqueue_workflow(text, jsonb, text) TO {role};
 GRANT SELECT ON {schema}.schema_migrations TO {role};
 
 -- name: worker
@@ -46,6 +48,9 @@ GRANT SELECT, INSERT, UPDATE ON {schema}.task_policies TO {role};
 GRANT EXECUTE ON FUNCTION {schema}.enqueue(text, jsonb, text, timestamptz, float8, integer, integer, text, uuid,
                                            text, {schema}.job_state[], float8, boolean, jsonb, boolean)
     TO {role};
+-- A handler may enqueue a workflow too. A step's progress (its children released, the steps
+-- after a dead one held) is the jobs_workflow_advance trigger's, which needs no grant of the role.
+GRANT EXECUTE ON FUNCTION {schema}.enqueue_workflow(text, jsonb, text) TO {role};
 GRANT SELECT ON {schema}.schema_migrations TO {role};
 -- The scheduler (docs/schedules.md): it registers its app's schedules, fires their slots as jobs
 -- and records each fired slot. It may not pause or resume a schedule (the pause columns are the

@@ -1,0 +1,102 @@
+-- Workflows (docs/workflows.md): enqueueing one, reading its steps, and the operator's cancel.
+-- A step's progress itself is written by the jobs_workflow_advance trigger (migration 0018), in
+-- the transaction of whichever statement moves the step's job.
+
+-- name: workflow_enqueue
+-- Through enqueue_workflow(), the one way in for every role: the steps as JSON (see that
+-- function for their fields). Each step's job id comes back with its name.
+SELECT w.workflow_id, w.step, w.job_id
+FROM __schema__.enqueue_workflow(%(name)s, %(steps)s::jsonb, %(on_dead)s) w;
+
+-- part: workflow_summary
+-- One workflow with its steps counted by state (w: the workflows rows in scope). A step whose
+-- job exists counts by the job's live state: pending (or scheduled) and running.
+SELECT w.id, w.name, w.on_dead, w.created_at, w.cancelled_at, w.cancelled_by, w.cancel_reason,
+       count(*) AS steps,
+       count(*) FILTER (WHERE s.state = 'succeeded') AS succeeded,
+       count(*) FILTER (WHERE s.state = 'released' AND j.state = 'running') AS running,
+       count(*) FILTER (WHERE s.state = 'released' AND coalesce(j.state::text, '') <> 'running') AS queued,
+       count(*) FILTER (WHERE s.state = 'waiting') AS waiting,
+       count(*) FILTER (WHERE s.state = 'held') AS held,
+       count(*) FILTER (WHERE s.state = 'dead') AS dead,
+       count(*) FILTER (WHERE s.state = 'cancelled') AS cancelled,
+       max(s.finished_at) AS last_finished_at
+FROM w
+JOIN __schema__.workflow_steps s ON s.workflow_id = w.id
+LEFT JOIN __schema__.jobs j ON j.id = s.job_id AND s.state = 'released'
+GROUP BY w.id, w.name, w.on_dead, w.created_at, w.cancelled_at, w.cancelled_by, w.cancel_reason
+ORDER BY w.id DESC
+
+-- name: workflow_list
+-- The latest workflows, newest first, each counted by its steps' states.
+WITH w AS (
+    SELECT * FROM __schema__.workflows ORDER BY id DESC LIMIT %(limit)s
+)
+__part_workflow_summary__;
+
+-- name: workflow_get
+WITH w AS (
+    SELECT * FROM __schema__.workflows WHERE id = %(id)s
+)
+__part_workflow_summary__;
+
+-- name: workflow_steps
+-- A workflow's steps in the order they were declared (their job ids were drawn in it), each with
+-- the steps it waits for and, once released, its job's live state and last error.
+SELECT s.name, s.task, s.queue, s.job_id, s.state, j.state::text AS job_state,
+       coalesce(j.attempt_count, 0) AS attempts, s.max_attempts, s.remaining,
+       coalesce((SELECT array_agg(e.parent ORDER BY e.position) FROM __schema__.workflow_edges e
+                 WHERE e.workflow_id = s.workflow_id AND e.child = s.name), '{}') AS after,
+       s.input_arg, s.released_at, coalesce(j.attempted_at, NULL) AS attempted_at, s.finished_at,
+       j.last_error_code, j.last_error
+FROM __schema__.workflow_steps s
+LEFT JOIN __schema__.jobs j ON j.id = s.job_id
+WHERE s.workflow_id = %(id)s
+ORDER BY s.job_id
+LIMIT %(limit)s;
+
+-- name: workflow_cancel
+-- The first half of cancelling a workflow: it is marked cancelled (a release that comes after
+-- finds the mark and its steps cancelled), and every step still waiting or held is cancelled.
+-- A release racing with this waits on the step's row lock, so once this statement returns,
+-- every step released meanwhile is a job the next statement (workflow_live_jobs) sees.
+-- Returns the workflow's id, and 'already' when it was cancelled before.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+), marked AS (
+    UPDATE __schema__.workflows w
+    SET cancelled_at = clock.now, cancelled_by = %(actor)s, cancel_reason = %(reason)s
+    FROM clock
+    WHERE w.id = %(id)s AND w.cancelled_at IS NULL
+    RETURNING w.id
+), waiting AS (
+    UPDATE __schema__.workflow_steps s
+    SET state = 'cancelled', finished_at = clock.now
+    FROM marked m CROSS JOIN clock
+    WHERE s.workflow_id = m.id AND s.state IN ('waiting', 'held')
+    RETURNING s.name
+)
+SELECT w.id, CASE WHEN EXISTS (SELECT 1 FROM marked) THEN 'cancelled' ELSE 'already' END AS outcome,
+       (SELECT count(*) FROM waiting) AS steps_cancelled
+FROM __schema__.workflows w
+WHERE w.id = %(id)s;
+
+-- name: workflow_live_jobs
+-- The jobs of a workflow's released steps that have not finished, locked (in id order) so that
+-- none finishes before the job-control statement that follows cancels or revokes it.
+SELECT j.id
+FROM __schema__.workflow_steps s
+JOIN __schema__.jobs j ON j.id = s.job_id
+WHERE s.workflow_id = %(id)s AND s.state = 'released'
+  AND j.state IN ('scheduled', 'pending', 'running')
+ORDER BY j.id
+FOR UPDATE OF j;
+
+-- name: workflow_failed_jobs
+-- The jobs of a workflow's dead steps, and of steps whose job was cancelled on its own: what a
+-- retry of the workflow reprocesses.
+SELECT s.job_id AS id
+FROM __schema__.workflow_steps s
+JOIN __schema__.jobs j ON j.id = s.job_id
+WHERE s.workflow_id = %(id)s AND s.state IN ('dead', 'cancelled') AND j.state IN ('dead', 'cancelled')
+ORDER BY s.job_id;

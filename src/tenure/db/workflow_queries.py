@@ -1,0 +1,85 @@
+"""Typed access to the workflow queries (workflows.sql): enqueueing a workflow, reading it, and
+cancelling or retrying it through the job-control statements every job's control uses. Written
+once, async; tools/async_to_sync.py writes its blocking twin (tenure.db.sync.workflow_queries)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg.types.json import Jsonb
+
+from tenure.db.control_queries import ControlQueries
+from tenure.db.control_rows import ControlRows
+from tenure.db.fetch import fetch, fetch_as
+from tenure.db.sqlfiles import named_queries
+from tenure.db.text import storable_text
+from tenure.model.workflows import EnqueuedWorkflow, WorkflowCancel, WorkflowStep, WorkflowSummary
+
+ASYNC = True
+
+
+class WorkflowQueries:
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        self._sql = named_queries(schema)
+        self.control = ControlQueries(schema)
+
+    async def enqueue(
+        self, conn: AsyncConnection[Any], *, name: str, on_dead: str, steps: list[dict[str, Any]]
+    ) -> EnqueuedWorkflow:
+        """Writes the workflow in `conn`'s transaction; its root steps become jobs at once."""
+        params = {"name": name, "on_dead": on_dead, "steps": Jsonb(steps)}
+        rows = await fetch(conn, self._sql["workflow_enqueue"], params)
+        return EnqueuedWorkflow(rows[0]["workflow_id"], {r["step"]: r["job_id"] for r in rows})
+
+    async def latest(self, conn: AsyncConnection[Any], *, limit: int = 50) -> list[WorkflowSummary]:
+        """The latest workflows, newest first."""
+        return await fetch_as(conn, WorkflowSummary, self._sql["workflow_list"], {"limit": limit})
+
+    async def get(self, conn: AsyncConnection[Any], workflow_id: int) -> WorkflowSummary | None:
+        rows = await fetch_as(conn, WorkflowSummary, self._sql["workflow_get"], {"id": workflow_id})
+        return rows[0] if rows else None
+
+    async def steps(
+        self, conn: AsyncConnection[Any], workflow_id: int, *, limit: int = 1000
+    ) -> list[WorkflowStep]:
+        """The workflow's steps in the order they were declared."""
+        params = {"id": workflow_id, "limit": limit}
+        return await fetch_as(conn, WorkflowStep, self._sql["workflow_steps"], params)
+
+    async def cancel(
+        self,
+        conn: AsyncConnection[Any],
+        workflow_id: int,
+        *,
+        actor: str,
+        reason: str,
+        now: datetime | None = None,
+    ) -> WorkflowCancel | None:
+        """Cancels the workflow: its waiting and held steps here, then its queued and running step
+        jobs through job_cancel_many (running ones revoked), in one transaction. None: no such
+        workflow."""
+        actor, reason = storable_text(actor, 200), storable_text(reason, 2000)
+        params = {"id": workflow_id, "actor": actor, "reason": reason, "now": now}
+        async with conn.transaction():
+            marked = await fetch(conn, self._sql["workflow_cancel"], params)
+            if not marked:
+                return None
+            live = [r["id"] for r in await fetch(conn, self._sql["workflow_live_jobs"], {"id": workflow_id})]
+            moved: ControlRows | None = None
+            if live:
+                moved = await self.control.cancel_many(
+                    conn, live, max_jobs=len(live), actor=actor, reason=reason, now=now
+                )
+        return WorkflowCancel(
+            workflow_id,
+            marked[0]["outcome"],
+            marked[0]["steps_cancelled"],
+            [] if moved is None else [j.id for j in moved.moved],
+        )
+
+    async def failed_jobs(self, conn: AsyncConnection[Any], workflow_id: int) -> list[int]:
+        """The jobs of the workflow's dead (or singly cancelled) steps: what a retry reprocesses."""
+        return [r["id"] for r in await fetch(conn, self._sql["workflow_failed_jobs"], {"id": workflow_id})]

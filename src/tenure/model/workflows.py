@@ -1,0 +1,100 @@
+"""Workflows as stored and shown: what enqueueing one returns, a workflow with its steps counted
+by state, and one step with what it waits for (docs/workflows.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+#: What happens to the steps after a dead step: held until it is reprocessed, or cancelled.
+OnDead = Literal["hold", "cancel"]
+ON_DEAD: tuple[OnDead, ...] = ("hold", "cancel")
+
+#: A workflow has at most this many steps (enqueue_workflow() refuses more).
+MAX_STEPS = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueuedWorkflow:
+    """A workflow just enqueued: its id, and each step's job id by step name (every step's job id
+    is drawn at enqueue, so a caller can wait for the last step's result from the start)."""
+
+    id: int
+    jobs: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowSummary:
+    """A workflow with its steps counted by state. `queued` counts released steps whose job waits
+    to be claimed (or to retry), `running` those whose job runs."""
+
+    id: int
+    name: str
+    on_dead: str
+    created_at: datetime
+    cancelled_at: datetime | None
+    cancelled_by: str | None
+    cancel_reason: str | None
+    steps: int
+    succeeded: int
+    running: int
+    queued: int
+    waiting: int
+    held: int
+    dead: int
+    cancelled: int
+    last_finished_at: datetime | None
+
+    @property
+    def state(self) -> str:
+        """One word for the whole: cancelled, succeeded, failed (a dead step: the steps after
+        it are held or cancelled), or running (something is still to run)."""
+        if self.cancelled_at is not None:
+            return "cancelled"
+        if self.succeeded == self.steps:
+            return "succeeded"
+        if self.dead or (self.cancelled and not (self.running or self.queued or self.waiting)):
+            return "failed"
+        return "running"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowStep:
+    """One step: its state (waiting, held, cancelled, released, succeeded, dead), the state of
+    its job once released, and the steps it waits for."""
+
+    name: str
+    task: str
+    queue: str
+    job_id: int
+    state: str
+    job_state: str | None
+    attempts: int
+    max_attempts: int
+    remaining: int
+    after: list[str]
+    input_arg: str | None
+    released_at: datetime | None
+    attempted_at: datetime | None
+    finished_at: datetime | None
+    last_error_code: str | None
+    last_error: str | None
+
+    @property
+    def shown_state(self) -> str:
+        """The state a person wants to read: a released step's job state (pending, running, ...)."""
+        if self.state == "released" and self.job_state is not None:
+            return self.job_state
+        return self.state
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowCancel:
+    """What cancelling a workflow did: 'cancelled', or 'already' when it was cancelled before;
+    how many waiting steps it cancelled and which running or queued step jobs it cancelled."""
+
+    id: int
+    outcome: str
+    steps_cancelled: int
+    jobs_cancelled: list[int]
