@@ -129,7 +129,7 @@ def wait_until_finished(dsn: str, expected: int, worker: subprocess.Popen[bytes]
 def test_readme_first_ten_minutes_runs_verbatim(dsn: str, tmp_path: Path) -> None:
     """The README's files and commands, copied as they stand, migrate, run a worker, enqueue from the
     CLI, from a transaction and blocking, wait for a result, cancel by filter, pause and resume a
-    queue, and every job ends where and as the README says."""
+    queue, run a fan-in workflow, and every job ends where and as the README says."""
     assert shutil.which("tenure"), "the `tenure` command is not installed (pip install -e '.[dev]')"
     runnable = [b for b in blocks(README) if b.language in ("python", "bash") and not b.not_run]
     for block in runnable:
@@ -158,7 +158,7 @@ def test_readme_first_ten_minutes_runs_verbatim(dsn: str, tmp_path: Path) -> Non
                 )
                 assert done.returncode == 0, (block.where, line, done.stdout, done.stderr)
         assert worker is not None, "the README starts no `tenure worker`"
-        rows = wait_until_finished(dsn, 6, worker)
+        rows = wait_until_finished(dsn, 10, worker)
     finally:
         if worker is not None and worker.poll() is None:
             worker.send_signal(signal.SIGTERM)  # what Ctrl-C or a process manager sends
@@ -174,7 +174,12 @@ def test_readme_first_ten_minutes_runs_verbatim(dsn: str, tmp_path: Path) -> Non
         (compress, "files", 20, "succeeded", {"folder": "logs"}),
         (count, "files", 20, "succeeded", {"folder": "logs"}),
         (send, "emails", 5, "cancelled", {"order_id": 9, "email": "c@d.e"}),
+        (count, "files", 20, "succeeded", {"folder": "logs"}),
+        (count, "files", 20, "succeeded", {"folder": "logs"}),
+        (count, "files", 20, "succeeded", {"folder": "logs"}),
+        ("shop.tasks.total", "files", 20, "succeeded", {"counts": [2, 2, 2]}),
     ], rows
+    assert rows[9][7] == 6, "the workflow's total is the sum of its three counts"
     assert rows[4][7] == 2, "count_logs's result is the number of log files"
     assert rows[5][6] == "order refunded", "the cancel's reason is the job's last error"
     receipts = sorted(p.name for p in (tmp_path / "outbox").iterdir())

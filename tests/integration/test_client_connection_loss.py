@@ -106,3 +106,27 @@ async def test_concurrent_first_enqueues_open_one_pool(
             break
         await asyncio.sleep(0.02)
     assert await _sessions(db, "tenure-client") == 0
+
+
+@pytest.mark.parametrize("blocking", [False, True], ids=["async", "sync"])
+async def test_an_enqueue_on_a_read_only_database_says_nothing_was_written(
+    dsn: str, db: AsyncConnection[Any], blocking: bool
+) -> None:
+    """On a database that accepts no writes (a standby, or set read-only), both clients raise
+    DatabaseUnavailable saying so and that nothing was written, not the server's raw error."""
+    name = (await (await db.execute("SELECT current_database()")).fetchone() or [""])[0]
+    await db.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+    try:
+        if blocking:
+            with (
+                SyncClient(dsn) as sync_client,
+                pytest.raises(DatabaseUnavailable, match=r"read-only.*nothing was written"),
+            ):
+                await asyncio.to_thread(sync_client.enqueue, "t.any", queue="q")
+        else:
+            async with Client(dsn) as client:
+                with pytest.raises(DatabaseUnavailable, match=r"read-only.*nothing was written"):
+                    await client.enqueue("t.any", queue="q")
+    finally:
+        await db.execute(f'ALTER DATABASE "{name}" RESET default_transaction_read_only')
+    assert await (await db.execute("SELECT count(*) FROM tenure.jobs")).fetchone() == (0,)

@@ -11,9 +11,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.crash]
 
 def test_soak_through_pgbouncer_loses_nothing() -> None:
     """Workers and the producer through PgBouncer in transaction mode (LISTEN direct), under
-    every fault of the schedule and a PostgreSQL restart behind the pooler: every check holds."""
-    report = run_soak("--topology", "pgbouncer", "--duration", "85", "--fault-gap", "1",
-                      "--rate", "15", "--drain-timeout", "90", timeout=360)  # fmt: skip
+    the faults that meet the pooler (sessions ended, a read-only database, revokes told on the
+    direct LISTEN, thread handlers' own connections killed) and a PostgreSQL restart behind it:
+    every check holds. The base soak runs every other fault."""
+    report = run_soak("--topology", "pgbouncer", "--duration", "50", "--fault-gap", "1",
+                      "--faults", "kill,pause,terminate,read_only,job_revoke,orm_terminate",
+                      "--rate", "15", "--drain-timeout", "90", timeout=300)  # fmt: skip
     assert report["setup"]["topology"] == "pgbouncer"
     assert "PgBouncer" in report["setup"]["server"]
     assert report["fault_counts"]["restart"] > 0
@@ -22,12 +25,13 @@ def test_soak_through_pgbouncer_loses_nothing() -> None:
 
 
 def test_soak_across_switchovers_and_primary_kills_loses_nothing() -> None:
-    """Under load and every other fault, planned switchovers and SIGKILLs of the primary's
-    postmaster: workers on the multi-host DSN follow the new primary by themselves, two of them
-    with clocks minutes off, and every check holds; the time to the first completion after each
-    failover is reported."""
-    report = run_soak("--topology", "failover", "--duration", "110", "--fault-gap", "1",
-                      "--rate", "15", "--drain-timeout", "90", timeout=600)  # fmt: skip
+    """Under load, worker crashes, pauses and revokes, planned switchovers and SIGKILLs of the
+    primary's postmaster: workers on the multi-host DSN follow the new primary by themselves, two
+    of them with clocks minutes off, and every check holds; the time to the first completion
+    after each failover is reported. The base soak runs every other fault."""
+    report = run_soak("--topology", "failover", "--duration", "75", "--fault-gap", "1",
+                      "--faults", "kill,pause,terminate,job_revoke",
+                      "--rate", "15", "--drain-timeout", "90", timeout=480)  # fmt: skip
     assert report["setup"]["topology"] == "failover"
     assert report["fault_counts"]["switchover"] > 0 and report["fault_counts"]["primary_kill"] > 0
     assert "restart" not in report["fault_counts"]

@@ -45,6 +45,8 @@ class WorkflowSummary:
     dead: int
     cancelled: int
     last_finished_at: datetime | None
+    db_now: datetime
+    """The database's clock when this was read: what relative times are measured against."""
 
     @property
     def state(self) -> str:

@@ -13,7 +13,7 @@ import psycopg
 from psycopg import Connection
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
-from tenure.db.connect import LISTEN_DSN_ENV, connection_lost, is_connection_lost, unavailable
+from tenure.db.connect import LISTEN_DSN_ENV, connection_lost, describe_dsn, is_connection_lost, unavailable
 from tenure.db.migrate_hint import migrate_hint
 from tenure.model.errors import DatabaseUnavailable, SchemaNotMigrated
 from tenure.model.registration import register_once
@@ -73,6 +73,12 @@ def connection_error(dsn: str, exc: psycopg.Error) -> DatabaseUnavailable | None
         return unavailable(dsn, exc)
     if is_connection_lost(exc):
         return connection_lost(dsn, exc)
+    if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
+        return DatabaseUnavailable(
+            f"PostgreSQL at {describe_dsn(dsn)} is read-only just now (a standby, or a database set "
+            "read-only): nothing was written. Write again once it accepts writes, or point the DSN at "
+            "the primary (a multi-host DSN with target_session_attrs=read-write finds it)"
+        )
     return None
 
 

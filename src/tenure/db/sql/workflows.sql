@@ -20,7 +20,8 @@ SELECT w.id, w.name, w.on_dead, w.created_at, w.cancelled_at, w.cancelled_by, w.
        count(*) FILTER (WHERE s.state = 'held') AS held,
        count(*) FILTER (WHERE s.state = 'dead') AS dead,
        count(*) FILTER (WHERE s.state = 'cancelled') AS cancelled,
-       max(s.finished_at) AS last_finished_at
+       max(s.finished_at) AS last_finished_at,
+       statement_timestamp() AS db_now
 FROM w
 JOIN __schema__.workflow_steps s ON s.workflow_id = w.id
 LEFT JOIN __schema__.jobs j ON j.id = s.job_id AND s.state = 'released'

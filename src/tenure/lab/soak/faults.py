@@ -83,6 +83,18 @@ def fault_kinds(names: str | None) -> frozenset[FaultKind] | None:
     return frozenset(known[n] for n in wanted)
 
 
+def spread(others: list[FaultKind], servers: tuple[FaultKind, ...]) -> list[FaultKind]:
+    """`others` with `servers` spaced evenly among them: each server fault is followed by other
+    faults, so the completions after it are measured before the next server fault begins."""
+    if not servers:
+        return others
+    every = max(1, len(others) // len(servers))
+    kinds: list[FaultKind] = []
+    for i, server in enumerate(servers):
+        kinds += others[i * every : (i + 1) * every] + [server]
+    return kinds + others[len(servers) * every :]
+
+
 #: Faults of the server itself: which of them a run injects depends on its topology.
 SERVER_FAULTS = frozenset({FaultKind.RESTART, FaultKind.SWITCHOVER, FaultKind.PRIMARY_KILL})
 #: Faults that run once: once done there is nothing left for them to do, and they leave the
@@ -150,7 +162,9 @@ class FaultSchedule:
         at = self.kinds.index(FaultKind.PARTITION) + 1
         self.kinds[at:at] = server.server_faults
         if only is not None:
-            self.kinds = [k for k in self.kinds if k in only or k in server.server_faults]
+            self.kinds = spread(
+                [k for k in self.kinds if k in only and k not in server.server_faults], server.server_faults
+            )
         self.upgrade = SchemaUpgrade(scope)
         if FaultKind.UPGRADE not in self.kinds:
             self.upgrade.current.set()  # the schema starts at the latest version

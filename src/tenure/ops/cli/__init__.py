@@ -26,6 +26,7 @@ from tenure.ops.cli import (
     schedules,
     soak,
     worker,
+    workflows,
 )
 from tenure.ops.cli._common import (
     EXIT_NOT_MIGRATED,
@@ -49,6 +50,7 @@ COMMAND_MODULES = [
     dead,
     control,
     schedules,
+    workflows,
     ops,
     ordering,
     effects,

@@ -1,0 +1,83 @@
+"""`tenure workflows list|show|cancel|retry`: what each shows of a workflow's steps, and that bad
+input exits non-zero with a clear message and changes nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tenure import Tenure, Workflow
+from tenure.ops.cli import main
+from tenure.ops.cli._common import out as console
+
+
+@pytest.fixture(autouse=True)
+def wide_tables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tables as a wide terminal shows them, so no cell is cut."""
+    monkeypatch.setattr(console, "width", 200)
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _enqueue(dsn: str) -> int:
+    app = Tenure(dsn)
+    wf = Workflow("nightly import")
+    fetched = wf.step(app.registry.register(_noop, name="cli.fetch", queue="cli"), name="fetch")
+    rows = wf.group(
+        [app.registry.register(_noop, name="cli.row", queue="cli")] * 2, after=fetched, name="row"
+    )
+    wf.step(app.registry.register(_noop, name="cli.sum", queue="cli"), after=rows, name="sum")
+    run = app.enqueue_workflow_sync(wf)
+    app.close_sync()
+    return run.id
+
+
+async def _noop(ctx: object) -> None:
+    return None
+
+
+def test_list_and_show_give_each_step_its_state_and_what_it_waits_for(
+    dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fresh fan-out: the list counts one queued and three waiting steps; show names each
+    step's dependencies and how many are still to succeed; --json carries the same."""
+    workflow_id = _enqueue(dsn)
+    code, listed, _ = run(capsys, "workflows", "list", "--dsn", dsn)
+    assert code == 0
+    assert "nightly import" in listed and "0/4 succeeded, 1 queued, 3 waiting" in listed
+    code, shown, _ = run(capsys, "workflows", "show", str(workflow_id), "--dsn", dsn)
+    assert code == 0
+    lines = {line.split("│")[1].strip(): line for line in shown.splitlines() if line.count("│") > 5}
+    assert "pending" in lines["fetch"]
+    assert "waiting" in lines["row-1"] and "1 of 1 to succeed" in lines["row-1"]
+    assert "row-1, row-2" in lines["sum"] and "2 of 2 to succeed" in lines["sum"]
+    code, text, _ = run(capsys, "workflows", "show", str(workflow_id), "--dsn", dsn, "--json")
+    data = json.loads(text)
+    assert data["workflow"]["state"] == "running"
+    assert [s["after"] for s in data["steps"]] == [[], ["fetch"], ["fetch"], ["row-1", "row-2"]]
+
+
+def test_cancel_takes_every_step_and_a_second_cancel_or_a_retry_changes_nothing(
+    dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Cancel says what it cancelled; show then lists every step cancelled; cancelling again
+    says so with exit 0; retrying a cancelled workflow exits 1; an unknown id exits 1; an empty
+    reason exits 2."""
+    workflow_id = _enqueue(dsn)
+    code, said, _ = run(capsys, "workflows", "cancel", str(workflow_id), "--reason", "bad file", "--dsn", dsn)
+    assert code == 0 and "3 waiting steps cancelled, 1 queued or running step jobs" in said
+    code, shown, _ = run(capsys, "workflows", "show", str(workflow_id), "--dsn", dsn, "--json")
+    assert {s["state"] for s in json.loads(shown)["steps"]} == {"cancelled"}
+    code, said, _ = run(capsys, "workflows", "cancel", str(workflow_id), "--reason", "again", "--dsn", dsn)
+    assert code == 0 and "already cancelled" in said
+    code, _, error = run(capsys, "workflows", "retry", str(workflow_id), "--reason", "why", "--dsn", dsn)
+    assert code == 1 and "stays cancelled" in error
+    code, _, error = run(capsys, "workflows", "show", "999999", "--dsn", dsn)
+    assert code == 1 and "there is no workflow 999999" in error
+    code, _, error = run(capsys, "workflows", "cancel", str(workflow_id), "--reason", "  ", "--dsn", dsn)
+    assert code == 2 and "--reason is empty" in error
