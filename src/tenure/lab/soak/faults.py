@@ -91,7 +91,7 @@ def spread(others: list[FaultKind], servers: tuple[FaultKind, ...]) -> list[Faul
     every = max(1, len(others) // len(servers))
     kinds: list[FaultKind] = []
     for i, server in enumerate(servers):
-        kinds += others[i * every : (i + 1) * every] + [server]
+        kinds += [*others[i * every : (i + 1) * every], server]
     return kinds + others[len(servers) * every :]
 
 
