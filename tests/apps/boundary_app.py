@@ -122,3 +122,20 @@ async def record_result_shielded(ctx: tenure.JobContext, marker_dir: str, hold_s
     # Once the handler is cancelled nobody awaits the completion; its LeaseLost is expected.
     completion.add_done_callback(lambda done: done.cancelled() or done.exception())
     await asyncio.shield(completion)
+
+
+@app.task(name="boundary.workflow_parent", max_attempts=5)
+def workflow_parent(ctx: tenure.JobContext, marker_dir: str, hold_seconds: float = 60.0) -> int:
+    """A workflow step whose first attempt hangs until released; its result is its token, so the
+    step after it shows which attempt released it."""
+    mark(marker_dir, f"started-{ctx.token}", ctx)
+    if ctx.token == 1:
+        hold(marker_dir, ctx.token, hold_seconds)
+    mark(marker_dir, f"finished-{ctx.token}", ctx)
+    return ctx.token
+
+
+@app.task(name="boundary.workflow_child", max_attempts=5)
+def workflow_child(ctx: tenure.JobContext, marker_dir: str, parent: int) -> None:
+    """The step after workflow_parent: one marker per run, naming the parent's token it got."""
+    mark(marker_dir, f"child-{ctx.job_id}-{ctx.token}-of-{parent}", ctx)
