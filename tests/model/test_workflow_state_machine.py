@@ -1,0 +1,381 @@
+"""Workflows, model-checked: Hypothesis enqueues random small DAGs and drives the real SQL (claim,
+fenced completion by the holder or a stale writer, failure to dead, lease expiry, reprocess,
+cancelling a step's job or the whole workflow) with an injected clock, and compares every step's
+state, dependency count, job and inputs with a Python model after every step."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from tenure.db.control_queries import ControlQueries
+from tenure.db.queries import Queries
+from tenure.db.workflow_queries import WorkflowQueries
+
+SCHEMA = "tenure"
+QUEUE = "wf"
+EPOCH = datetime(2031, 1, 1, tzinfo=UTC)
+LEASE = 2.0
+EXAMPLES = int(os.environ.get("TENURE_MODEL_EXAMPLES", "200"))
+LIVE = {"scheduled", "pending", "running"}
+
+
+@dataclass(frozen=True)
+class Job:
+    state: str = "pending"
+    attempts: int = 0
+    max_attempts: int = 2
+    token: int = 0
+    owner: str | None = None
+    expires_at: datetime | None = None
+
+    def live(self, now: datetime) -> bool:
+        return self.state == "running" and self.expires_at is not None and self.expires_at > now
+
+
+@dataclass
+class Step:
+    name: str
+    after: list[str]
+    job_id: int
+    state: str = "waiting"
+    remaining: int = 0
+    result: Any = None
+    inputs: list[Any] | None = None
+
+
+@dataclass
+class Flow:
+    id: int
+    on_dead: str
+    steps: dict[str, Step] = field(default_factory=dict)
+    cancelled: bool = False
+
+    def children(self, name: str) -> list[str]:
+        return sorted(s.name for s in self.steps.values() if name in s.after)
+
+    def after_it(self, name: str) -> list[str]:
+        seen: set[str] = set()
+        todo = self.children(name)
+        while todo:
+            child = todo.pop()
+            if child not in seen:
+                seen.add(child)
+                todo += self.children(child)
+        return sorted(seen)
+
+
+dags = st.integers(2, 5).flatmap(
+    lambda n: st.tuples(
+        st.just(n),
+        st.lists(st.tuples(st.integers(1, n - 1), st.integers(0, n - 2)), max_size=2 * n),
+        st.sampled_from(["hold", "cancel"]),
+    )
+)
+
+
+class WorkflowMachine(RuleBasedStateMachine):
+    def __init__(self, loop: asyncio.AbstractEventLoop, conn: psycopg.AsyncConnection[Any]) -> None:
+        super().__init__()
+        self.loop, self.conn = loop, conn
+        self.q, self.c, self.w = Queries(SCHEMA), ControlQueries(SCHEMA), WorkflowQueries(SCHEMA)
+        self.now = EPOCH
+        self.flows: dict[int, Flow] = {}
+        self.jobs: dict[int, Job] = {}
+        self.step_of: dict[int, tuple[int, str]] = {}
+        self.run(self._reset())
+
+    def run(self, coro: Any) -> Any:
+        return self.loop.run_until_complete(coro)
+
+    async def _reset(self) -> None:
+        for table in ("job_events", "workflows", "jobs"):
+            await self.conn.execute(f"DELETE FROM {SCHEMA}.{table}")
+
+    def _pick(self, data: st.DataObject, states: set[str]) -> int | None:
+        ids = sorted(i for i, j in self.jobs.items() if j.state in states)
+        return data.draw(st.sampled_from(ids)) if ids else None
+
+    # -- the model's rules: what the trigger must do ----------------------------------------
+
+    def _release(self, flow: Flow, step: Step) -> None:
+        step.state = "released"
+        step.inputs = [flow.steps[p].result for p in step.after]
+        self.jobs[step.job_id] = Job()
+
+    def _succeeded(self, flow: Flow, step: Step, result: Any) -> None:
+        step.state, step.result = "succeeded", result
+        for name in flow.children(step.name):
+            child = flow.steps[name]
+            child.remaining -= 1
+            if child.remaining == 0 and child.state == "waiting":
+                self._release(flow, child)
+
+    def _ended(self, flow: Flow, step: Step, state: str) -> None:
+        step.state = state
+        after = "held" if state == "dead" and flow.on_dead == "hold" else "cancelled"
+        for name in flow.after_it(step.name):
+            if flow.steps[name].state in ("waiting", "held"):
+                flow.steps[name].state = after
+
+    def _back(self, flow: Flow, step: Step) -> None:
+        step.state = "released"
+        for name in flow.after_it(step.name):
+            s = flow.steps[name]
+            if s.state == "held" or (s.state == "cancelled" and not flow.cancelled):
+                s.state = "waiting"
+
+    def _job_moved(self, job_id: int, before: str, after: str, result: Any = None) -> None:
+        flow_id, name = self.step_of[job_id]
+        flow, step = self.flows[flow_id], self.flows[flow_id].steps[name]
+        if after == "succeeded":
+            self._succeeded(flow, step, result)
+        elif after in ("dead", "cancelled"):
+            self._ended(flow, step, after)
+        elif before in ("dead", "cancelled"):
+            self._back(flow, step)
+
+    # -- producers and operators ----------------------------------------------------------------
+
+    @rule(dag=dags)
+    def enqueue(self, dag: tuple[int, list[tuple[int, int]], str]) -> None:
+        """A workflow of n steps; step i may wait for any earlier step."""
+        n, edges, on_dead = dag
+        after: dict[int, list[int]] = {i: [] for i in range(n)}
+        for child, parent in edges:
+            if parent < child and parent not in after[child]:
+                after[child].append(parent)
+        steps = [
+            {"name": f"s{i}", "task": "m.step", "queue": QUEUE, "max_attempts": 2, "payload": {},
+             "after": [f"s{p}" for p in after[i]],
+             "input_arg": "inputs" if after[i] else None, "input_kind": "list" if after[i] else None}
+            for i in range(n)
+        ]  # fmt: skip
+
+        async def write() -> Any:
+            async with self.conn.transaction():
+                return await self.w.enqueue(self.conn, name="model", on_dead=on_dead, steps=steps)
+
+        run = self.run(write())
+        flow = Flow(run.id, on_dead)
+        for i in range(n):
+            step = Step(f"s{i}", [f"s{p}" for p in after[i]], run.jobs[f"s{i}"], remaining=len(after[i]))
+            flow.steps[step.name] = step
+            self.step_of[step.job_id] = (run.id, step.name)
+            if not step.after:
+                self._release(flow, step)
+        self.flows[run.id] = flow
+
+    @rule(data=st.data())
+    def cancel_step_job(self, data: st.DataObject) -> None:
+        job_id = self._pick(data, LIVE | {"dead"})
+        if job_id is None:
+            return
+        job = self.jobs[job_id]
+        rows = self.run(
+            self.c.cancel_many(self.conn, [job_id], max_jobs=1, actor="m", reason="model", now=self.now)
+        )
+        assert [r.id for r in rows.moved] == [job_id]
+        bump = 1 if job.state == "running" else 0
+        self.jobs[job_id] = replace(
+            job, state="cancelled", token=job.token + bump, owner=None, expires_at=None
+        )
+        self._job_moved(job_id, job.state, "cancelled")
+
+    @rule(data=st.data())
+    def reprocess(self, data: st.DataObject) -> None:
+        job_id = self._pick(data, {"dead", "cancelled"})
+        if job_id is None:
+            return
+        job = self.jobs[job_id]
+        rows = self.run(
+            self.c.retry_many(self.conn, [job_id], attempts=1, actor="m", reason="model", now=self.now)
+        )
+        assert [r.id for r in rows.moved] == [job_id]
+        self.jobs[job_id] = replace(job, state="pending", max_attempts=job.attempts + 1)
+        self._job_moved(job_id, job.state, "pending")
+
+    @rule(data=st.data())
+    def cancel_workflow(self, data: st.DataObject) -> None:
+        if not self.flows:
+            return
+        flow = self.flows[data.draw(st.sampled_from(sorted(self.flows)))]
+        done = self.run(self.w.cancel(self.conn, flow.id, actor="m", reason="model", now=self.now))
+        assert done is not None
+        # Cancelling again cancels what came back since (a step's job reprocessed by hand).
+        assert done.outcome == ("already" if flow.cancelled else "cancelled")
+        flow.cancelled = True
+        waiting = [s for s in flow.steps.values() if s.state in ("waiting", "held")]
+        assert done.steps_cancelled == (len(waiting) if done.outcome == "cancelled" else 0)
+        for s in waiting:
+            s.state = "cancelled"
+        live = sorted(
+            s.job_id
+            for s in flow.steps.values()
+            if s.state == "released" and self.jobs[s.job_id].state in LIVE
+        )
+        assert sorted(done.jobs_cancelled) == live
+        for job_id in live:
+            job = self.jobs[job_id]
+            bump = 1 if job.state == "running" else 0
+            self.jobs[job_id] = replace(
+                job, state="cancelled", token=job.token + bump, owner=None, expires_at=None
+            )
+            self._job_moved(job_id, job.state, "cancelled")
+
+    @rule(seconds=st.sampled_from([1.0, 3.0]))
+    def advance_and_recover(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+        recovered = self.run(
+            self.q.lease_recover_expired(
+                self.conn, limit=100, backoff_base=0.0, backoff_cap=0.0, jitter=0.0, now=self.now
+            )
+        )
+        due = {i for i, j in self.jobs.items() if j.state == "running" and not j.live(self.now)}
+        assert {r.job_id for r in recovered} == due
+        for i in sorted(due):
+            j = self.jobs[i]
+            state = "dead" if j.attempts >= j.max_attempts else "pending"
+            self.jobs[i] = replace(j, state=state, owner=None, expires_at=None)
+            self._job_moved(i, "running", state)
+
+    # -- workers ----------------------------------------------------------------------------------
+
+    @rule(limit=st.integers(1, 3), worker=st.sampled_from(["w1", "w2"]))
+    def claim(self, limit: int, worker: str) -> None:
+        claimed = self.run(
+            self.q.job_claim(
+                self.conn, queue=QUEUE, owner=worker, limit=limit, default_lease_seconds=LEASE,
+                default_runtime_seconds=60.0, now=self.now,
+            )
+        )  # fmt: skip
+        pending = sorted(i for i, j in self.jobs.items() if j.state == "pending")
+        assert len(claimed) == min(limit, len(pending))
+        for c in claimed:
+            flow_id, name = self.step_of[c.id]
+            step = self.flows[flow_id].steps[name]
+            if step.after:
+                assert c.payload == {"inputs": step.inputs}, (c.payload, step)
+            j = self.jobs[c.id]
+            expires = self.now + timedelta(seconds=LEASE)
+            self.jobs[c.id] = replace(
+                j,
+                state="running",
+                attempts=j.attempts + 1,
+                token=j.token + 1,
+                owner=worker,
+                expires_at=expires,
+            )
+
+    @precondition(lambda self: any(j.token for j in self.jobs.values()))
+    @rule(data=st.data(), stale=st.booleans(), value=st.integers(0, 99))
+    def complete(self, data: st.DataObject, stale: bool, value: int) -> None:
+        """The holder completes with a result; a stale writer (an older token) releases nothing."""
+        job_id = self._pick(data, {"running", "pending", "cancelled", "dead"})
+        assert job_id is not None
+        job = self.jobs[job_id]
+        if job.token == 0:
+            return
+        owner, token = job.owner or "w1", job.token - 1 if stale else job.token
+        out = self.run(
+            self.q.job_complete_many(
+                self.conn, owner=owner, leases=[(job_id, token)], results={(job_id, token): Jsonb(value)},
+                now=self.now,
+            )
+        )  # fmt: skip
+        holds = not stale and job.live(self.now)
+        assert out == {(job_id, token): "done" if holds else "lost"}, (job, stale)
+        if holds:
+            self.jobs[job_id] = replace(job, state="succeeded", owner=None, expires_at=None)
+            self._job_moved(job_id, "running", "succeeded", value)
+
+    @precondition(lambda self: any(j.state == "running" for j in self.jobs.values()))
+    @rule(data=st.data())
+    def fail_for_good(self, data: st.DataObject) -> None:
+        job_id = self._pick(data, {"running"})
+        assert job_id is not None
+        job = self.jobs[job_id]
+        out = self.run(
+            self.q.job_fail(
+                self.conn, job_id=job_id, owner=job.owner or "w1", token=job.token, error_code="X",
+                error="model", retry_delay=None, now=self.now,
+            )
+        )  # fmt: skip
+        if not job.live(self.now):
+            assert out.outcome == "lost"
+            return
+        assert out.outcome == "failed"
+        self.jobs[job_id] = replace(job, state="dead", owner=None, expires_at=None)
+        self._job_moved(job_id, "running", "dead")
+
+    # -- after every step ----------------------------------------------------------------------
+
+    @invariant()
+    def database_matches_the_model(self) -> None:
+        async def read() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+            async with self.conn.cursor(row_factory=dict_row) as cur:
+                await cur.execute(
+                    f"SELECT workflow_id, name, state, remaining, job_id, result FROM {SCHEMA}.workflow_steps"
+                )
+                steps = await cur.fetchall()
+                await cur.execute(
+                    f"SELECT id, state::text AS state, lease_token, workflow_id, workflow_step, payload"
+                    f" FROM {SCHEMA}.jobs"
+                )
+                return steps, await cur.fetchall()
+
+        steps, jobs = self.run(read())
+        assert {r["id"] for r in jobs} == set(self.jobs), "a step's job appeared, or one was released twice"
+        for r in jobs:
+            j = self.jobs[r["id"]]
+            assert (r["state"], r["lease_token"]) == (j.state, j.token), (r, j)
+            assert self.step_of[r["id"]] == (r["workflow_id"], r["workflow_step"])
+        assert len(steps) == sum(len(f.steps) for f in self.flows.values())
+        for r in steps:
+            s = self.flows[r["workflow_id"]].steps[r["name"]]
+            assert (r["state"], r["remaining"], r["job_id"]) == (s.state, s.remaining, s.job_id), (r, s)
+            done = sum(1 for p in s.after if self.flows[r["workflow_id"]].steps[p].state == "succeeded")
+            assert r["remaining"] == len(s.after) - done, "the count is not the dependencies still to succeed"
+            if s.state == "succeeded":
+                assert r["result"] == s.result
+
+
+@pytest.mark.slow
+def test_workflow_state_machine_matches_model(dsn: str) -> None:
+    """Random workflows under claims, fenced and stale completions, failures, expiries,
+    reprocesses and cancels agree with the model at every step: a step is released exactly once,
+    when its last dependency succeeds and not before, with every result; a stale writer releases
+    nothing; a dead step holds or cancels what follows by policy and its reprocess resumes it."""
+    loop = asyncio.new_event_loop()
+    conn = loop.run_until_complete(psycopg.AsyncConnection.connect(dsn, autocommit=True))
+    try:
+        run_state_machine_as_test(
+            lambda: WorkflowMachine(loop, conn),
+            settings=settings(
+                max_examples=EXAMPLES // 2,
+                stateful_step_count=30,
+                deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+                database=None,
+            ),
+        )
+    finally:
+        loop.run_until_complete(conn.close())
+        loop.close()
