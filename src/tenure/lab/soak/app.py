@@ -18,6 +18,7 @@ from tenure.lab.soak import orm
 from tenure.lab.soak.attempts import AttemptLog
 from tenure.lab.soak.ordered_effects import make_handlers
 from tenure.lab.soak.queries import INJECTED_TASK, SoakQueries
+from tenure.lab.soak.workflows import make_handlers as make_step_handlers
 from tenure.ops.demo.bank import TRANSFER_TXN, bank
 from tenure.ops.demo.bank import transfer as bank_transfer
 from tenure.worker.executor import around_thread_handlers
@@ -205,6 +206,8 @@ app.limit(LIMITED_QUEUE, max_running=LIMITED_MAX)
 app.task(tick, name=TICK_SCHEDULE, **_policy)
 app.task(orm_read, name=Kind.ORM.value, **_policy)
 app.task(injected, name=Kind.INJECTED.value, **_policy)
+for _name, _step in make_step_handlers(attempts).items():
+    app.task(_step, name=_name, **_policy)
 app.schedule(TICK_SCHEDULE, "* * * * * *", name=TICK_SCHEDULE, missed=("backfill", TICK_BACKFILL))
 # Around every thread handler of the worker's process, as the Django contrib registers its own.
 around_thread_handlers(orm.fresh_connections)

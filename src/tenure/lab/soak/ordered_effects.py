@@ -28,7 +28,8 @@ EFFECTS_SUFFIX = ".effects"
 ORDERING_KEYS = 8
 
 
-def _effects_file() -> Path | None:
+def effects_file() -> Path | None:
+    """This worker's effects file (beside its attempt log), or None outside a soak worker."""
     path = os.environ.get(ATTEMPTS_ENV)
     return Path(path + EFFECTS_SUFFIX) if path else None
 
@@ -54,7 +55,7 @@ def make_handlers(attempts: AttemptLog) -> tuple[Any, Any]:
     def effect(ctx: JobContext) -> None:
         """One external call through the effect ledger, reconciled from the effects files."""
         with attempts.running(ctx):
-            target = _effects_file()
+            target = effects_file()
 
             def perform(key: str) -> dict[str, Any]:
                 if target is not None:

@@ -38,6 +38,7 @@ from tenure.lab.soak.roles import SoakRole
 from tenure.lab.soak.scope import FaultScope
 from tenure.lab.soak.topology import Topology, make_topology
 from tenure.lab.soak.waiters import ResultWaiters
+from tenure.lab.soak.workflows import SoakWorkflows
 from tenure.lab.soak.workload import RESULT_WANTED, Mixer, expected
 from tenure.ops.demo.database import check_database_name, recreate_database
 from tenure.ops.demo.queries import BankQueries
@@ -158,14 +159,16 @@ async def _run(args: argparse.Namespace) -> int:
             only=only,
         )
         waiting = Client(dsn, schema=args.schema)
+        flows = SoakWorkflows(Client(topology.producer_dsn(dsn), schema=args.schema, registry=app.registry))
         waiters = ResultWaiters(waiting, timeout=args.duration + args.drain_timeout + 60)
         try:
             failures, limited_peak = await _load_and_drain(
-                args, dsn, topology.producer_dsn(dsn), fleet, faults, acked, started, waiters, operator
+                args, dsn, topology.producer_dsn(dsn), fleet, faults, acked, started, waiters, operator, flows
             )
             await waiters.finish(timeout=30)
         finally:
             await waiting.close()
+            await flows.client.close()
         exited = fleet.exited_on_their_own()
         fleet.stop(timeout=max(1.0, args.lease) + 15.0)
         finished = host_clock()
@@ -184,6 +187,7 @@ async def _run(args: argparse.Namespace) -> int:
             report.checks += await _limit_and_schedule_checks(conn, args.schema, limited_peak)
             report.checks += await faults.checks(conn)
             report.checks += await _orm_checks(conn, args.schema, faults, run_dir)
+            report.checks += await flows.checks(conn, args.schema, run_dir)
         report.checks.append(
             Check(
                 "no worker exited on its own (none gave up on a failing service)",
@@ -271,6 +275,7 @@ async def _load_and_drain(
     started: float,
     waiters: ResultWaiters,
     operator: DashboardOperator,
+    flows: SoakWorkflows,
 ) -> tuple[list[str], int]:
     """Runs the load under faults and drains the queue, with the operator reading the dashboard
     throughout: the failures, and the most live leases the limited queue was seen holding. The
@@ -291,7 +296,10 @@ async def _load_and_drain(
     failures: list[str] = []
     try:
         try:
-            await _produce(args, producer_dsn, dsn, acked, started, waiters)
+            await asyncio.gather(
+                _produce(args, producer_dsn, dsn, acked, started, waiters),
+                flows.produce(faults.upgrade.current, until=started + args.duration),
+            )
         finally:
             stop_faults.set()
             await fault_task

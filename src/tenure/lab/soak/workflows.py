@@ -1,0 +1,168 @@
+"""Workflows in the soak: fan-outs of FAN_OUT steps with a fan-in, and chains of CHAIN steps,
+enqueued through the whole run (once the upgrade has brought the workflow tables) and met by
+every fault.
+
+Each step makes one "external" call through `ctx.effect`, appended to the worker's effects file
+like the effect kind's (tenure.lab.soak.ordered_effects). The checks: every step succeeded and
+made its call exactly once, each fan-in fired once with every result in order, each chain passed
+its results along, and no step was released twice or left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg.rows import dict_row
+
+from tenure import Client, Confirmed, EffectRecord, JobContext, NotHappened, TenureError, Workflow, chain
+from tenure.db.sqlfiles import package_queries
+from tenure.lab.soak.attempts import AttemptLog
+from tenure.lab.soak.ordered_effects import EFFECTS_SUFFIX, effects_file
+from tenure.lab.soak.report import Check
+
+FAN_OUT = 50
+CHAIN = 3
+#: Seconds between two rounds of one fan-out and one chain.
+EVERY = 6.0
+PART, FAN_IN, LINK = "soak.wf_part", "soak.wf_fan_in", "soak.wf_link"
+
+
+def _call(ctx: JobContext, value: Any) -> Any:
+    """The step's one external call, through the effect ledger; returns `value`."""
+    target = effects_file()
+
+    def perform(key: str) -> dict[str, Any]:
+        if target is not None:
+            with target.open("a", encoding="utf-8") as f:
+                f.write(json.dumps({"key": key, "job": ctx.job_id, "token": ctx.token, "step": True}) + "\n")
+                f.flush()
+        return {"value": value}
+
+    def reconcile(record: EffectRecord) -> Confirmed | NotHappened:
+        if target is not None and _calls(target.parent, by="key")[record.key]:
+            return Confirmed({"reconciled": True})
+        return NotHappened()
+
+    ctx.effect_sync("step", perform=perform, reconcile=reconcile)
+    return value
+
+
+def _calls(run_dir: Path, *, by: str) -> Counter[Any]:
+    """The steps' calls in every worker's effects file, counted by effect key or by job."""
+    seen: Counter[Any] = Counter()
+    for path in run_dir.glob(f"*{EFFECTS_SUFFIX}"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue  # a line cut short by SIGKILL was never a completed call
+            if entry.get("step"):
+                seen[entry[by]] += 1
+    return seen
+
+
+def make_handlers(attempts: AttemptLog) -> dict[str, Any]:
+    def part(ctx: JobContext, n: int) -> int:
+        with attempts.running(ctx):
+            return int(_call(ctx, n))
+
+    def fan_in(ctx: JobContext, values: list[int]) -> int:
+        with attempts.running(ctx):
+            return int(_call(ctx, sum(values)))
+
+    def link(ctx: JobContext, value: int) -> int:
+        with attempts.running(ctx):
+            return int(_call(ctx, value + 1))
+
+    return {PART: part, FAN_IN: fan_in, LINK: link}
+
+
+@dataclass
+class SoakWorkflows:
+    """Enqueues the workflows and judges them."""
+
+    client: Client
+    enqueued: dict[int, str] = field(default_factory=dict)
+    failed_enqueues: int = 0
+
+    def _shapes(self) -> list[tuple[str, Workflow]]:
+        registry = self.client.builder.registry
+        assert registry is not None
+        part, fan_in, link = (registry.get(name) for name in (PART, FAN_IN, LINK))
+        assert part is not None and fan_in is not None and link is not None
+        fan = Workflow("soak fan-out")
+        parts = fan.group([part.bind(n=n) for n in range(FAN_OUT)], name="part")
+        fan.step(fan_in, after=parts, input="values", name="fan-in")
+        return [("fan", fan), ("chain", chain(link.bind(value=0), *[link] * (CHAIN - 1), input="value"))]
+
+    async def produce(self, ready: asyncio.Event, until: float) -> None:
+        """A fan-out and a chain every EVERY seconds until `until` (monotonic), from when `ready`
+        is set (the schema has the workflow tables). A failed enqueue is not retried, as the
+        producer's jobs are not: whether it committed is unknown."""
+        waits = [
+            asyncio.create_task(ready.wait()),
+            asyncio.create_task(asyncio.sleep(until - time.monotonic())),
+        ]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for waiting in waits:
+            waiting.cancel()
+        while time.monotonic() < until:
+            for shape, wf in self._shapes():
+                try:
+                    run = await self.client.enqueue_workflow(wf)
+                except (TenureError, OSError):
+                    self.failed_enqueues += 1
+                    continue
+                self.enqueued[run.id] = shape
+            await asyncio.sleep(min(EVERY, max(0.0, until - time.monotonic())))
+
+    async def checks(self, conn: AsyncConnection[Any], schema: str, run_dir: Path | None) -> list[Check]:
+        ids = sorted(self.enqueued)
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(package_queries("tenure.lab.soak", schema)["soak_workflow_steps"], {"ids": ids})
+            steps = await cur.fetchall()
+        calls = _calls(run_dir, by="job") if run_dir is not None else Counter()
+        by_flow: dict[int, list[dict[str, Any]]] = {}
+        for s in steps:
+            by_flow.setdefault(s["workflow_id"], []).append(s)
+        unfinished = [
+            f"{s['workflow_id']}/{s['name']} {s['state']}" for s in steps if s["state"] != "succeeded"
+        ]
+        twice = [f"{s['workflow_id']}/{s['name']}" for s in steps if s["jobs"] > 1]
+        calls_wrong = [f"job {s['job_id']}: {calls[s['job_id']]}" for s in steps if calls[s["job_id"]] != 1]
+        fan_wrong, chain_wrong = [], []
+        for flow_id, shape in self.enqueued.items():
+            rows = {s["name"]: s for s in by_flow.get(flow_id, [])}
+            if shape == "fan":
+                got = (rows.get("fan-in") or {}).get("payload") or {}
+                if got.get("values") != list(range(FAN_OUT)) or rows["fan-in"]["result"] != sum(
+                    range(FAN_OUT)
+                ):
+                    fan_wrong.append(f"{flow_id}: {str(got)[:80]}")
+            else:
+                last = [s for s in by_flow.get(flow_id, []) if s["name"].startswith("soak.wf_link")][-1:]
+                if not last or last[0]["result"] != CHAIN:
+                    chain_wrong.append(str(flow_id))
+        shapes = Counter(self.enqueued.values())
+        return [
+            Check(
+                "every workflow step ran and made its call exactly once, none released twice",
+                bool(steps) and not unfinished and not twice and not calls_wrong,
+                f"{shapes['fan']} fan-outs of {FAN_OUT} and {shapes['chain']} chains of {CHAIN}: "
+                f"{len(steps)} steps; not succeeded: {unfinished[:5] or 'none'}; released twice: "
+                f"{twice[:5] or 'none'}; calls not once: {calls_wrong[:5] or 'none'}"
+                + (f"; {self.failed_enqueues} enqueues failed under faults" if self.failed_enqueues else ""),
+            ),
+            Check(
+                "each fan-in fired once with every result, each chain passed its results along",
+                not fan_wrong and not chain_wrong and shapes["fan"] > 0 and shapes["chain"] > 0,
+                f"fan-ins wrong: {fan_wrong[:3] or 'none'}; chains wrong: {chain_wrong[:3] or 'none'}",
+            ),
+        ]
