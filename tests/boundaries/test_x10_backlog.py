@@ -40,6 +40,7 @@ def _claim_params(owner: str, now: datetime | None = None) -> dict[str, Any]:
         "oldest": 1,
         "by_priority": 9,
         "tasks": ["x10.task", "x10.other"],
+        "only": None,
         "default_lease_seconds": 30.0,
         "default_runtime_seconds": 60.0,
         "policy_tasks": [],

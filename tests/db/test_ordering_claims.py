@@ -163,6 +163,7 @@ async def test_the_claim_plan_uses_the_claim_index_and_the_ordering_index(
         "oldest": 1,
         "by_priority": 9,
         "tasks": None,
+        "only": None,
         "default_lease_seconds": 30.0,
         "default_runtime_seconds": 300.0,
         "policy_tasks": [],

@@ -196,10 +196,12 @@ class Queries(ProducerQueries, HandlerQueries):
         tasks: Sequence[str] | None = None,
         oldest: int = 0,
         limited: bool = False,
+        only: Sequence[int] | None = None,
         now: datetime | None = None,
     ) -> list[ClaimedJob]:
         """Claims up to `limit` due jobs of `queue`: the `oldest` oldest whatever their priority,
-        the rest by priority. With `tasks`, only jobs of those tasks; None: any task.
+        the rest by priority. With `tasks`, only jobs of those tasks; None: any task. With
+        `only`, only those jobs (tenure.testing runs a chosen one).
         A `limited` queue is claimed within its limits, one claim at a time; the plain
         claim takes nothing from a limited queue."""
         oldest = max(0, min(oldest, limit))
@@ -210,6 +212,7 @@ class Queries(ProducerQueries, HandlerQueries):
             "oldest": oldest,
             "by_priority": limit - oldest,
             "tasks": None if tasks is None else list(tasks),
+            "only": None if only is None else list(only),
             "default_lease_seconds": default_lease_seconds,
             "default_runtime_seconds": default_runtime_seconds,
             "policy_tasks": [p.task for p in policies],

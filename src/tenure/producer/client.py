@@ -292,6 +292,23 @@ class Client:
         async with self._conn(None) as c:
             return await self.queries.job_get(c, job_id)
 
+    async def find_jobs(
+        self,
+        task: str | AnyTask | None = None,
+        *,
+        queue: str | None = None,
+        states: Sequence[str] = ("scheduled", "pending"),
+        contains: dict[str, Any] | None = None,
+        limit: int = 1000,
+    ) -> list[Job]:
+        """Jobs of `task` (any, when None) on `queue` in `states` (waiting ones by default) whose
+        payload contains `contains` (jsonb @>), oldest first."""
+        names = None if task is None else [task if isinstance(task, str) else task.name]
+        async with self._conn(None) as c:
+            return await self.queries.jobs_matching(
+                c, tasks=names, queue=queue, states=states, contains=contains, limit=limit
+            )
+
     async def job_history(self, job_id: int) -> list[JobEvent]:
         """The job's audit events (retries, expiries, dead, reprocess, ...), oldest first."""
         async with self._conn(None) as c:

@@ -241,6 +241,23 @@ class SyncClient:
         with self._conn(None) as c:
             return self.queries.job_get(c, job_id)
 
+    def find_jobs(
+        self,
+        task: str | AnyTask | None = None,
+        *,
+        queue: str | None = None,
+        states: Sequence[str] = ("scheduled", "pending"),
+        contains: dict[str, Any] | None = None,
+        limit: int = 1000,
+    ) -> list[Job]:
+        """Jobs of `task` (any, when None) on `queue` in `states` (waiting ones by default) whose
+        payload contains `contains` (jsonb @>), oldest first."""
+        names = None if task is None else [task if isinstance(task, str) else task.name]
+        with self._conn(None) as c:
+            return self.queries.jobs_matching(
+                c, tasks=names, queue=queue, states=states, contains=contains, limit=limit
+            )
+
     def job_history(self, job_id: int) -> list[JobEvent]:
         """The job's audit events (retries, expiries, dead, reprocess, ...), oldest first."""
         with self._conn(None) as c:

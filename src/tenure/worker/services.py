@@ -99,8 +99,13 @@ class WorkerServices:
     def record_fencing_loss_threadsafe(self, job: ClaimedJob, code: str) -> None:
         asyncio.run_coroutine_threadsafe(self.record_fencing_loss(job, code), self.loop).result()
 
-    async def close(self) -> None:
+    async def settled(self, timeout: float = 1.0) -> None:
+        """Waits, up to `timeout` seconds, for the best-effort work under way (a result stored
+        after its job's own transaction)."""
         if self._background:
-            await asyncio.wait(self._background, timeout=1.0)
+            await asyncio.wait(set(self._background), timeout=timeout)
+
+    async def close(self) -> None:
+        await self.settled()
         if self._sync_pool is not None:
             await asyncio.to_thread(self._sync_pool.close)

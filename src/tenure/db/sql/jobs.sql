@@ -154,6 +154,22 @@ SELECT id, queue, task, payload, state::text AS state, priority, available_at, a
 FROM __schema__.jobs
 WHERE id = %(id)s;
 
+-- name: jobs_matching
+-- The jobs of %(tasks)s (NULL: any) on %(queue)s (NULL: any) in %(states)s whose payload holds
+-- %(contains)s (NULL: any), oldest first: what an application's tests assert was enqueued
+-- (tenure.testing).
+SELECT id, queue, task, payload, state::text AS state, priority, available_at, attempt_count,
+       max_attempts, lease_owner, lease_token, lease_expires_at, lease_deadline, progress,
+       last_error_code, last_error, idempotency_key, created_at, attempted_at, finished_at,
+       ordering_key, result, result_wanted, snoozes
+FROM __schema__.jobs
+WHERE (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND state::text = ANY(%(states)s::text[])
+  AND (%(contains)s::jsonb IS NULL OR payload @> %(contains)s::jsonb)
+ORDER BY id
+LIMIT %(limit)s;
+
 -- name: job_events_list
 SELECT id, job_id, event, from_state::text AS from_state, to_state::text AS to_state, token,
        worker, error_code, error, at

@@ -16,13 +16,15 @@ AND j.lease_expires_at > clock.now
 
 -- part: claimable
 -- A job the claim may take (c: the candidate; the clock and paused CTEs in scope): pending in
--- the queue and due, of a task the worker runs (%(tasks)s, NULL: any), its queue not paused,
--- and the head of its ordering key: nothing of its key is running, and nothing earlier is
--- waiting (scheduled or pending) or dead. Unkeyed rows skip the probe.
+-- the queue and due, of a task the worker runs (%(tasks)s, NULL: any), one of %(only)s when
+-- given (tenure.testing runs one chosen job), its queue not paused, and the head of its ordering
+-- key: nothing of its key is running, and nothing earlier is waiting (scheduled or pending) or
+-- dead. Unkeyed rows skip the probe.
 c.state = 'pending'
 AND c.queue = %(queue)s
 AND c.available_at <= (SELECT now FROM clock)
 AND (%(tasks)s::text[] IS NULL OR c.task = ANY(%(tasks)s::text[]))
+AND (%(only)s::bigint[] IS NULL OR c.id = ANY(%(only)s::bigint[]))
 AND (c.ordering_key IS NULL OR NOT EXISTS (
       SELECT 1 FROM __schema__.jobs o
       WHERE o.ordering_key = c.ordering_key

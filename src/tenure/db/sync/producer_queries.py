@@ -242,6 +242,26 @@ class ProducerQueries:
                 rows = [readable_row(r) for r in cur.fetchall()]
         return job_from_row(rows[0]) if rows else None
 
+    def jobs_matching(
+        self,
+        conn: Connection[Any],
+        *,
+        tasks: Sequence[str] | None,
+        queue: str | None,
+        states: Sequence[str],
+        contains: dict[str, Any] | None,
+        limit: int = 1000,
+    ) -> list[Job]:
+        """Jobs by task, queue, state and payload, oldest first (tenure.testing's assertions)."""
+        params = {
+            "tasks": None if tasks is None else list(tasks),
+            "queue": queue,
+            "states": list(states),
+            "contains": None if contains is None else Jsonb(contains),
+            "limit": limit,
+        }
+        return [job_from_row(r) for r in fetch(conn, self._sql["jobs_matching"], params)]
+
     def job_events_list(self, conn: Connection[Any], job_id: int) -> list[JobEvent]:
         rows = fetch(conn, self._sql["job_events_list"], {"job_id": job_id})
         return [event_from_row(r) for r in rows]
