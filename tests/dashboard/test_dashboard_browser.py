@@ -256,3 +256,56 @@ def test_an_operator_clears_what_needs_attention_in_the_browser(dsn: str, seeded
         assert paused == (True, "dashboard:local", "month-end freeze")
         driver.get(base + "/workers")
         assert "w-1" in driver.find_element(By.CSS_SELECTOR, "table.workers").text
+
+
+def test_an_operator_follows_a_workflow_and_cancels_it_in_the_browser(dsn: str) -> None:
+    """The workflows page lists a fan-out whose first steps finished; its page draws each
+    released step on the timeline and lists what each waits for; cancelling it with a reason
+    leaves every step still to run cancelled, in the database too."""
+    import asyncio
+
+    from tenure import Tenure, fan_in
+
+    async def enqueue_and_run_two() -> int:
+        app = Tenure(dsn)
+
+        @app.task(name="wf.part", queue="wf")
+        async def part(ctx: Any, n: int) -> int:
+            return n
+
+        @app.task(name="wf.total", queue="wf")
+        async def total(ctx: Any, values: list[int]) -> int:
+            return sum(values)
+
+        from tenure.testing import Inline
+
+        async with Inline(app) as t:
+            run = await app.enqueue_workflow(
+                fan_in([part.bind(n=n) for n in range(4)], total, input="values")
+            )
+            await t.run_workflow(run.id, steps=2)
+        return run.id
+
+    workflow_id = asyncio.run(enqueue_and_run_two())
+    with served(dsn) as base, chromium() as driver:
+        wait = WebDriverWait(driver, 10)
+        driver.get(base + "/workflows")
+        row = driver.find_element(By.CSS_SELECTOR, f'tr[data-workflow="{workflow_id}"]')
+        assert "2/5 succeeded, 2 queued, 1 waiting" in row.text
+        row.find_element(By.CSS_SELECTOR, "td a").click()
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "svg.chart.steps"))
+        assert len(driver.find_elements(By.CSS_SELECTOR, "svg.chart.steps rect")) == 4
+        assert (
+            "wf.part, wf.part-2, wf.part-3, wf.part-4"
+            in driver.find_element(By.CSS_SELECTOR, 'tr[data-step="wf.total"]').text
+        )
+        shoot(driver, "workflow", DESKTOP)
+        act(driver, f'form[action$="/workflows/{workflow_id}/cancel"]', "wrong input file")
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "p.done"))
+        assert "cancelled" in driver.find_element(By.CSS_SELECTOR, "h1").text
+    with psycopg.connect(dsn) as conn:
+        states = conn.execute(
+            "SELECT state, count(*) FROM tenure.workflow_steps WHERE workflow_id = %s GROUP BY 1 ORDER BY 1",
+            (workflow_id,),
+        ).fetchall()
+    assert states == [("cancelled", 3), ("succeeded", 2)]

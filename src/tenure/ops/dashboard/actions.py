@@ -12,7 +12,7 @@ import psycopg
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from tenure.model.errors import ValidationError
+from tenure.model.errors import DatabaseUnavailable, ValidationError
 from tenure.ops.dashboard.security import CSRF_COOKIE, CSRF_FIELD, LOCAL_USER, csrf_matches
 from tenure.ops.dashboard.state import Dashboard, dashboard_of
 from tenure.producer.client import Client
@@ -58,7 +58,12 @@ async def run_act(request: Request, act: Act) -> Response:
         return refuse(board, request, 409, "Refused", str(exc))
     except psycopg.errors.UniqueViolation as exc:
         return refuse(board, request, 409, "Refused", str(key_held(exc, "changed")))
-    except psycopg.errors.ReadOnlySqlTransaction:
+    except (psycopg.errors.ReadOnlySqlTransaction, DatabaseUnavailable) as exc:
+        read_only = isinstance(exc, psycopg.errors.ReadOnlySqlTransaction) or isinstance(
+            exc.__cause__, psycopg.errors.ReadOnlySqlTransaction
+        )
+        if not read_only:
+            raise
         return refuse(
             board,
             request,

@@ -19,7 +19,18 @@ from starlette.types import ASGIApp
 
 from tenure.model.errors import ConfigurationError, DatabaseUnavailable, SchemaNotMigrated
 from tenure.model.validation import check_schema_name
-from tenure.ops.dashboard import actions, blocked, dead, fleet, jobs, login, overview, schedules, uncertain
+from tenure.ops.dashboard import (
+    actions,
+    blocked,
+    dead,
+    fleet,
+    jobs,
+    login,
+    overview,
+    schedules,
+    uncertain,
+    workflows,
+)
 from tenure.ops.dashboard.security import LOCAL_USER, Authenticator, SameOrigin, SecurityHeaders
 from tenure.ops.dashboard.state import Dashboard
 
@@ -139,6 +150,20 @@ def create_app(
             name="effect_resolve",
         ),
         Route("/ordering", blocked.ordering_page, name="ordering"),
+        Route("/workflows", workflows.workflows_page, name="workflows"),
+        Route("/workflows/{workflow_id:int}", workflows.workflow_page, name="workflow"),
+        Route(
+            "/workflows/{workflow_id:int}/cancel",
+            workflows.cancel_workflow,
+            methods=["POST"],
+            name="workflow_cancel",
+        ),
+        Route(
+            "/workflows/{workflow_id:int}/retry",
+            workflows.retry_workflow,
+            methods=["POST"],
+            name="workflow_retry",
+        ),
         Route("/schedules", schedules.schedules_page, name="schedules"),
         Route("/schedules/{name}/pause", schedules.pause_schedule, methods=["POST"], name="schedule_pause"),
         Route(
