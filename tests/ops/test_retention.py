@@ -144,3 +144,44 @@ async def test_jobs_table_is_tuned_for_churn_in_fresh_and_migrated_schemas(empty
     assert options["t_fresh"] == options["t_steps"]
     assert "fillfactor=90" in options["t_fresh"]
     assert "autovacuum_vacuum_scale_factor=0.01" in options["t_fresh"]
+
+
+async def test_finished_workflows_are_pruned_and_failed_or_unfinished_ones_kept(
+    dsn: str, db: psycopg.AsyncConnection[Any]
+) -> None:
+    """A workflow whose steps all succeeded (or were cancelled) long ago goes, with its steps and
+    dependencies; one with a dead step, one still waiting and one finished recently stay."""
+    from tenure.db.workflow_queries import WorkflowQueries
+
+    queries = WorkflowQueries("tenure")
+    steps = [
+        {"name": "a", "task": "ops.t", "queue": "q"},
+        {"name": "b", "task": "ops.t", "queue": "q", "after": ["a"]},
+    ]
+    ids = [(await queries.enqueue(db, name=f"w{i}", on_dead="hold", steps=steps)).id for i in range(4)]
+    done, dead, waiting, recent = ids
+    await db.execute(
+        "UPDATE tenure.workflow_steps SET state = 'succeeded', remaining = 0, finished_at = now() - interval '10 days'"
+        " WHERE workflow_id = ANY(%s)",
+        ([done, dead],),
+    )
+    await db.execute(
+        "UPDATE tenure.workflow_steps SET state = 'dead' WHERE workflow_id = %s AND name = 'b'", (dead,)
+    )
+    await db.execute(
+        "UPDATE tenure.workflow_steps SET state = 'succeeded', remaining = 0, finished_at = now() WHERE workflow_id = %s",
+        (recent,),
+    )
+    await db.execute("UPDATE tenure.workflows SET created_at = now() - interval '11 days'")
+    await db.commit()
+    pool = await open_pool(dsn, max_size=2)
+    try:
+        report = await prune(pool, "tenure", RetentionPolicy(finished_seconds=7 * DAY, audit_seconds=7 * DAY))
+    finally:
+        await pool.close()
+    left = {r[0] for r in await (await db.execute("SELECT id FROM tenure.workflows")).fetchall()}
+    assert report.workflows == 1 and left == {dead, waiting, recent}
+    orphans = await (await db.execute(
+        "SELECT count(*) FROM tenure.workflow_steps WHERE workflow_id = %s", (done,)
+    )).fetchone()  # fmt: skip
+    assert orphans == (0,)

@@ -110,6 +110,13 @@ class OpsQueries(GaugeQueries):
         }
         return [r["id"] for r in await fetch(conn, self._sql["jobs_prune_finished"], params)]
 
+    async def workflows_prune_finished(
+        self, conn: AsyncConnection[Any], *, seconds: float, limit: int, now: datetime | None = None
+    ) -> int:
+        """Deletes finished workflows (every step succeeded or cancelled) older than `seconds`."""
+        params = {"seconds": seconds, "limit": limit, "now": now}
+        return len(await fetch(conn, self._sql["workflows_prune_finished"], params))
+
     async def job_events_prune(
         self, conn: AsyncConnection[Any], *, seconds: float, limit: int, now: datetime | None = None
     ) -> int:

@@ -52,6 +52,30 @@ WITH clock AS (
     FOR UPDATE SKIP LOCKED
 ), __part_doomed_deleted__;
 
+-- name: workflows_prune_finished
+-- Workflows whose every step succeeded or was cancelled, the last of them longer ago than
+-- %(seconds)s, oldest first; their steps and dependencies go with them (ON DELETE CASCADE).
+-- Workflows with a dead, held or unfinished step stay, as dead jobs do. The steps' own jobs are
+-- pruned as jobs.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), doomed AS (
+    SELECT w.id
+    FROM __schema__.workflows w CROSS JOIN clock
+    WHERE w.created_at < clock.now - make_interval(secs => %(seconds)s)
+      AND NOT EXISTS (
+          SELECT 1 FROM __schema__.workflow_steps s
+          WHERE s.workflow_id = w.id
+            AND (s.state NOT IN ('succeeded', 'cancelled')
+                 OR s.finished_at >= clock.now - make_interval(secs => %(seconds)s))
+      )
+    ORDER BY w.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM __schema__.workflows w USING doomed d WHERE w.id = d.id
+RETURNING w.id;
+
 -- name: job_events_prune
 -- Audit rows older than the retention, except those of jobs that are scheduled, pending, running
 -- or dead: a job still in play keeps its whole history.

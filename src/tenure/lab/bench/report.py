@@ -220,6 +220,22 @@ def _copy_rows(s: Sections) -> list[Row]:
     return [row("copy", figure, rate, "jobs/s", *bare, ">= 100k/s", value_at_least(100_000))]
 
 
+def _workflow_rows(s: Sections) -> list[Row]:
+    wf = s["workflows"]
+    plain = "plain jobs, same loop", wf["plain_jobs_per_second"]
+    chains = f"claim+complete, steps of chains of {wf['chain_length']}"
+    parents = f"claim+complete, the {wf['fan_in']:,} parents of one fan-in"
+    enqueue = f"enqueue a fan-in of {wf['fan_in']:,} (one statement)"
+    release = "the completion batch that released the fan-in"
+    median = "median batch", wf["median_completion_ms"]
+    return [
+        row("workflows", chains, wf["chain_steps_per_second"], "steps/s", *plain, "reported"),
+        row("workflows", parents, wf["fan_in_parents_per_second"], "steps/s", *plain, "reported"),
+        row("workflows", enqueue, wf["fan_in_enqueue_seconds"], "s", "", None, "reported"),
+        row("workflows", release, wf["fan_in_release_ms"], "ms", *median, "reported"),
+    ]
+
+
 #: The sections with figures of their own, in the order of the table, each read when it ran.
 SECTION_ROWS: tuple[tuple[str, Callable[[Sections], list[Row]]], ...] = (
     ("contention", contention_rows),
@@ -232,6 +248,7 @@ SECTION_ROWS: tuple[tuple[str, Callable[[Sections], list[Row]]], ...] = (
     ("unique", _unique_rows),
     ("limits", _limits_rows),
     ("copy", _copy_rows),
+    ("workflows", _workflow_rows),
 )
 
 

@@ -23,6 +23,7 @@ from tenure.lab.bench import (
     sections,
     throughput,
     waiting,
+    workflows,
 )
 from tenure.lab.bench.drain import TENURE_WATCH
 from tenure.lab.bench.report import chart, figure_rows, print_table
@@ -45,6 +46,7 @@ SECTIONS = (
     "fairness",
     "unique",
     "limits",
+    "workflows",
 )
 
 
@@ -249,6 +251,13 @@ async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
         if "limits" in options.sections:
             log(f"limits: claim-and-complete of {sizes.limit_jobs} jobs, unlimited and limited")
             out["limits"] = await limits.limit_cost(dsn, sizes.limit_jobs, options.claim_batch)
+
+        if "workflows" in options.sections:
+            log(
+                f"workflows: {sizes.workflow_steps} plain jobs and steps of chains claimed and completed, "
+                f"then a fan-in of {sizes.fan_in}"
+            )
+            out["workflows"] = await workflows.workflows(dsn, sizes.workflow_steps, sizes.fan_in)
     finally:
         await dbs.drop_all()
     result["meta"]["seconds"] = round(time.monotonic() - started, 1)

@@ -37,6 +37,8 @@ class Sizes:
     contention_processes: int = 8
     end_to_end_jobs: int = 20_000  # jobs enqueued one per transaction while workers drain
     producer_connections: int = 10  # connections per producer process, each one job at a time
+    workflow_steps: int = 20_000  # plain jobs, and steps of chains, claimed and completed each
+    fan_in: int = 10_000  # parallel steps before one fan-in step
 
     @property
     def jobs(self) -> int:
@@ -65,6 +67,8 @@ SIZES = {
         contention_processes=3,  # one more than the run's 2: a worker process takes ~1 s to start
         end_to_end_jobs=300,
         producer_connections=4,
+        workflow_steps=500,
+        fan_in=10_000,
     ),
     "standard": Sizes(),
     "full": Sizes(

@@ -48,9 +48,15 @@ class TenureStatements:
         )
 
     async def complete(
-        self, conn: AsyncConnection[Any], jobs: list[ClaimedJob], *, owner: str = OWNER
+        self,
+        conn: AsyncConnection[Any],
+        jobs: list[ClaimedJob],
+        *,
+        owner: str = OWNER,
+        results: dict[tuple[int, int], Any] | None = None,
     ) -> None:
-        await self._queries.job_complete_many(conn, owner=owner, leases=[(j.id, j.lease.token) for j in jobs])
+        leases = [(j.id, j.lease.token) for j in jobs]
+        await self._queries.job_complete_many(conn, owner=owner, leases=leases, results=results)
 
     async def promote_due(self, conn: AsyncConnection[Any], limit: int, now: datetime) -> int:
         """Promotes up to `limit` jobs due at `now`; how many it promoted."""

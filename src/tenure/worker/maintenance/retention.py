@@ -3,11 +3,13 @@ that deletes what is older."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
@@ -57,6 +59,7 @@ class PruneReport:
     dead_jobs: int = 0
     silent_workers: int = 0
     schedule_fires: int = 0
+    workflows: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -112,6 +115,13 @@ async def prune(
         report.dead_jobs = await _in_batches(pool, policy, dead_jobs)
     report.audit_rows = await _in_batches(pool, policy, audit_rows)
     report.schedule_fires = await _in_batches(pool, policy, schedule_fires)
+
+    async def workflows(conn: AsyncConnection[Any], limit: int) -> int:
+        return await ops.workflows_prune_finished(conn, seconds=policy.finished_seconds, limit=limit, now=now)
+
+    # A schema older than workflows (an upgrade under running workers) has none to prune.
+    with contextlib.suppress(psycopg.errors.UndefinedTable):
+        report.workflows = await _in_batches(pool, policy, workflows)
     async with pool.connection() as conn:
         report.silent_workers = await ops.workers_prune_silent(
             conn, seconds=policy.silent_worker_seconds, now=now

@@ -1,0 +1,118 @@
+"""What a workflow step costs over a plain job, and a fan-in of 10,000 (docs/workflows.md).
+
+Both measure Tenure's statements on one connection, as the statement sections do: claim 100,
+then the fenced completion of the 100, until the queue is empty. The same number of plain jobs
+is the baseline, in the same run. A step's extra cost is the jobs_workflow_advance trigger:
+storing its result in its step, counting down its children, and releasing them.
+
+- chains: workflows of CHAIN steps, each released by the completion of the one before;
+- fan-in: one workflow of FAN_IN parallel steps and a step after all of them, which receives
+  all FAN_IN results. It reports how long enqueueing the workflow took, how fast the parents
+  drained (each completion counts the one fan-in row down), and the completion that released
+  the fan-in, against the median completion of the others.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from tenure.db.connect import connect
+from tenure.db.workflow_queries import WorkflowQueries
+from tenure.lab.bench.sections import NOOP, load, reset
+from tenure.lab.bench.server import SCHEMA
+from tenure.lab.bench.statements import TenureStatements
+from tenure.producer.workflow import Workflow
+from tenure.tasks import TaskRegistry
+
+BATCH = 100
+CHAIN = 5
+
+
+def _noop_step() -> Any:
+    async def noop(ctx: Any) -> None:
+        return None
+
+    return TaskRegistry().register(noop, name=NOOP.task, queue=NOOP.queue or "bench")
+
+
+async def _drain(dsn: str) -> tuple[int, float, list[float]]:
+    """Claims and completes batches of BATCH until none is due: jobs done, seconds, and the
+    seconds of each completion statement."""
+    statements = TenureStatements()
+    done, completions = 0, []
+    async with await connect(dsn, autocommit=True) as conn:
+        started = time.perf_counter()
+        while True:
+            jobs = await statements.claim(conn, NOOP.queue or "bench", BATCH)
+            if not jobs:
+                break
+            began = time.perf_counter()
+            await statements.complete(conn, jobs, results={(j.id, j.lease.token): Jsonb(j.id) for j in jobs})
+            completions.append(time.perf_counter() - began)
+            done += len(jobs)
+        return done, time.perf_counter() - started, completions
+
+
+async def workflows(dsn: str, steps: int, fan_in: int) -> dict[str, Any]:
+    """Plain jobs, steps of chains and the parents of one fan-in, `steps` of each (the fan-in:
+    `fan_in` parents), drained by the same loop."""
+    task = _noop_step()
+    await reset(dsn)
+    await load(dsn, steps)
+    plain, plain_seconds, _ = await _drain(dsn)
+
+    await reset(dsn)
+    queries = WorkflowQueries(SCHEMA)
+    async with await connect(dsn) as conn, conn.transaction():
+        for _ in range(steps // CHAIN):
+            wf = Workflow("bench chain")
+            previous = wf.step(task)
+            for _ in range(CHAIN - 1):
+                previous = wf.step(task, after=previous)
+            await queries.enqueue(conn, name=wf.name, on_dead="hold", steps=_stored(wf))
+    chained, chain_seconds, _ = await _drain(dsn)
+
+    await reset(dsn)
+    wf = Workflow("bench fan-in")
+    parts = wf.group([task] * fan_in, name="part")
+    wf.step(task.bind(), after=parts, name="fan-in", input="values")
+    started = time.perf_counter()
+    async with await connect(dsn) as conn:
+        await queries.enqueue(conn, name=wf.name, on_dead="hold", steps=_stored(wf))
+        await conn.commit()
+    enqueue_seconds = time.perf_counter() - started
+    parents, fan_seconds, completions = await _drain(dsn)
+    # The completion before the last released the fan-in (all FAN_IN results gathered into its
+    # payload); the last one completed the fan-in itself.
+    last, others = completions[-2], completions[:-2]
+    return {
+        "steps": steps,
+        "plain_jobs_per_second": round(plain / plain_seconds),
+        "chain_steps_per_second": round(chained / chain_seconds),
+        "chain_length": CHAIN,
+        "fan_in": fan_in,
+        "fan_in_enqueue_seconds": round(enqueue_seconds, 3),
+        "fan_in_parents_per_second": round((parents - 1) / fan_seconds),
+        "fan_in_release_ms": round(last * 1000, 2),
+        "median_completion_ms": round(statistics.median(others) * 1000, 2) if others else None,
+        "drained": {"plain": plain, "chain": chained, "fan_in": parents},
+    }
+
+
+def _stored(wf: Workflow) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": d.name,
+            "task": NOOP.task,
+            "queue": NOOP.queue,
+            "payload": {},
+            "after": list(d.after),
+            "input_arg": d.input_arg,
+            "input_kind": d.input_kind,
+        }
+        for d in wf.drafts
+    ]
