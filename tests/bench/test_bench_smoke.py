@@ -127,6 +127,13 @@ def test_smoke_run_writes_a_complete_result(server_dsn: str, tmp_path: Path) -> 
     assert fairness["waiting_jobs"] == result["meta"]["sizes"]["waiting"]
     assert fairness["simulated_seconds"] == 3600 and fairness["passes"] > 0
 
+    flows = result["sections"]["workflows"]
+    assert flows["drained"] == {
+        "plain": flows["steps"],
+        "chain": flows["steps"],
+        "fan_in": flows["fan_in"] + 1,
+    }
+
     rows = result["rows"]
     figures = {r["figure"] for r in rows}
     assert {"idle p50, tenure", "idle p99, tenure"} <= figures

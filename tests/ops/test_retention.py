@@ -161,15 +161,16 @@ async def test_finished_workflows_are_pruned_and_failed_or_unfinished_ones_kept(
     ids = [(await queries.enqueue(db, name=f"w{i}", on_dead="hold", steps=steps)).id for i in range(4)]
     done, dead, waiting, recent = ids
     await db.execute(
-        "UPDATE tenure.workflow_steps SET state = 'succeeded', remaining = 0, finished_at = now() - interval '10 days'"
-        " WHERE workflow_id = ANY(%s)",
+        "UPDATE tenure.workflow_steps SET state = 'succeeded', remaining = 0,"
+        " finished_at = now() - interval '10 days' WHERE workflow_id = ANY(%s)",
         ([done, dead],),
     )
     await db.execute(
         "UPDATE tenure.workflow_steps SET state = 'dead' WHERE workflow_id = %s AND name = 'b'", (dead,)
     )
     await db.execute(
-        "UPDATE tenure.workflow_steps SET state = 'succeeded', remaining = 0, finished_at = now() WHERE workflow_id = %s",
+        "UPDATE tenure.workflow_steps SET state = 'succeeded', remaining = 0, finished_at = now()"
+        " WHERE workflow_id = %s",
         (recent,),
     )
     await db.execute("UPDATE tenure.workflows SET created_at = now() - interval '11 days'")

@@ -623,16 +623,26 @@ SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     policy text;
     woken text;
+    children bigint;
 BEGIN
     IF NEW.state = 'succeeded' THEN
-        UPDATE __schema__.workflow_steps s
-        SET state = 'succeeded', result = NEW.result, finished_at = NEW.finished_at
-        WHERE s.workflow_id = NEW.workflow_id AND s.name = NEW.workflow_step;
-        PERFORM 1 FROM __schema__.workflow_steps s
-        JOIN __schema__.workflow_edges e ON e.workflow_id = s.workflow_id AND e.child = s.name
-        WHERE e.workflow_id = NEW.workflow_id AND e.parent = NEW.workflow_step
-        ORDER BY s.name
-        FOR UPDATE OF s;
+        -- The step's own row, and its children's locked in name order, in one statement; the
+        -- counting below is a statement of its own, so that it reads after the locks.
+        WITH own AS (
+            UPDATE __schema__.workflow_steps s
+            SET state = 'succeeded', result = NEW.result, finished_at = NEW.finished_at
+            WHERE s.workflow_id = NEW.workflow_id AND s.name = NEW.workflow_step
+        )
+        SELECT count(*) INTO children FROM (
+            SELECT 1 FROM __schema__.workflow_steps s
+            JOIN __schema__.workflow_edges e ON e.workflow_id = s.workflow_id AND e.child = s.name
+            WHERE e.workflow_id = NEW.workflow_id AND e.parent = NEW.workflow_step
+            ORDER BY s.name
+            FOR UPDATE OF s
+        ) locked;
+        IF children = 0 THEN
+            RETURN NULL;
+        END IF;
         WITH counted AS (
             UPDATE __schema__.workflow_steps s
             SET remaining = s.remaining - 1,

@@ -228,10 +228,14 @@ def _workflow_rows(s: Sections) -> list[Row]:
     enqueue = f"enqueue a fan-in of {wf['fan_in']:,} (one statement)"
     release = "the completion batch that released the fan-in"
     median = "median batch", wf["median_completion_ms"]
+    plain_enqueue = "as many plain jobs, 100 a statement", wf["plain_enqueue_seconds_for_fan_in"]
+    end_to_end = f"enqueue and drain, per step of chains of {wf['chain_length']}"
+    plain_e2e = "plain jobs, enqueued 100 a statement", wf["plain_us_per_job_end_to_end"]
     return [
         row("workflows", chains, wf["chain_steps_per_second"], "steps/s", *plain, "reported"),
+        row("workflows", end_to_end, wf["chain_us_per_step_end_to_end"], "us", *plain_e2e, "reported"),
         row("workflows", parents, wf["fan_in_parents_per_second"], "steps/s", *plain, "reported"),
-        row("workflows", enqueue, wf["fan_in_enqueue_seconds"], "s", "", None, "reported"),
+        row("workflows", enqueue, wf["fan_in_enqueue_seconds"], "s", *plain_enqueue, "reported"),
         row("workflows", release, wf["fan_in_release_ms"], "ms", *median, "reported"),
     ]
 

@@ -5,7 +5,9 @@ then the fenced completion of the 100, until the queue is empty. The same number
 is the baseline, in the same run. A step's extra cost is the jobs_workflow_advance trigger:
 storing its result in its step, counting down its children, and releasing them.
 
-- chains: workflows of CHAIN steps, each released by the completion of the one before;
+- chains: workflows of CHAIN steps, each released by the completion of the one before; drained
+  alone, and with their enqueue (one workflow a transaction) against plain jobs enqueued 100 to
+  a statement, since a step's job is written at its release, inside the drain;
 - fan-in: one workflow of FAN_IN parallel steps and a step after all of them, which receives
   all FAN_IN results. It reports how long enqueueing the workflow took, how fast the parents
   drained (each completion counts the one fan-in row down), and the completion that released
@@ -20,9 +22,10 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from tenure import Client
 from tenure.db.connect import connect
 from tenure.db.workflow_queries import WorkflowQueries
-from tenure.lab.bench.sections import NOOP, load, reset
+from tenure.lab.bench.sections import NOOP, reset
 from tenure.lab.bench.server import SCHEMA
 from tenure.lab.bench.statements import TenureStatements
 from tenure.producer.workflow import Workflow
@@ -62,18 +65,24 @@ async def workflows(dsn: str, steps: int, fan_in: int) -> dict[str, Any]:
     `fan_in` parents), drained by the same loop."""
     task = _noop_step()
     await reset(dsn)
-    await load(dsn, steps)
+    started = time.perf_counter()
+    async with Client(dsn, schema=SCHEMA) as client:
+        for _ in range(steps // BATCH):
+            await client.enqueue_many([NOOP] * BATCH)
+    plain_enqueue_seconds = time.perf_counter() - started
     plain, plain_seconds, _ = await _drain(dsn)
 
     await reset(dsn)
     queries = WorkflowQueries(SCHEMA)
-    async with await connect(dsn) as conn, conn.transaction():
+    started = time.perf_counter()
+    async with await connect(dsn, autocommit=True) as conn:
         for _ in range(steps // CHAIN):
             wf = Workflow("bench chain")
             previous = wf.step(task)
             for _ in range(CHAIN - 1):
                 previous = wf.step(task, after=previous)
             await queries.enqueue(conn, name=wf.name, on_dead="hold", steps=_stored(wf))
+    chain_enqueue_seconds = time.perf_counter() - started
     chained, chain_seconds, _ = await _drain(dsn)
 
     await reset(dsn)
@@ -93,9 +102,14 @@ async def workflows(dsn: str, steps: int, fan_in: int) -> dict[str, Any]:
         "steps": steps,
         "plain_jobs_per_second": round(plain / plain_seconds),
         "chain_steps_per_second": round(chained / chain_seconds),
+        # Enqueue and drain together: a plain job is written at its enqueue (100 to a statement,
+        # as an application batching them would), a step's job at its release, inside the drain.
+        "plain_us_per_job_end_to_end": round(1e6 * (plain_enqueue_seconds + plain_seconds) / plain),
+        "chain_us_per_step_end_to_end": round(1e6 * (chain_enqueue_seconds + chain_seconds) / chained),
         "chain_length": CHAIN,
         "fan_in": fan_in,
         "fan_in_enqueue_seconds": round(enqueue_seconds, 3),
+        "plain_enqueue_seconds_for_fan_in": round(plain_enqueue_seconds * fan_in / plain, 3),
         "fan_in_parents_per_second": round((parents - 1) / fan_seconds),
         "fan_in_release_ms": round(last * 1000, 2),
         "median_completion_ms": round(statistics.median(others) * 1000, 2) if others else None,
