@@ -227,3 +227,23 @@ async def test_the_sql_way_in_refuses_a_cycle_and_a_repeated_name(db: AsyncConne
             "SELECT * FROM tenure.enqueue_workflow('w', %s::jsonb)",
             ('[{"name":"a","task":"t"},{"name":"a","task":"t"}]',),
         )
+
+
+async def test_pausing_a_queue_pauses_the_steps_in_it(dsn: str, db: AsyncConnection[Any]) -> None:
+    """A step released into a paused queue waits there like any job, and runs once the queue is
+    resumed; the workflow's other queue goes on meanwhile."""
+    app, seen = _app(dsn)
+    add = app.registry.get("wf.add")
+    assert add is not None
+    wf = Workflow("paused")
+    first = wf.step(add.bind(x=1), name="first")
+    wf.step(add.bind(), after=first, input="x", name="second", queue="wf-later")
+    run = await app.enqueue_workflow(wf)
+    await app.pause_queue("wf-later", reason="maintenance", allow_unknown=True)
+    async with running(app, queues=["wf", "wf-later"]):
+        await _wait_step(db, app, run.id, "first", "succeeded")
+        await asyncio.sleep(0.5)
+        assert (await _steps(app, run.id))["second"] == "pending"
+        await app.resume_queue("wf-later")
+        await _wait_step(db, app, run.id, "second", "succeeded")
+    assert seen["add"] == [(1, 0), (1, 0)]
