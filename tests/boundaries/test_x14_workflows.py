@@ -131,11 +131,12 @@ async def test_x14_the_last_two_parents_completing_at_once_release_the_fan_in_on
 
 @pytest.mark.slow
 async def test_x14_a_cancel_in_the_middle_of_a_fan_out_starts_nothing_after_it(
-    dsn: str, db: psycopg.AsyncConnection[Any]
+    dsn: str, db: psycopg.AsyncConnection[Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     """A fan-out of 50 slow steps with a fan-in, cancelled once some have succeeded: no step
     starts after the cancel commits, the running ones are revoked, every step ends succeeded or
-    cancelled, and the fan-in never runs."""
+    cancelled, the fan-in never runs, and the cancel never deadlocks with the completions (it
+    locks step jobs before steps, as they do)."""
     app = tenure.Tenure(dsn)
     started: list[tuple[str, float]] = []
     ten_started = asyncio.Event()
@@ -176,5 +177,6 @@ async def test_x14_a_cancel_in_the_middle_of_a_fan_out_starts_nothing_after_it(
     assert "sum" not in jobs, "the fan-in was never released"
     states = {name: [j["state"] for j in rows] for name, rows in jobs.items()}
     assert all(len(s) == 1 and s[0] in ("succeeded", "cancelled") for s in states.values()), states
-    assert sum(s == ["succeeded"] for s in states.values()) >= 10 - 4  # four may have been revoked
+    assert len(states) == 50, "every part released at enqueue ended succeeded or cancelled"
+    assert "DeadlockDetected" not in caplog.text
     assert sum(s == ["cancelled"] for s in states.values()) >= 30

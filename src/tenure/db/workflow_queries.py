@@ -4,20 +4,25 @@ once, async; tools/async_to_sync.py writes its blocking twin (tenure.db.sync.wor
 
 from __future__ import annotations
 
+import asyncio
+import time  # noqa: F401 - the blocking twin sleeps with it
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
 from tenure.db.control_queries import ControlQueries
-from tenure.db.control_rows import ControlRows
 from tenure.db.fetch import fetch, fetch_as
 from tenure.db.sqlfiles import named_queries
 from tenure.db.text import storable_text
 from tenure.model.workflows import EnqueuedWorkflow, WorkflowCancel, WorkflowStep, WorkflowSummary
 
 ASYNC = True
+
+#: Times a cancel is tried when it deadlocks with a completion.
+CANCEL_ATTEMPTS = 5
 
 
 class WorkflowQueries:
@@ -58,27 +63,40 @@ class WorkflowQueries:
         reason: str,
         now: datetime | None = None,
     ) -> WorkflowCancel | None:
-        """Cancels the workflow: its waiting and held steps here, then its queued and running step
-        jobs through job_cancel_many (running ones revoked), in one transaction. None: no such
-        workflow."""
+        """Cancels the workflow in one transaction: its queued and running step jobs through
+        job_cancel_many (running ones revoked), then its waiting and held steps, then any step
+        job a racing completion released meanwhile. None: no such workflow. A deadlock with a
+        completion (two sets of steps locked in different orders, rare) rolls the whole cancel
+        back, and it is tried again."""
         actor, reason = storable_text(actor, 200), storable_text(reason, 2000)
         params = {"id": workflow_id, "actor": actor, "reason": reason, "now": now}
-        async with conn.transaction():
-            marked = await fetch(conn, self._sql["workflow_cancel"], params)
-            if not marked:
-                return None
-            live = [r["id"] for r in await fetch(conn, self._sql["workflow_live_jobs"], {"id": workflow_id})]
-            moved: ControlRows | None = None
-            if live:
-                moved = await self.control.cancel_many(
-                    conn, live, max_jobs=len(live), actor=actor, reason=reason, now=now
-                )
-        return WorkflowCancel(
-            workflow_id,
-            marked[0]["outcome"],
-            marked[0]["steps_cancelled"],
-            [] if moved is None else [j.id for j in moved.moved],
+        for attempt in range(1, CANCEL_ATTEMPTS + 1):
+            try:
+                async with conn.transaction():
+                    marked = await fetch(conn, self._sql["workflow_cancel_mark"], params)
+                    if not marked:
+                        return None
+                    cancelled = await self._cancel_live(conn, workflow_id, actor, reason, now)
+                    await fetch(conn, self._sql["workflow_cancel_waiting"], params)
+                    cancelled += await self._cancel_live(conn, workflow_id, actor, reason, now)
+                outcome, not_released = marked[0]["outcome"], marked[0]["not_released"]
+                return WorkflowCancel(workflow_id, outcome, not_released, cancelled)
+            except psycopg.errors.DeadlockDetected:
+                if attempt == CANCEL_ATTEMPTS:
+                    raise
+                await asyncio.sleep(0.05 * 2**attempt)
+        raise AssertionError("unreachable")
+
+    async def _cancel_live(
+        self, conn: AsyncConnection[Any], workflow_id: int, actor: str, reason: str, now: datetime | None
+    ) -> list[int]:
+        live = [r["id"] for r in await fetch(conn, self._sql["workflow_live_jobs"], {"id": workflow_id})]
+        if not live:
+            return []
+        moved = await self.control.cancel_many(
+            conn, live, max_jobs=len(live), actor=actor, reason=reason, now=now
         )
+        return [j.id for j in moved.moved]
 
     async def failed_jobs(self, conn: AsyncConnection[Any], workflow_id: int) -> list[int]:
         """The jobs of the workflow's dead (or singly cancelled) steps: what a retry reprocesses."""

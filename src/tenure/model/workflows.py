@@ -94,7 +94,8 @@ class WorkflowStep:
 @dataclass(frozen=True, slots=True)
 class WorkflowCancel:
     """What cancelling a workflow did: 'cancelled', or 'already' when it was cancelled before;
-    how many waiting steps it cancelled and which running or queued step jobs it cancelled."""
+    how many of its steps were not released yet (waiting or held: they are now cancelled), and
+    which queued or running step jobs it cancelled or revoked."""
 
     id: int
     outcome: str

@@ -168,9 +168,17 @@ BEGIN
             SELECT e.child FROM __schema__.workflow_edges e JOIN after_it a ON e.parent = a.name
             WHERE e.workflow_id = NEW.workflow_id
         )
+        , locked AS (
+            -- In name order, as a completion locks a step's children.
+            SELECT s.name FROM __schema__.workflow_steps s
+            WHERE s.workflow_id = NEW.workflow_id AND s.name IN (SELECT a.name FROM after_it a)
+              AND s.state IN ('waiting', 'held')
+            ORDER BY s.name
+            FOR UPDATE OF s
+        )
         UPDATE __schema__.workflow_steps s
         SET state = CASE WHEN NEW.state = 'dead' AND policy = 'hold' THEN 'held' ELSE 'cancelled' END
-        FROM (SELECT a.name FROM after_it a ORDER BY a.name) d
+        FROM locked d
         WHERE s.workflow_id = NEW.workflow_id AND s.name = d.name AND s.state IN ('waiting', 'held');
     ELSIF OLD.state IN ('dead', 'cancelled') AND NEW.state IN ('pending', 'scheduled') THEN
         UPDATE __schema__.workflow_steps s

@@ -56,12 +56,12 @@ WHERE s.workflow_id = %(id)s
 ORDER BY s.job_id
 LIMIT %(limit)s;
 
--- name: workflow_cancel
--- The first half of cancelling a workflow: it is marked cancelled (a release that comes after
--- finds the mark and its steps cancelled), and every step still waiting or held is cancelled.
--- A release racing with this waits on the step's row lock, so once this statement returns,
--- every step released meanwhile is a job the next statement (workflow_live_jobs) sees.
--- Returns the workflow's id, and 'already' when it was cancelled before.
+-- name: workflow_cancel_mark
+-- The first statement of cancelling a workflow: the workflow is marked cancelled, with who and
+-- why ('already' when it was before), and its steps not released yet are counted. Only the workflow's own row is locked here: the statements
+-- that follow lock its live step jobs before its steps, in the order a completion locks them
+-- (its job, then the steps after it), so that a cancel and a completion never wait on each other
+-- in a circle.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), marked AS (
@@ -70,17 +70,30 @@ WITH clock AS (
     FROM clock
     WHERE w.id = %(id)s AND w.cancelled_at IS NULL
     RETURNING w.id
-), waiting AS (
-    UPDATE __schema__.workflow_steps s
-    SET state = 'cancelled', finished_at = clock.now
-    FROM marked m CROSS JOIN clock
-    WHERE s.workflow_id = m.id AND s.state IN ('waiting', 'held')
-    RETURNING s.name
 )
 SELECT w.id, CASE WHEN EXISTS (SELECT 1 FROM marked) THEN 'cancelled' ELSE 'already' END AS outcome,
-       (SELECT count(*) FROM waiting) AS steps_cancelled
+       (SELECT count(*) FROM __schema__.workflow_steps s
+        WHERE s.workflow_id = w.id AND s.state IN ('waiting', 'held')) AS not_released
 FROM __schema__.workflows w
 WHERE w.id = %(id)s;
+
+-- name: workflow_cancel_waiting
+-- Every step of the workflow still waiting or held is cancelled, locked in name order. A release
+-- racing with this waits on the step's row lock and then finds it cancelled, or has already made
+-- a job, which workflow_live_jobs, run again after this, finds.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+), locked AS (
+    SELECT s.workflow_id, s.name FROM __schema__.workflow_steps s
+    WHERE s.workflow_id = %(id)s AND s.state IN ('waiting', 'held')
+    ORDER BY s.name
+    FOR UPDATE OF s
+)
+UPDATE __schema__.workflow_steps s
+SET state = 'cancelled', finished_at = clock.now
+FROM locked l CROSS JOIN clock
+WHERE s.workflow_id = l.workflow_id AND s.name = l.name AND s.state IN ('waiting', 'held')
+RETURNING s.name;
 
 -- name: workflow_live_jobs
 -- The jobs of a workflow's released steps that have not finished, locked (in id order) so that
