@@ -85,6 +85,20 @@ CREATE TABLE __schema__.workflow_edges (
 );
 CREATE INDEX workflow_edges_child_idx ON __schema__.workflow_edges (workflow_id, child, position);
 
+-- Every step after `step` in its workflow, however far: what a dead or cancelled step holds or
+-- cancels, and what its reprocess lets wait again.
+CREATE FUNCTION __schema__.workflow_steps_after(workflow bigint, step text) RETURNS TABLE (name text)
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    WITH RECURSIVE after_it(name) AS (
+        SELECT e.child FROM __schema__.workflow_edges e
+        WHERE e.workflow_id = workflow AND e.parent = step
+        UNION
+        SELECT e.child FROM __schema__.workflow_edges e JOIN after_it a ON e.parent = a.name
+        WHERE e.workflow_id = workflow
+    )
+    SELECT a.name FROM after_it a
+$$;
+
 -- The one place a step's job moves its workflow on, whichever statement moved the job: a fenced
 -- completion, a failure or expiry that made it dead, a cancel, a reprocess. SECURITY DEFINER:
 -- the roles that move jobs need no privilege on the workflow tables.
@@ -161,14 +175,9 @@ BEGIN
         UPDATE __schema__.workflow_steps s
         SET state = NEW.state::text, finished_at = NEW.finished_at
         WHERE s.workflow_id = NEW.workflow_id AND s.name = NEW.workflow_step;
-        WITH RECURSIVE after_it(name) AS (
-            SELECT e.child FROM __schema__.workflow_edges e
-            WHERE e.workflow_id = NEW.workflow_id AND e.parent = NEW.workflow_step
-            UNION
-            SELECT e.child FROM __schema__.workflow_edges e JOIN after_it a ON e.parent = a.name
-            WHERE e.workflow_id = NEW.workflow_id
-        )
-        , locked AS (
+        WITH after_it AS (
+            SELECT a.name FROM __schema__.workflow_steps_after(NEW.workflow_id, NEW.workflow_step) a
+        ), locked AS (
             -- In name order, as a completion locks a step's children.
             SELECT s.name FROM __schema__.workflow_steps s
             WHERE s.workflow_id = NEW.workflow_id AND s.name IN (SELECT a.name FROM after_it a)
@@ -184,12 +193,8 @@ BEGIN
         UPDATE __schema__.workflow_steps s
         SET state = 'released', finished_at = NULL
         WHERE s.workflow_id = NEW.workflow_id AND s.name = NEW.workflow_step;
-        WITH RECURSIVE after_it(name) AS (
-            SELECT e.child FROM __schema__.workflow_edges e
-            WHERE e.workflow_id = NEW.workflow_id AND e.parent = NEW.workflow_step
-            UNION
-            SELECT e.child FROM __schema__.workflow_edges e JOIN after_it a ON e.parent = a.name
-            WHERE e.workflow_id = NEW.workflow_id
+        WITH after_it AS (
+            SELECT a.name FROM __schema__.workflow_steps_after(NEW.workflow_id, NEW.workflow_step) a
         )
         UPDATE __schema__.workflow_steps s
         SET state = 'waiting'
