@@ -247,3 +247,22 @@ async def test_pausing_a_queue_pauses_the_steps_in_it(dsn: str, db: AsyncConnect
         await app.resume_queue("wf-later")
         await _wait_step(db, app, run.id, "second", "succeeded")
     assert seen["add"] == [(1, 0), (1, 0)]
+
+
+async def test_a_caller_waits_for_a_steps_result_before_the_step_exists(
+    dsn: str, db: AsyncConnection[Any]
+) -> None:
+    """A step's job id is known at enqueue: app.result on it waits while the step waits for the
+    steps before it, and returns its result once it ran; a step cancelled before it ran fails
+    the wait with JobFailed instead of saying there is no such job."""
+    app, _ = _app(dsn)
+    add = app.registry.get("wf.add")
+    assert add is not None
+    run = await app.enqueue_workflow(chain(add.bind(x=1), add.bind(y=2), input="x"))
+    async with running(app, queues=["wf"]):
+        assert await app.result(run.jobs["wf.add-2"], timeout=15, poll=0.05) == 3
+    held = await app.enqueue_workflow(chain(add.bind(x=1), add.bind(y=2), input="x"))
+    await app.cancel_workflow(held.id, reason="not today")
+    with pytest.raises(tenure.JobFailed, match="cancelled before it ran"):
+        await app.result(held.jobs["wf.add-2"], timeout=5, poll=0.05)
+    await app.close()

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
@@ -238,3 +239,14 @@ class ControlQueries:
         """What a caller waiting for the job reads of it; None when there is no such job."""
         rows = await fetch(conn, self._sql["job_result_get"], {"id": job_id})
         return JobResultRow(**rows[0]) if rows else None
+
+    async def unreleased_step(self, conn: AsyncConnection[Any], job_id: int) -> str | None:
+        """The state of the workflow step this job id was drawn for while its job does not exist
+        yet (waiting, held or cancelled); None otherwise, or on a schema without workflows or for
+        a role that may not read them."""
+        try:
+            async with conn.transaction():
+                rows = await fetch(conn, self._sql["workflow_step_unreleased"], {"id": job_id})
+        except (psycopg.errors.UndefinedTable, psycopg.errors.InsufficientPrivilege):
+            return None
+        return str(rows[0]["state"]) if rows else None

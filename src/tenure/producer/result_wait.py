@@ -64,7 +64,8 @@ async def wait_for_result(
         while True:
             async with connection() as conn:
                 row = await control.result(conn, job_id)
-            done, value = settled(row, job_id)
+                step = None if row is not None else await control.unreleased_step(conn, job_id)
+            done, value = settled(row, job_id, step)
             if done:
                 return value
             interval = wait_interval(poll, listening=listener is not None, row=row)

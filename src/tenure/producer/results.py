@@ -55,10 +55,15 @@ class ResultTimeout(TenureError, TimeoutError):
         self.state = state
 
 
-def settled(row: JobResultRow | None, job_id: int) -> tuple[bool, Any]:
+def settled(row: JobResultRow | None, job_id: int, step: str | None = None) -> tuple[bool, Any]:
     """(True, result) for a succeeded job, (False, state) for an unfinished one; raises
-    JobFailed for a dead or cancelled one."""
+    JobFailed for a dead or cancelled one. `step`: the state of the workflow step the id was
+    drawn for, while its job does not exist yet (waiting and held wait; cancelled fails)."""
     if row is None:
+        if step == "cancelled":
+            raise JobFailed(job_id, "cancelled", "CANCELLED", "its workflow step was cancelled before it ran")
+        if step is not None:
+            return False, f"a workflow step {step} for the steps before it"
         raise ValidationError(f"there is no job {job_id}")
     state = row.state
     if state == "succeeded":

@@ -114,3 +114,12 @@ FROM __schema__.workflow_steps s
 JOIN __schema__.jobs j ON j.id = s.job_id
 WHERE s.workflow_id = %(id)s AND s.state IN ('dead', 'cancelled') AND j.state IN ('dead', 'cancelled')
 ORDER BY s.job_id;
+
+-- name: workflow_step_unreleased
+-- The state of the workflow step whose job id this is, while its job does not exist yet
+-- (waiting or held for earlier steps, or cancelled before it ran): what a caller waiting for that
+-- job's result is told. No row: no such step, or its job exists.
+SELECT s.state
+FROM __schema__.workflow_steps s
+WHERE s.job_id = %(id)s AND s.state IN ('waiting', 'held', 'cancelled')
+  AND NOT EXISTS (SELECT 1 FROM __schema__.jobs j WHERE j.id = s.job_id);

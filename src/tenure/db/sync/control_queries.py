@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from psycopg import Connection
 from psycopg.types.json import Jsonb
 
@@ -236,3 +237,14 @@ class ControlQueries:
         """What a caller waiting for the job reads of it; None when there is no such job."""
         rows = fetch(conn, self._sql["job_result_get"], {"id": job_id})
         return JobResultRow(**rows[0]) if rows else None
+
+    def unreleased_step(self, conn: Connection[Any], job_id: int) -> str | None:
+        """The state of the workflow step this job id was drawn for while its job does not exist
+        yet (waiting, held or cancelled); None otherwise, or on a schema without workflows or for
+        a role that may not read them."""
+        try:
+            with conn.transaction():
+                rows = fetch(conn, self._sql["workflow_step_unreleased"], {"id": job_id})
+        except (psycopg.errors.UndefinedTable, psycopg.errors.InsufficientPrivilege):
+            return None
+        return str(rows[0]["state"]) if rows else None

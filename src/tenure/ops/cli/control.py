@@ -324,11 +324,12 @@ async def cmd_result(args: argparse.Namespace) -> int:
     async with _client(args) as client:
         async with (await client.pool()).connection() as conn:
             row = await client.control.result(conn, args.id)
-        if row is None:
+            step = None if row is not None else await client.control.unreleased_step(conn, args.id)
+        if row is None and step is None:
             err.print(f"error: there is no job {args.id}")
             return EXIT_REFUSED
         try:
-            done, value = settled(row, args.id)
+            done, value = settled(row, args.id, step)
             if not done:
                 if args.wait is None:
                     err.print(

@@ -62,7 +62,8 @@ def wait_for_result(
         while True:
             with connection() as conn:
                 row = control.result(conn, job_id)
-            done, value = settled(row, job_id)
+                step = None if row is not None else control.unreleased_step(conn, job_id)
+            done, value = settled(row, job_id, step)
             if done:
                 return value
             interval = wait_interval(poll, listening=listener is not None, row=row)
