@@ -57,6 +57,8 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
+    if name == "testing":  # tenure.testing, for an application's tests: it loads the worker
+        return importlib.import_module("tenure.testing")
     raise AttributeError(f"module 'tenure' has no attribute {name!r}")
 
 
