@@ -43,8 +43,9 @@ def app_with_failures(dsn: str) -> tuple[tenure.Tenure, int, int]:
 def test_no_command_prints_a_python_repr(
     dsn: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """show, dead list and show, status (wide and 80 columns), queues, limits, effects and ordering
-    print no repr of a datetime, an enum, a UUID or a dict, and no traceback header."""
+    """show, dead list and show, status (wide and 80 columns), queues, limits, effects, ordering,
+    schedules, workflows and prune print no repr of a datetime, an enum, a UUID or a dict, and no
+    traceback header."""
     _, permanent, crashed = app_with_failures(dsn)
     outputs = []
     for argv in (
@@ -57,6 +58,8 @@ def test_no_command_prints_a_python_repr(
         ["effects", "list"],
         ["ordering", "blocked"],
         ["schedules", "list"],
+        ["workflows", "list"],
+        ["prune"],
     ):
         code, out, err = cli(capsys, *argv, "--dsn", dsn)
         assert code == 0, (argv, err)

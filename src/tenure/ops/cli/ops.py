@@ -59,7 +59,9 @@ async def cmd_prune(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(report.as_dict())
     else:
-        out.print(report.as_dict())
+        counts = report.as_dict()
+        said = ", ".join(f"{n:,} {name.replace('_', ' ')}" for name, n in counts.items())
+        out.print(f"pruned: {said}", markup=False)
     return 0
 
 
@@ -105,7 +107,11 @@ async def cmd_metrics(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("prune", parents=[common], help="delete finished jobs and audit rows past retention")
+    p = sub.add_parser(
+        "prune",
+        parents=[common],
+        help="delete finished jobs, audit rows and finished workflows past retention",
+    )
     add_retention_options(p)
     p.set_defaults(handler=cmd_prune)
 
