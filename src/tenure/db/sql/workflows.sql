@@ -48,7 +48,7 @@ SELECT s.name, s.task, s.queue, s.job_id, s.state, j.state::text AS job_state,
        coalesce(j.attempt_count, 0) AS attempts, s.max_attempts, s.remaining,
        coalesce((SELECT array_agg(e.parent ORDER BY e.position) FROM __schema__.workflow_edges e
                  WHERE e.workflow_id = s.workflow_id AND e.child = s.name), '{}') AS after,
-       s.input_arg, s.released_at, coalesce(j.attempted_at, NULL) AS attempted_at, s.finished_at,
+       s.input_arg, s.released_at, j.attempted_at, s.finished_at,
        j.last_error_code, j.last_error
 FROM __schema__.workflow_steps s
 LEFT JOIN __schema__.jobs j ON j.id = s.job_id

@@ -34,16 +34,41 @@ def effects_file() -> Path | None:
     return Path(path + EFFECTS_SUFFIX) if path else None
 
 
-def _performed(run_dir: Path) -> Counter[str]:
-    """How many times each effect key was performed, over every worker's effects file."""
-    seen: Counter[str] = Counter()
+def performed(run_dir: Path, *, by: str = "key", steps_only: bool = False) -> Counter[Any]:
+    """How many times each call was performed over every worker's effects file, counted by
+    effect key (or by job); `steps_only`: the workflow steps' calls alone."""
+    seen: Counter[Any] = Counter()
     for path in run_dir.glob(f"*{EFFECTS_SUFFIX}"):
         for line in path.read_text(encoding="utf-8").splitlines():
             try:
-                seen[json.loads(line)["key"]] += 1
+                entry = json.loads(line)
+                if not steps_only or entry.get("step"):
+                    seen[entry[by]] += 1
             except (ValueError, KeyError):
                 continue  # a line cut short by SIGKILL was never a completed call
     return seen
+
+
+def external_call(ctx: JobContext, name: str, outcome: dict[str, Any], *, step: bool = False) -> None:
+    """One "external" call through the effect ledger `name`: a line appended to the worker's
+    effects file (flushed at once), reconciled after a crash by looking for that line in every
+    worker's file. `step` marks a workflow step's call."""
+    target = effects_file()
+
+    def perform(key: str) -> dict[str, Any]:
+        if target is not None:
+            line = {"key": key, "job": ctx.job_id, "token": ctx.token} | ({"step": True} if step else {})
+            with target.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(line) + "\n")
+                f.flush()
+        return outcome
+
+    def reconcile(record: EffectRecord) -> Confirmed | NotHappened:
+        if target is not None and performed(target.parent)[record.key]:
+            return Confirmed({"reconciled": True})
+        return NotHappened()
+
+    ctx.effect_sync(name, perform=perform, reconcile=reconcile)
 
 
 def make_handlers(attempts: AttemptLog) -> tuple[Any, Any]:
@@ -55,21 +80,7 @@ def make_handlers(attempts: AttemptLog) -> tuple[Any, Any]:
     def effect(ctx: JobContext) -> None:
         """One external call through the effect ledger, reconciled from the effects files."""
         with attempts.running(ctx):
-            target = effects_file()
-
-            def perform(key: str) -> dict[str, Any]:
-                if target is not None:
-                    with target.open("a", encoding="utf-8") as f:
-                        f.write(json.dumps({"key": key, "job": ctx.job_id, "token": ctx.token}) + "\n")
-                        f.flush()
-                return {"token": ctx.token}
-
-            def reconcile(record: EffectRecord) -> Confirmed | NotHappened:
-                if target is not None and _performed(target.parent)[record.key]:
-                    return Confirmed({"reconciled": True})
-                return NotHappened()
-
-            ctx.effect_sync("soak", perform=perform, reconcile=reconcile)
+            external_call(ctx, "soak", {"token": ctx.token})
 
     return ordered, effect
 
@@ -80,8 +91,8 @@ async def checks(
     queries = SoakQueries(schema)
     order = await queries.ordering_violations(conn)
     ledger = await queries.effect_states(conn, effect_task)
-    performed = _performed(run_dir) if run_dir is not None else Counter()
-    repeated = sum(1 for n in performed.values() if n > 1)
+    performed_calls = performed(run_dir) if run_dir is not None else Counter()
+    repeated = sum(1 for n in performed_calls.values() if n > 1)
     undone = sum(r["jobs"] for r in ledger if r["job_state"] == "succeeded" and r["effect_state"] != "done")
     return [
         Check(
@@ -93,7 +104,7 @@ async def checks(
         Check(
             "no effect performed twice",
             repeated == 0 and undone == 0,
-            f"{sum(performed.values())} calls for {len(performed)} effects, {repeated} repeated; "
+            f"{sum(performed_calls.values())} calls for {len(performed_calls)} effects, {repeated} repeated; "
             f"{undone} succeeded jobs without a done effect",
         ),
     ]

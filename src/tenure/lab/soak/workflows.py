@@ -11,7 +11,6 @@ its results along, and no step was released twice or left behind.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -21,10 +20,10 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
-from tenure import Client, Confirmed, EffectRecord, JobContext, NotHappened, TenureError, Workflow, chain
+from tenure import Client, JobContext, TenureError, Workflow, chain
 from tenure.db.sqlfiles import package_queries
 from tenure.lab.soak.attempts import AttemptLog
-from tenure.lab.soak.ordered_effects import EFFECTS_SUFFIX, effects_file
+from tenure.lab.soak.ordered_effects import external_call, performed
 from tenure.lab.soak.report import Check
 
 FAN_OUT = 50
@@ -36,36 +35,8 @@ PART, FAN_IN, LINK = "soak.wf_part", "soak.wf_fan_in", "soak.wf_link"
 
 def _call(ctx: JobContext, value: Any) -> Any:
     """The step's one external call, through the effect ledger; returns `value`."""
-    target = effects_file()
-
-    def perform(key: str) -> dict[str, Any]:
-        if target is not None:
-            with target.open("a", encoding="utf-8") as f:
-                f.write(json.dumps({"key": key, "job": ctx.job_id, "token": ctx.token, "step": True}) + "\n")
-                f.flush()
-        return {"value": value}
-
-    def reconcile(record: EffectRecord) -> Confirmed | NotHappened:
-        if target is not None and _calls(target.parent, by="key")[record.key]:
-            return Confirmed({"reconciled": True})
-        return NotHappened()
-
-    ctx.effect_sync("step", perform=perform, reconcile=reconcile)
+    external_call(ctx, "step", {"value": value}, step=True)
     return value
-
-
-def _calls(run_dir: Path, *, by: str) -> Counter[Any]:
-    """The steps' calls in every worker's effects file, counted by effect key or by job."""
-    seen: Counter[Any] = Counter()
-    for path in run_dir.glob(f"*{EFFECTS_SUFFIX}"):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue  # a line cut short by SIGKILL was never a completed call
-            if entry.get("step"):
-                seen[entry[by]] += 1
-    return seen
 
 
 def make_handlers(attempts: AttemptLog) -> dict[str, Any]:
@@ -128,7 +99,7 @@ class SoakWorkflows:
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(package_queries("tenure.lab.soak", schema)["soak_workflow_steps"], {"ids": ids})
             steps = await cur.fetchall()
-        calls = _calls(run_dir, by="job") if run_dir is not None else Counter()
+        calls = performed(run_dir, by="job", steps_only=True) if run_dir is not None else Counter()
         by_flow: dict[int, list[dict[str, Any]]] = {}
         for s in steps:
             by_flow.setdefault(s["workflow_id"], []).append(s)

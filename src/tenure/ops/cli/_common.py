@@ -17,6 +17,7 @@ from rich.console import Console
 
 from tenure.db.connect import DSN_ENV, ResolvedDsn, connect, resolve_dsn
 from tenure.db.migrate import require_current_schema
+from tenure.producer.client import Client
 
 out = Console()
 err = Console(stderr=True, soft_wrap=True)
@@ -75,6 +76,15 @@ async def connected(args: argparse.Namespace) -> AsyncIterator[AsyncConnection[A
     async with await connect(resolve(args).dsn, name="tenure-cli") as conn:
         await require_current_schema(conn, args.schema)
         yield conn
+
+
+@contextlib.asynccontextmanager
+async def client_for(args: argparse.Namespace) -> AsyncIterator[Client]:
+    """A client on the command's database, once its schema is known to be current."""
+    async with Client(resolve(args).dsn, schema=args.schema) as client:
+        async with (await client.pool()).connection() as conn:
+            await require_current_schema(conn, args.schema)
+        yield client
 
 
 def positive_int(text: str) -> int:

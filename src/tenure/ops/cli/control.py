@@ -10,9 +10,7 @@ JSON, a bad time, a missing reason, or a filter over the bound without --yes).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
@@ -20,15 +18,21 @@ from rich.markup import escape
 from rich.table import Table
 
 from tenure.db.control_queries import ControlQueries
-from tenure.db.migrate import require_current_schema
 from tenure.db.ops_queries import OpsQueries
 from tenure.db.queries import Queries
 from tenure.model.errors import ValidationError
 from tenure.model.jobs import JobState
 from tenure.model.validation import MAX_ATTEMPTS_LIMIT
-from tenure.ops.cli._common import EXIT_USAGE, connected, emit_json, err, out, positive_int, resolve
+from tenure.ops.cli._common import (
+    EXIT_USAGE,
+    client_for,
+    connected,
+    emit_json,
+    err,
+    out,
+    positive_int,
+)
 from tenure.ops.views.durations import duration, human
-from tenure.producer.client import Client
 from tenure.producer.control import DEFAULT_MAX_JOBS, CancelReport, ControlRefused, TooManyMatched
 from tenure.producer.results import JobFailed, ResultTimeout, settled
 
@@ -37,15 +41,6 @@ EXIT_REFUSED = 1
 #: enqueued without result_wanted).
 RESULT_POLL_SECONDS = 0.5
 SHOWN_IDS = 20
-
-
-@contextlib.asynccontextmanager
-async def _client(args: argparse.Namespace) -> AsyncIterator[Client]:
-    """A client on the command's database, once its schema is known to be current."""
-    async with Client(resolve(args).dsn, schema=args.schema) as client:
-        async with (await client.pool()).connection() as conn:
-            await require_current_schema(conn, args.schema)
-        yield client
 
 
 def _ids(ids: list[int]) -> str:
@@ -97,7 +92,7 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
     _check_cancel_target(args)
     contains = _contains(args.contains)
     max_jobs = None if args.yes else DEFAULT_MAX_JOBS
-    async with _client(args) as client:
+    async with client_for(args) as client:
         try:
             report = await client.cancel(
                 args.ids or None,
@@ -146,7 +141,7 @@ def _print_cancel(report: CancelReport) -> None:
 
 
 async def cmd_retry(args: argparse.Namespace) -> int:
-    async with _client(args) as client:
+    async with client_for(args) as client:
         try:
             moved = await client.retry(args.ids, reason=args.reason, attempts=args.attempts, actor=args.actor)
         except ControlRefused as exc:
@@ -270,7 +265,7 @@ def pause_time(text: str) -> float | datetime:
 
 
 async def cmd_queues_pause(args: argparse.Namespace) -> int:
-    async with _client(args) as client:
+    async with client_for(args) as client:
         try:
             pause = await client.pause_queue(
                 args.name,
@@ -305,7 +300,7 @@ async def cmd_queues_pause(args: argparse.Namespace) -> int:
 
 
 async def cmd_queues_resume(args: argparse.Namespace) -> int:
-    async with _client(args) as client:
+    async with client_for(args) as client:
         try:
             await client.resume_queue(args.name, reason=args.reason, actor=args.actor)
         except ControlRefused as exc:
@@ -321,7 +316,7 @@ async def cmd_queues_resume(args: argparse.Namespace) -> int:
 
 
 async def cmd_result(args: argparse.Namespace) -> int:
-    async with _client(args) as client:
+    async with client_for(args) as client:
         async with (await client.pool()).connection() as conn:
             row = await client.control.result(conn, args.id)
             step = None if row is not None else await client.control.unreleased_step(conn, args.id)
@@ -348,7 +343,7 @@ async def cmd_result(args: argparse.Namespace) -> int:
 
 
 async def cmd_unique_show(args: argparse.Namespace) -> int:
-    async with _client(args) as client, (await client.pool()).connection() as conn:
+    async with client_for(args) as client, (await client.pool()).connection() as conn:
         rows = await client.control.unique_key_jobs(conn, args.key, limit=args.limit)
     if args.json:
         emit_json(rows)
@@ -384,7 +379,7 @@ async def cmd_unique_show(args: argparse.Namespace) -> int:
 
 
 async def cmd_limits_list(args: argparse.Namespace) -> int:
-    async with _client(args) as client, (await client.pool()).connection() as conn:
+    async with client_for(args) as client, (await client.pool()).connection() as conn:
         rows = await client.control.limits(conn)
     if args.json:
         emit_json(rows)
@@ -411,7 +406,7 @@ async def cmd_limits_list(args: argparse.Namespace) -> int:
 
 
 async def cmd_limits_clear(args: argparse.Namespace) -> int:
-    async with _client(args) as client, (await client.pool()).connection() as conn:
+    async with client_for(args) as client, (await client.pool()).connection() as conn:
         cleared = await client.control.clear_limit(conn, args.queue)
     if not cleared:
         err.print(f"error: queue {args.queue!r} has no limit; nothing was cleared", markup=False)

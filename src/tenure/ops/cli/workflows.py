@@ -9,8 +9,6 @@ wrong (an empty reason).
 from __future__ import annotations
 
 import argparse
-import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
@@ -20,9 +18,8 @@ from rich.table import Table
 from tenure.model.errors import ValidationError
 from tenure.model.validation import MAX_ATTEMPTS_LIMIT
 from tenure.model.workflows import WorkflowStep, WorkflowSummary
-from tenure.ops.cli._common import EXIT_USAGE, as_dict, emit_json, err, out, positive_int, resolve
+from tenure.ops.cli._common import EXIT_USAGE, as_dict, client_for, emit_json, err, out, positive_int
 from tenure.ops.cli._render import error_line, facts, relative, when
-from tenure.producer.client import Client
 from tenure.producer.control import ControlRefused
 
 EXIT_REFUSED = 1
@@ -61,14 +58,8 @@ def progress(w: WorkflowSummary) -> str:
     return ", ".join(parts)
 
 
-@contextlib.asynccontextmanager
-async def _client(args: argparse.Namespace) -> AsyncIterator[Client]:
-    async with Client(resolve(args).dsn, schema=args.schema) as client:
-        yield client
-
-
 async def cmd_list(args: argparse.Namespace) -> int:
-    async with _client(args) as client:
+    async with client_for(args) as client:
         rows = await client.list_workflows(limit=args.limit)
     if args.json:
         emit_json([{**as_dict(w), "state": w.state} for w in rows])
@@ -112,7 +103,7 @@ def _step_row(s: WorkflowStep, now: Any) -> list[str]:
 
 
 async def cmd_show(args: argparse.Namespace) -> int:
-    async with _client(args) as client:
+    async with client_for(args) as client:
         found = await client.get_workflow(args.id)
         if found is None:
             return _unknown(args.id)
@@ -158,7 +149,7 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
     reason = _reason(args, "cancel the workflow")
     if reason is None:
         return EXIT_USAGE
-    async with _client(args) as client:
+    async with client_for(args) as client:
         try:
             done = await client.cancel_workflow(args.id, reason=reason, actor=args.actor)
         except ValidationError as exc:
@@ -187,7 +178,7 @@ async def cmd_retry(args: argparse.Namespace) -> int:
     reason = _reason(args, "retry the workflow")
     if reason is None:
         return EXIT_USAGE
-    async with _client(args) as client:
+    async with client_for(args) as client:
         try:
             ids = await client.retry_workflow(
                 args.id, reason=reason, attempts=args.attempts, actor=args.actor
