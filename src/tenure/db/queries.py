@@ -72,6 +72,18 @@ class Promotion:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkflowWork:
+    """One chunk of the workflow pass: the work's kind (release, propagate, materialize), its
+    workflow and step, and its outcome: 'done' (that work is finished), 'more' (it goes on in the
+    next chunk) or 'busy' (a step row was locked elsewhere: it is tried again in a second)."""
+
+    kind: str
+    workflow_id: int
+    step: str
+    outcome: str
+
+
+@dataclass(frozen=True, slots=True)
 class FailOutcome:
     """What a fenced failure write did: 'failed' (the job moved to `state`), 'busy' (its row was
     locked elsewhere; nothing changed, try again) or 'lost' (the fence did not hold)."""
@@ -455,6 +467,15 @@ class Queries(ProducerQueries, HandlerQueries):
             )
             for r in rows
         ]
+
+    async def workflow_work_run(self, conn: AsyncConnection[Any], *, chunk: int) -> WorkflowWork | None:
+        """Does one chunk of the oldest due workflow work (at most `chunk` steps), in `conn`'s
+        transaction; None when none is due."""
+        rows = await fetch(conn, self._sql["workflow_work_run"], {"chunk": chunk})
+        if not rows:
+            return None
+        row = rows[0]
+        return WorkflowWork(row["kind"], row["workflow_id"], row["step"], row["outcome"])
 
     async def job_promote_due(
         self, conn: AsyncConnection[Any], *, limit: int, now: datetime | None = None

@@ -30,6 +30,7 @@ from tenure.worker.listener import Listener
 from tenure.worker.maintenance import RetentionPass, RetentionPolicy, WorkerPresence
 from tenure.worker.options import WorkerOptions
 from tenure.worker.promoter import Promoter
+from tenure.worker.workflow_pass import WorkflowPass
 from tenure.worker.recovery import Recovery
 from tenure.worker.revocation import RevocationCheck
 from tenure.worker.scheduler import Scheduler
@@ -159,6 +160,7 @@ class Worker:
             Watchdog(services, executor),
             self.recovery,
             promoter,
+            WorkflowPass(services),
             HealthWatch(board, self._give_up, every=min(1.0, self.options.service_failure_limit / 4)),
             WorkerPresence(
                 self.schema,

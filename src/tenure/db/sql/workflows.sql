@@ -123,3 +123,10 @@ SELECT s.state
 FROM __schema__.workflow_steps s
 WHERE s.job_id = %(id)s AND s.state IN ('waiting', 'held', 'cancelled')
   AND NOT EXISTS (SELECT 1 FROM __schema__.jobs j WHERE j.id = s.job_id);
+
+-- name: workflow_work_run
+-- One chunk of the workflow pass (workflow_work_run(), migration 0020): the oldest piece of a
+-- workflow's work that its completion left for later, at most %(chunk)s steps of it. No row:
+-- nothing is due.
+SELECT w.kind, w.workflow_id, w.step, w.outcome
+FROM __schema__.workflow_work_run(%(chunk)s) w;

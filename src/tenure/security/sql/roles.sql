@@ -51,6 +51,9 @@ GRANT EXECUTE ON FUNCTION {schema}.enqueue(text, jsonb, text, timestamptz, float
 -- A handler may enqueue a workflow too. A step's progress (its children released, the steps
 -- after a dead one held) is the jobs_workflow_advance trigger's, which needs no grant of the role.
 GRANT EXECUTE ON FUNCTION {schema}.enqueue_workflow(text, jsonb, text) TO {role};
+-- The workflow pass: the work a completion left for later (a large fan-out's release, the steps
+-- after a dead root), a chunk at a time, through one SECURITY DEFINER function.
+GRANT EXECUTE ON FUNCTION {schema}.workflow_work_run(integer) TO {role};
 GRANT SELECT ON {schema}.schema_migrations TO {role};
 -- The scheduler (docs/schedules.md): it registers its app's schedules, fires their slots as jobs
 -- and records each fired slot. It may not pause or resume a schedule (the pause columns are the
