@@ -30,13 +30,13 @@ from tenure.worker.listener import Listener
 from tenure.worker.maintenance import RetentionPass, RetentionPolicy, WorkerPresence
 from tenure.worker.options import WorkerOptions
 from tenure.worker.promoter import Promoter
-from tenure.worker.workflow_pass import WorkflowPass
 from tenure.worker.recovery import Recovery
 from tenure.worker.revocation import RevocationCheck
 from tenure.worker.scheduler import Scheduler
 from tenure.worker.service import HealthWatch, Service, Supervisor
 from tenure.worker.services import WorkerServices
 from tenure.worker.stats import WorkerStats
+from tenure.worker.workflow_pass import WorkflowPass
 
 log = logging.getLogger("tenure.worker")
 
