@@ -95,20 +95,21 @@ async def test_a_row_locked_elsewhere_is_retried_alone_once_its_pause_has_passed
 async def test_a_failing_write_is_retried_while_the_lease_lasts_and_settled_expired_after(
     completer: Completer, db: AsyncConnection[Any], queries: Queries
 ) -> None:
-    """While the server refuses every write to jobs (a trigger raising, a real error), a pass raises;
+    """While the server refuses every write to jobs (read-only, as a standby after a failover; raised
+    by a trigger), a pass raises;
     a job whose lease ends before the retry is settled EXPIRED at once, the other waits and is
     written by the first pass after writes work again."""
     lasting, ending = await claimed(db, queries, 2)
     await db.execute(
         "CREATE FUNCTION tenure.refuse() RETURNS trigger LANGUAGE plpgsql AS "
-        "$$ BEGIN RAISE EXCEPTION 'writes refused'; END $$"
+        "$$ BEGIN RAISE EXCEPTION 'writes refused' USING ERRCODE = 'read_only_sql_transaction'; END $$"
     )
     await db.execute(
         "CREATE TRIGGER refuse BEFORE UPDATE ON tenure.jobs FOR EACH ROW EXECUTE FUNCTION tenure.refuse()"
     )
     waiting = [hand_over(completer, lasting, 30), hand_over(completer, ending, 0.1)]
     await asyncio.sleep(0)
-    with pytest.raises(psycopg.errors.RaiseException):
+    with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
         await completer.run_once()
     await asyncio.sleep(0)
     assert waiting[1].done() and waiting[1].result() == CompletionOutcome.EXPIRED
@@ -118,3 +119,72 @@ async def test_a_failing_write_is_retried_while_the_lease_lasts_and_settled_expi
     assert await completer.run_once() == 1
     assert await waiting[0] == CompletionOutcome.DONE
     assert await states(db, [lasting, ending]) == ["succeeded", "running"]
+
+
+async def refuse_completion_of(db: AsyncConnection[Any], job_id: int) -> None:
+    """A trigger that raises when this one job succeeds: a completion the database refuses."""
+    await db.execute(
+        "CREATE FUNCTION public.refuse_completion() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN RAISE EXCEPTION 'job % may not succeed', NEW.id; END $$"
+    )
+    await db.execute(
+        "CREATE TRIGGER refuse_one AFTER UPDATE OF state ON tenure.jobs FOR EACH ROW "
+        f"WHEN (NEW.state = 'succeeded' AND NEW.id = {int(job_id)}) EXECUTE FUNCTION public.refuse_completion()"
+    )
+
+
+async def test_a_completion_the_database_refuses_costs_only_itself(
+    completer: Completer, db: AsyncConnection[Any], queries: Queries
+) -> None:
+    """A batch of 7 whose one row a trigger refuses: the 6 others succeed in the same pass, the
+    refused one's caller gets CompletionRejected with the database's message, and the completer
+    stays healthy."""
+    from tenure.worker.completer import CompletionRejected
+
+    jobs = await claimed(db, queries, 7)
+    await refuse_completion_of(db, jobs[3].id)
+    waiting = [hand_over(completer, job, lease_left=30) for job in jobs]
+    await asyncio.sleep(0)
+    assert await completer.run_once() == 7
+    await asyncio.sleep(0)
+    for n, task in enumerate(waiting):
+        if n == 3:
+            with pytest.raises(CompletionRejected, match=f"job {jobs[3].id} may not succeed"):
+                task.result()
+        else:
+            assert task.result() == CompletionOutcome.DONE
+    assert await states(db, jobs) == ["succeeded"] * 3 + ["running"] + ["succeeded"] * 3
+    assert not completer.health.failing
+
+
+async def test_a_row_whose_completion_waits_out_its_lock_is_tried_again_alone(
+    completer: Completer, db: AsyncConnection[Any], dsn: str, queries: Queries
+) -> None:
+    """A batch whose one row's completion fails on a lock wait that ran out (55P03): the others
+    succeed in that pass, that one is tried again by itself and succeeds once the lock is gone,
+    and the completer stays healthy."""
+    jobs = await claimed(db, queries, 4)
+    await db.execute(
+        "CREATE FUNCTION public.wait_briefly() RETURNS trigger LANGUAGE plpgsql SET lock_timeout = '100ms' AS "
+        "$$ BEGIN PERFORM 1 FROM public.blocker FOR UPDATE; RETURN NULL; END $$"
+    )
+    await db.execute("CREATE TABLE public.blocker (n int)")
+    await db.execute("INSERT INTO public.blocker VALUES (1)")
+    await db.execute(
+        "CREATE TRIGGER wait_one AFTER UPDATE OF state ON tenure.jobs FOR EACH ROW "
+        f"WHEN (NEW.state = 'succeeded' AND NEW.id = {jobs[1].id}) EXECUTE FUNCTION public.wait_briefly()"
+    )
+    async with await AsyncConnection.connect(dsn) as holder:
+        await holder.execute("SELECT * FROM public.blocker FOR UPDATE")
+        waiting = [hand_over(completer, job, lease_left=30) for job in jobs]
+        await asyncio.sleep(0)
+        assert await completer.run_once() == 4
+        await asyncio.sleep(0)
+        assert [t.done() for t in waiting] == [True, False, True, True]
+        await holder.rollback()
+    completer.clock.advance(1.0)  # type: ignore[attr-defined]
+    assert await completer.run_once() == 1
+    await asyncio.sleep(0)
+    assert waiting[1].result() == CompletionOutcome.DONE
+    assert await states(db, jobs) == ["succeeded"] * 4
+    assert not completer.health.failing

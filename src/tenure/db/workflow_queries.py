@@ -98,6 +98,17 @@ class WorkflowQueries:
         )
         return [j.id for j in moved.moved]
 
+    async def rebuild_purged(self, conn: AsyncConnection[Any], workflow_id: int) -> list[int]:
+        """Makes again the jobs of the workflow's dead or cancelled steps that were purged since
+        (released once more, with their input), the steps after them waiting again: their ids."""
+        rows = await fetch(conn, self._sql["workflow_rebuild_purged"], {"id": workflow_id})
+        return [r["job_id"] for r in rows]
+
+    async def held_reasons(self, conn: AsyncConnection[Any], workflow_id: int) -> dict[str, str]:
+        """The steps held for a reason of their own (an input over its bound), with the reason."""
+        rows = await fetch(conn, self._sql["workflow_held_reasons"], {"id": workflow_id})
+        return {r["name"]: r["held_reason"] for r in rows}
+
     async def failed_jobs(self, conn: AsyncConnection[Any], workflow_id: int) -> list[int]:
         """The jobs of the workflow's dead (or singly cancelled) steps: what a retry reprocesses."""
         return [r["id"] for r in await fetch(conn, self._sql["workflow_failed_jobs"], {"id": workflow_id})]

@@ -367,7 +367,10 @@ class SyncClient:
     ) -> list[int]:
         """Reprocesses the workflow's dead steps (and steps whose job was cancelled on its own)
         with `attempts` more attempts: the steps they held wait again, and run once they succeed.
-        Returns the step jobs reprocessed."""
+        A step whose job was purged since (`tenure dead purge`, retention) gets its job again,
+        made from the step as its release made it. Returns the step jobs reprocessed or remade.
+        Raises ValidationError, naming the steps and why, when the only steps left unfinished are
+        held for a reason no retry mends (an input over its bound)."""
         check_attempts(attempts)
         text = check_reason(reason, "retry a workflow")
         with self._conn(None) as c:
@@ -380,13 +383,22 @@ class SyncClient:
                 raise ValidationError(
                     f"workflow {workflow_id} was cancelled; a cancelled workflow stays cancelled"
                 )
+            # A dead step whose job was purged since is made again from its step's row first.
+            rebuilt = self.workflows.rebuild_purged(c, workflow_id)
             failed = self.workflows.failed_jobs(c, workflow_id)
             if not failed:
-                return []
+                if not rebuilt:
+                    held = self.workflows.held_reasons(c, workflow_id)
+                    if held:
+                        raise ValidationError(
+                            f"workflow {workflow_id} has nothing a retry can mend: "
+                            + "; ".join(f"step {name!r} is held, {why}" for name, why in held.items())
+                        )
+                return rebuilt
             rows = self.control.retry_many(
                 c, failed, attempts=attempts, actor=actor or default_actor(), reason=text
             )
-        return retry_report(rows)
+        return rebuilt + retry_report(rows)
 
     def pause_queue(
         self,

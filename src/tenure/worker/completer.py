@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tenure.model.jobs import ClaimedJob
+from tenure.model.retry import is_infrastructure_error
 from tenure.telemetry.tracing import batch_span, set_batch_size
+from tenure.worker.health import describe_error
 from tenure.worker.service import Service
 from tenure.worker.services import WorkerServices
 
@@ -21,6 +23,21 @@ BUSY_RETRY = 0.05
 PROBE_EVERY = 1.0
 
 
+#: SQLSTATE classes of an error that the same completion would meet again: a value the database
+#: refuses (22 data, 23 integrity), a limit it would exceed again (54), a raise in a trigger (P0).
+DETERMINISTIC_SQLSTATE_CLASSES = ("22", "23", "54", "P0")
+
+
+class CompletionRejected(Exception):
+    """The database refuses this job's completion for a reason of its own row (a release that
+    breaks a limit, a constraint, a trigger that raises): writing it again would fail again, so
+    the job fails with the database's own error instead of waiting for its lease to expire."""
+
+    def __init__(self, sqlstate: str, message: str) -> None:
+        super().__init__(f"the database refused the completion [{sqlstate}]: {message}")
+        self.sqlstate = sqlstate
+
+
 class CompletionOutcome:
     DONE = "done"
     """Succeeded under this lease."""
@@ -28,6 +45,9 @@ class CompletionOutcome:
     """The fence refused it: another worker holds or has finished the job."""
     EXPIRED = "expired"
     """The lease ran out (by the local estimate) before the write could be made."""
+    REJECTED = "rejected"
+    """The database refused this row's completion for a reason of its own (complete() raises
+    CompletionRejected with it)."""
 
 
 @dataclass
@@ -37,6 +57,8 @@ class _Pending:
     done: asyncio.Future[str]
     result: Any = None  # the job's result, checked JSON; None stores none
     busy_tries: int = 0
+    # Set when the job's row failed alone for a reason of its own: ends its wait with this error.
+    rejected: CompletionRejected | None = None
     not_before: float = field(default=0.0)
 
 
@@ -48,6 +70,13 @@ class Completer(Service):
     permission revoked, any error) is retried with backoff until each job's lease runs out, and
     the completer goes on: one bad write can never stop completions for good. A row locked
     elsewhere is retried alone, without holding up the rest of the batch.
+
+    One bad completion costs only itself: a batch that fails for a reason that may belong to one
+    of its rows (anything but the connection, the pool or the server) is split in halves, each
+    written on its own, so the rest lands at once. A row that fails alone for a deterministic
+    reason raises CompletionRejected to its caller, who fails the job with the database's error;
+    one that fails alone for a passing reason (a lock wait that ran out, a deadlock) is tried
+    again alone until its lease ends. Neither counts against the completer's health.
     """
 
     name = "completer"
@@ -65,9 +94,13 @@ class Completer(Service):
         """A CompletionOutcome; `expires` is the local monotonic estimate of the lease's end,
         `result` the job's result to store with it (checked JSON, or None)."""
         done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._queued.append(_Pending(job, expires, done, result))
+        pending = _Pending(job, expires, done, result)
+        self._queued.append(pending)
         self._arrived.set()
-        return await done
+        outcome = await done
+        if pending.rejected is not None:
+            raise pending.rejected
+        return outcome
 
     async def run_once(self) -> int:
         """Waits for completions (or a retry falling due) and writes one batch; a write that
@@ -124,7 +157,9 @@ class Completer(Service):
 
     async def _write(self, batch: list[_Pending], *, final: bool = False) -> None:
         """One attempt at the batch. Whatever happens, every entry is either settled or put back
-        for a retry: no caller is ever left waiting on a write nobody will make."""
+        for a retry: no caller is ever left waiting on a write nobody will make. Raises only for
+        a failure of the whole write path (connection, pool, server), after putting every entry
+        of the batch back."""
         services = self.services
         try:
             with batch_span("complete") as span:
@@ -138,7 +173,10 @@ class Completer(Service):
                             (p.job.id, p.job.lease.token): p.result for p in batch if p.result is not None
                         },
                     )
-        except Exception:
+        except Exception as exc:
+            if not _whole_write_failed(exc):
+                await self._write_apart(batch, exc, final)
+                return
             services.stats.write_errors += 1
             # The backoff after this failure, which the health counts once this raises.
             delay = self.health.backoff(self.health.consecutive_failures + 1)
@@ -152,6 +190,41 @@ class Completer(Service):
                 self._again(pending, min(1.0, BUSY_RETRY * 2 ** min(pending.busy_tries, 5)), final)
             else:
                 self._settle(pending, outcome)
+
+    async def _write_apart(self, batch: list[_Pending], exc: Exception, final: bool) -> None:
+        """The batch failed for a reason that may be one row's: halves are written on their own
+        (so the rows that can land do, at once), and a row that fails alone is settled by itself."""
+        if len(batch) > 1:
+            half = len(batch) // 2
+            log.warning(
+                "a completion batch of %s failed (%s): writing it in halves, so one row costs only itself",
+                len(batch),
+                describe_error(exc),
+            )
+            first, second = batch[:half], batch[half:]
+            try:
+                await self._write(first, final=final)
+            except Exception:
+                # The write path failed meanwhile: the half not yet tried waits with the rest.
+                delay = self.health.backoff(self.health.consecutive_failures + 1)
+                for pending in second:
+                    self._again(pending, delay, final)
+                raise
+            await self._write(second, final=final)
+            return
+        [pending] = batch
+        sqlstate = getattr(exc, "sqlstate", None) or ""
+        if sqlstate.startswith(DETERMINISTIC_SQLSTATE_CLASSES):
+            pending.rejected = CompletionRejected(sqlstate, str(exc).strip())
+            log.warning("job %s: the database refused its completion: %s", pending.job.id, pending.rejected)
+            self._settle(pending, CompletionOutcome.REJECTED)
+            return
+        # A passing reason of this row's (a lock held elsewhere past the wait, a deadlock): as busy.
+        pending.busy_tries += 1
+        log.info(
+            "job %s: its completion failed alone (%s); trying it again", pending.job.id, describe_error(exc)
+        )
+        self._again(pending, min(1.0, BUSY_RETRY * 2 ** min(pending.busy_tries, 5)), final)
 
     def _again(self, pending: _Pending, delay: float, final: bool) -> None:
         if final or self.clock.monotonic() + delay >= pending.expires:
@@ -171,3 +244,14 @@ class Completer(Service):
         services = self.services
         async with services.connection() as conn:
             await services.queries.job_complete_many(conn, owner=services.owner, leases=[])
+
+
+def _whole_write_failed(exc: BaseException) -> bool:
+    """The write path failed (the connection, the pool, the server, the statement bound), which
+    says nothing about any one row: the whole batch is tried again later. A lock wait that ran
+    out (a workflow step's row waits at most 1 s) or a deadlock is a row's, and so is anything
+    that is not the write path's."""
+    sqlstate = getattr(exc, "sqlstate", None) or ""
+    if sqlstate in ("55P03", "40P01", "40001"):
+        return False
+    return is_infrastructure_error(exc) or isinstance(exc, TimeoutError)

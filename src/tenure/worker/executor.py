@@ -29,7 +29,7 @@ from tenure.model.secrets import has_secret_refs, redact, resolve_secrets, resol
 from tenure.tasks import AnyTask, TaskRegistry
 from tenure.telemetry.logging_context import bind_job, job_fields
 from tenure.telemetry.tracing import record_outcome, run_span
-from tenure.worker.completer import Completer, CompletionOutcome
+from tenure.worker.completer import Completer, CompletionOutcome, CompletionRejected
 from tenure.worker.events import Outcome
 from tenure.worker.health import describe_error
 from tenure.worker.services import WorkerServices
@@ -399,7 +399,12 @@ class Executor:
         # A waited-for job always gets a result, JSON null for none: a waiter reads SQL NULL as
         # "still on its way" (see job_result_get).
         stored = Jsonb(result) if result is not None or job.result_wanted else None
-        outcome = await self.completer.complete(job, execution.local_expiry, stored)
+        try:
+            outcome = await self.completer.complete(job, execution.local_expiry, stored)
+        except CompletionRejected as rejected:
+            # The same completion would fail again: the job fails now, with the database's word.
+            await self._fail(execution, task, "COMPLETION_REJECTED", str(rejected), FailureClass.PERMANENT)
+            return
         if outcome == CompletionOutcome.DONE:
             self._succeeded(execution)
         elif outcome == CompletionOutcome.LOST:

@@ -362,3 +362,35 @@ BEGIN
 END
 $$;
 REVOKE ALL ON FUNCTION __schema__.workflow_work_run(integer) FROM PUBLIC;
+
+-- A retry's way back for steps whose job was purged (`tenure dead purge`, retention's
+-- --keep-dead) after it died or was cancelled on its own: each job is made again from its step's
+-- row, as its release made it (its input gathered again from its dependencies' results), and the
+-- steps after it wait again. Returns the steps remade with their job ids.
+CREATE FUNCTION __schema__.workflow_rebuild_purged(wf bigint)
+RETURNS TABLE (step text, job_id bigint)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    gone text[];
+    name text;
+    at timestamptz := statement_timestamp();
+BEGIN
+    SELECT coalesce(array_agg(s.name ORDER BY s.name), '{}') INTO gone FROM (
+        SELECT s.name FROM __schema__.workflow_steps s
+        WHERE s.workflow_id = wf AND s.state IN ('dead', 'cancelled') AND s.released_at IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM __schema__.jobs j WHERE j.id = s.job_id)
+        ORDER BY s.name
+        FOR UPDATE OF s
+    ) s;
+    UPDATE __schema__.workflow_steps s SET state = 'waiting', remaining = 0, finished_at = NULL
+    WHERE s.workflow_id = wf AND s.name = ANY (gone);
+    FOREACH name IN ARRAY gone LOOP
+        PERFORM __schema__.workflow_make_job(wf, name, at, false);
+    END LOOP;
+    PERFORM __schema__.workflow_follow(wf, gone, at, __schema__.workflow_inline_limit());
+    RETURN QUERY SELECT s.name, s.job_id FROM __schema__.workflow_steps s
+                 WHERE s.workflow_id = wf AND s.name = ANY (gone) ORDER BY s.job_id;
+END
+$$;
+REVOKE ALL ON FUNCTION __schema__.workflow_rebuild_purged(bigint) FROM PUBLIC;

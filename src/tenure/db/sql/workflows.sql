@@ -130,3 +130,14 @@ WHERE s.job_id = %(id)s AND s.state IN ('waiting', 'held', 'cancelled')
 -- nothing is due.
 SELECT w.kind, w.workflow_id, w.step, w.outcome
 FROM __schema__.workflow_work_run(%(chunk)s) w;
+
+-- name: workflow_rebuild_purged
+-- A retry's first statement: the jobs of dead or cancelled steps that were purged since are made
+-- again from their steps' rows (workflow_rebuild_purged(), migration 0020).
+SELECT r.step, r.job_id FROM __schema__.workflow_rebuild_purged(%(id)s) r;
+
+-- name: workflow_held_reasons
+-- The steps held for a reason of their own (an input over its bound), which no retry mends.
+SELECT s.name, s.held_reason FROM __schema__.workflow_steps s
+WHERE s.workflow_id = %(id)s AND s.state = 'held' AND s.held_reason IS NOT NULL
+ORDER BY s.job_id;

@@ -94,6 +94,17 @@ class WorkflowQueries:
         moved = self.control.cancel_many(conn, live, max_jobs=len(live), actor=actor, reason=reason, now=now)
         return [j.id for j in moved.moved]
 
+    def rebuild_purged(self, conn: Connection[Any], workflow_id: int) -> list[int]:
+        """Makes again the jobs of the workflow's dead or cancelled steps that were purged since
+        (released once more, with their input), the steps after them waiting again: their ids."""
+        rows = fetch(conn, self._sql["workflow_rebuild_purged"], {"id": workflow_id})
+        return [r["job_id"] for r in rows]
+
+    def held_reasons(self, conn: Connection[Any], workflow_id: int) -> dict[str, str]:
+        """The steps held for a reason of their own (an input over its bound), with the reason."""
+        rows = fetch(conn, self._sql["workflow_held_reasons"], {"id": workflow_id})
+        return {r["name"]: r["held_reason"] for r in rows}
+
     def failed_jobs(self, conn: Connection[Any], workflow_id: int) -> list[int]:
         """The jobs of the workflow's dead (or singly cancelled) steps: what a retry reprocesses."""
         return [r["id"] for r in fetch(conn, self._sql["workflow_failed_jobs"], {"id": workflow_id})]
