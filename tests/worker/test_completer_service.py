@@ -129,7 +129,8 @@ async def refuse_completion_of(db: AsyncConnection[Any], job_id: int) -> None:
     )
     await db.execute(
         "CREATE TRIGGER refuse_one AFTER UPDATE OF state ON tenure.jobs FOR EACH ROW "
-        f"WHEN (NEW.state = 'succeeded' AND NEW.id = {int(job_id)}) EXECUTE FUNCTION public.refuse_completion()"
+        f"WHEN (NEW.state = 'succeeded' AND NEW.id = {int(job_id)}) "
+        "EXECUTE FUNCTION public.refuse_completion()"
     )
 
 
@@ -165,7 +166,8 @@ async def test_a_row_whose_completion_waits_out_its_lock_is_tried_again_alone(
     and the completer stays healthy."""
     jobs = await claimed(db, queries, 4)
     await db.execute(
-        "CREATE FUNCTION public.wait_briefly() RETURNS trigger LANGUAGE plpgsql SET lock_timeout = '100ms' AS "
+        "CREATE FUNCTION public.wait_briefly() RETURNS trigger LANGUAGE plpgsql "
+        "SET lock_timeout = '100ms' AS "
         "$$ BEGIN PERFORM 1 FROM public.blocker FOR UPDATE; RETURN NULL; END $$"
     )
     await db.execute("CREATE TABLE public.blocker (n int)")
