@@ -625,7 +625,8 @@ CREATE TABLE __schema__.workflow_work (
     step        text NOT NULL,
     kind        text NOT NULL,
     after_child text NOT NULL DEFAULT '',
-    queued_at   timestamptz NOT NULL DEFAULT now(),
+    -- The database's clock when queued, whatever time the statement that queued it was told.
+    queued_at   timestamptz NOT NULL DEFAULT statement_timestamp(),
     PRIMARY KEY (workflow_id, step, kind),
     FOREIGN KEY (workflow_id, step) REFERENCES __schema__.workflow_steps (workflow_id, name) ON DELETE CASCADE,
     CONSTRAINT workflow_work_kind_known CHECK (kind IN ('release', 'propagate', 'materialize'))
@@ -665,8 +666,8 @@ BEGIN
                 SELECT 1 FROM __schema__.workflow_edges e WHERE e.workflow_id = wf AND e.child = step
                 LIMIT __schema__.workflow_inline_limit() + 1) p;
             IF parents > __schema__.workflow_inline_limit() THEN
-                INSERT INTO __schema__.workflow_work (workflow_id, step, kind, queued_at)
-                VALUES (wf, step, 'materialize', at) ON CONFLICT DO NOTHING;
+                INSERT INTO __schema__.workflow_work (workflow_id, step, kind)
+                VALUES (wf, step, 'materialize') ON CONFLICT DO NOTHING;
                 RETURN NULL;
             END IF;
         END IF;
@@ -826,8 +827,8 @@ BEGIN
             LIMIT budget + 1) c;
         CONTINUE WHEN children = 0;
         IF children > budget THEN
-            INSERT INTO __schema__.workflow_work (workflow_id, step, kind, queued_at)
-            VALUES (wf, current, 'propagate', at)
+            INSERT INTO __schema__.workflow_work (workflow_id, step, kind)
+            VALUES (wf, current, 'propagate')
             ON CONFLICT (workflow_id, step, kind) DO UPDATE SET after_child = '', queued_at = EXCLUDED.queued_at;
             budget := 0;
             CONTINUE;
@@ -872,8 +873,8 @@ BEGIN
         released := __schema__.workflow_release_children(
             NEW.workflow_id, NEW.workflow_step, '', __schema__.workflow_inline_limit(), at, true);
         IF released.last_child IS NOT NULL THEN
-            INSERT INTO __schema__.workflow_work (workflow_id, step, kind, after_child, queued_at)
-            VALUES (NEW.workflow_id, NEW.workflow_step, 'release', released.last_child, at)
+            INSERT INTO __schema__.workflow_work (workflow_id, step, kind, after_child)
+            VALUES (NEW.workflow_id, NEW.workflow_step, 'release', released.last_child)
             ON CONFLICT DO NOTHING;
         END IF;
         IF cardinality(released.queues) > 0 THEN
@@ -907,7 +908,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET lock
 #variable_conflict use_column
 DECLARE
     w __schema__.workflow_work;
-    at timestamptz := statement_timestamp();
+    at timestamptz := statement_timestamp();  -- the database's own clock, as the rows were queued by
     last text;
     queues text[] := '{}';
     released record;
