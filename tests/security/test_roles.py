@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import conninfo, errors
+from _roles import SCHEMA, as_role
+from psycopg import errors
 
 from tenure.db.control_queries import ControlQueries
 from tenure.db.ops_queries import OpsQueries
@@ -19,32 +18,6 @@ from tenure.ops.cli import main
 from tenure.producer.client import Client
 from tenure.producer.workflow import Workflow
 from tenure.security.roles import Role, grants
-
-SCHEMA = "tenure"
-
-
-def as_role(dsn: str, role: str, password: str | None = None) -> str:
-    params: dict[str, Any] = conninfo.conninfo_to_dict(dsn)
-    params["user"] = role
-    if password:
-        params["password"] = password
-    return conninfo.make_conninfo(**params)
-
-
-@pytest.fixture
-def roles(dsn: str) -> Iterator[dict[Role, str]]:
-    """Three fresh LOGIN roles with Tenure's GRANTs on this test's database; dropped afterwards."""
-    tag = uuid.uuid4().hex[:8]
-    names = {role: f"tenure_{role.value}_{tag}" for role in Role}
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for role, name in names.items():
-            conn.execute(f'CREATE ROLE "{name}" LOGIN')
-            conn.execute(grants(role, name, SCHEMA))
-    yield names
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for name in names.values():
-            conn.execute(f'DROP OWNED BY "{name}"')
-            conn.execute(f'DROP ROLE "{name}"')
 
 
 async def _enqueue(dsn: str, n: int = 1, max_attempts: int = 3) -> list[int]:
