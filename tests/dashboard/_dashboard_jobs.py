@@ -1,4 +1,5 @@
-"""Jobs in every state for the dashboard's tests, put in place with plain SQL."""
+"""Jobs in every state for the dashboard's tests, put in place with plain SQL, and the client the
+tests reach the dashboard with."""
 
 from __future__ import annotations
 
@@ -7,10 +8,18 @@ from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
+from starlette.testclient import TestClient
+from starlette.types import ASGIApp
 
 #: Where the tests reach a dashboard without a token: by a loopback name, as the browser on the
 #: operator's machine does (it answers no other name).
 LOCAL = "http://127.0.0.1"
+
+
+def dashboard_client(app: ASGIApp, base_url: str = LOCAL) -> TestClient:
+    """A client that sends what a browser sends from the dashboard's own pages: its Origin, on
+    which the dashboard takes acts (tests/dashboard/test_dashboard_origin.py tests the others)."""
+    return TestClient(app, base_url=base_url, headers={"origin": base_url})
 
 
 @dataclass(frozen=True)

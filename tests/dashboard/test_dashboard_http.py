@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from _dashboard_jobs import LOCAL, Seeded, seed
+from _dashboard_jobs import Seeded, dashboard_client, seed
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient
@@ -26,7 +26,7 @@ def seeded(dsn: str) -> Seeded:
 
 @pytest.fixture
 def http(dsn: str, seeded: Seeded) -> Iterator[TestClient]:
-    with TestClient(create_app(dsn), base_url=LOCAL) as client:
+    with dashboard_client(create_app(dsn)) as client:
         yield client
 
 
@@ -266,7 +266,7 @@ def test_an_action_on_a_job_that_changed_state_meanwhile_is_a_409(
 
 def test_read_only_hides_and_refuses_every_action(dsn: str, seeded: Seeded) -> None:
     """With read_only, no page shows an action form and a POST with a valid token answers 403."""
-    with TestClient(create_app(dsn, read_only=True), base_url=LOCAL) as http:
+    with dashboard_client(create_app(dsn, read_only=True)) as http:
         for path in ("/", f"/jobs/{seeded.dead}", f"/jobs/{seeded.running}"):
             page = http.get(path)
             assert page.status_code == 200 and 'name="reason"' not in page.text
@@ -280,7 +280,7 @@ def test_read_only_hides_and_refuses_every_action(dsn: str, seeded: Seeded) -> N
 def test_with_a_token_every_request_needs_it(dsn: str, seeded: Seeded) -> None:
     """Missing or wrong credentials answer 401, a login POST without its CSRF token 403; a bearer
     header or the login cookie lets the user in, and the actor in the audit log is the authenticated user."""
-    with TestClient(create_app(dsn, auth=token_auth("s3cret", user="ops")), base_url=LOCAL) as http:
+    with dashboard_client(create_app(dsn, auth=token_auth("s3cret", user="ops"))) as http:
         assert http.get("/").status_code == 401
         assert http.get("/jobs").status_code == 401
         assert http.get("/", headers={"Authorization": "Bearer wrong"}).status_code == 401
@@ -305,7 +305,7 @@ def test_mounted_under_a_prefix_in_a_host_app_its_links_and_actions_carry_the_pr
     """Mounted at /ops in another Starlette app (whose lifespan knows nothing of it), the pages
     render, their links and forms point under /ops, and an action works through the mount."""
     host = Starlette(routes=[Mount("/ops", app=create_app(dsn))])
-    with TestClient(host, base_url=LOCAL) as http:
+    with dashboard_client(host) as http:
         page = http.get("/ops/")
         assert page.status_code == 200
         assert 'href="http://127.0.0.1/ops/static/dashboard.css"' in page.text
@@ -324,7 +324,7 @@ def test_an_unreachable_database_is_a_503_page_not_a_crash() -> None:
     """With nothing listening at the DSN, a page answers 503 naming the database (no password), and
     the app keeps answering."""
     app = create_app("postgresql://someone:hunter2@127.0.0.1:1/nowhere")
-    with TestClient(app, base_url=LOCAL) as http:  # the lifespan's open fails too: the app still starts
+    with dashboard_client(app) as http:  # the lifespan's open fails too: the app still starts
         for _ in range(2):
             page = http.get("/")
             assert page.status_code == 503 and "Database unavailable" in page.text

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from _dashboard_jobs import LOCAL
+from _dashboard_jobs import dashboard_client
 from starlette.testclient import TestClient
 
 from tenure.ops.dashboard import create_app
@@ -53,7 +53,7 @@ def http(dsn: str) -> Iterator[TestClient]:
             for state, n, ago in groups:
                 insert = INSERTS.get(state, INSERTS["finished"])
                 conn.execute(insert, {"queue": queue, "state": state, "n": n, "ago": ago})
-    with TestClient(create_app(dsn), base_url=LOCAL) as client:
+    with dashboard_client(create_app(dsn)) as client:
         yield client
 
 

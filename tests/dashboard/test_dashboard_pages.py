@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from _dashboard_jobs import LOCAL, Attention, Seeded, seed, seed_attention
+from _dashboard_jobs import Attention, Seeded, dashboard_client, seed, seed_attention
 from starlette.testclient import TestClient
 
 from tenure.ops.dashboard import create_app
@@ -24,7 +24,7 @@ def seeded(dsn: str) -> tuple[Seeded, Attention]:
 
 @pytest.fixture
 def http(dsn: str, seeded: tuple[Seeded, Attention]) -> Iterator[TestClient]:
-    with TestClient(create_app(dsn), base_url=LOCAL) as client:
+    with dashboard_client(create_app(dsn)) as client:
         yield client
 
 
@@ -259,7 +259,7 @@ def test_the_overview_charts_retries_lease_expiries_and_fenced_writes(
 def test_read_only_pages_offer_no_act(dsn: str, seeded: tuple[Seeded, Attention]) -> None:
     """With read_only, none of the new pages carries a form that acts, and their POSTs answer 403."""
     _, attention = seeded
-    with TestClient(create_app(dsn, read_only=True), base_url=LOCAL) as http:
+    with dashboard_client(create_app(dsn, read_only=True)) as http:
         for path in ("/dead", "/effects", "/ordering", "/schedules", "/limits", "/workers"):
             page = http.get(path)
             assert page.status_code == 200 and 'name="reason"' not in page.text, path

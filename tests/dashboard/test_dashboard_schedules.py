@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from _dashboard_jobs import LOCAL
+from _dashboard_jobs import dashboard_client
 from starlette.testclient import TestClient
 
 from tenure.ops.dashboard import create_app
@@ -19,7 +19,7 @@ CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
 @pytest.fixture
 def http(dsn: str) -> Iterator[TestClient]:
-    with TestClient(create_app(dsn), base_url=LOCAL) as client:
+    with dashboard_client(create_app(dsn)) as client:
         yield client
 
 

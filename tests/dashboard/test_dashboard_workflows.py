@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator
 
 import pytest
-from _dashboard_jobs import LOCAL
+from _dashboard_jobs import dashboard_client
 from starlette.testclient import TestClient
 
 from tenure import JobContext, Permanent, Tenure, Workflow
@@ -20,7 +20,7 @@ CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
 @pytest.fixture
 def http(dsn: str) -> Iterator[TestClient]:
-    with TestClient(create_app(dsn), base_url=LOCAL) as client:
+    with dashboard_client(create_app(dsn)) as client:
         yield client
 
 

@@ -51,7 +51,7 @@ async def test_a_second_enqueue_of_a_held_key_returns_the_first_job_until_it_fin
 
 async def test_scopes_decide_which_states_hold_the_key(dsn: str, db: AsyncConnection[Any]) -> None:
     """'unfinished': a dead job still holds its key; 'active': it does not; a scope that leaves
-    out a waiting or the running state is refused at declaration."""
+    out a waiting or the running state, or holds cancelled, is refused at declaration."""
     app = Tenure(dsn)
 
     @app.task(name="t.fragile", max_attempts=1, unique=Unique(scope="unfinished"))
@@ -71,6 +71,8 @@ async def test_scopes_decide_which_states_hold_the_key(dsn: str, db: AsyncConnec
     assert not (await app.enqueue(brittle)).existing, "a dead job holds no 'active' key"
     with pytest.raises(tenure.ConfigurationError, match="must include scheduled, pending and running"):
         Unique(scope=["scheduled", "pending"])
+    with pytest.raises(tenure.ConfigurationError, match="may not include cancelled"):
+        Unique(scope=["scheduled", "pending", "running", "cancelled"])
     with pytest.raises(tenure.ConfigurationError, match="unknown unique scope"):
         Unique(scope="forever")
     await app.close()

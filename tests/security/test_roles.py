@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import conninfo, errors
+from _roles import SCHEMA, as_role
+from psycopg import errors
 
 from tenure.db.control_queries import ControlQueries
 from tenure.db.ops_queries import OpsQueries
@@ -19,32 +18,6 @@ from tenure.ops.cli import main
 from tenure.producer.client import Client
 from tenure.producer.workflow import Workflow
 from tenure.security.roles import Role, grants
-
-SCHEMA = "tenure"
-
-
-def as_role(dsn: str, role: str, password: str | None = None) -> str:
-    params: dict[str, Any] = conninfo.conninfo_to_dict(dsn)
-    params["user"] = role
-    if password:
-        params["password"] = password
-    return conninfo.make_conninfo(**params)
-
-
-@pytest.fixture
-def roles(dsn: str) -> Iterator[dict[Role, str]]:
-    """Three fresh LOGIN roles with Tenure's GRANTs on this test's database; dropped afterwards."""
-    tag = uuid.uuid4().hex[:8]
-    names = {role: f"tenure_{role.value}_{tag}" for role in Role}
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for role, name in names.items():
-            conn.execute(f'CREATE ROLE "{name}" LOGIN')
-            conn.execute(grants(role, name, SCHEMA))
-    yield names
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for name in names.values():
-            conn.execute(f'DROP OWNED BY "{name}"')
-            conn.execute(f'DROP ROLE "{name}"')
 
 
 async def _enqueue(dsn: str, n: int = 1, max_attempts: int = 3) -> list[int]:
@@ -279,7 +252,7 @@ async def test_every_job_the_producer_enqueues_is_an_unclaimed_waiting_job_of_it
         await conn.execute(
             f"SELECT * FROM {SCHEMA}.enqueue('noop.never', '{{\"a\": 1}}', queue => 'sec', priority => 5,"
             " max_attempts => 1, ordering_key => 'k', unique_key => 'billing.refund:k',"
-            " unique_states => '{scheduled,pending,running,dead,succeeded,cancelled}')"
+            " unique_states => '{scheduled,pending,running}')"
         )
         await conn.execute(f"SELECT * FROM {SCHEMA}.enqueue('t', delay_seconds => 3600)")
         for call, message in (
@@ -289,7 +262,12 @@ async def test_every_job_the_producer_enqueues_is_an_unclaimed_waiting_job_of_it
             ("run_at => '-infinity'", "out of range"),
             ("priority => 40000", "priority 40000 is out of range"),
             ("payload => '[1]'", "payload must be a JSON object"),
-            ("queue => 'bad queue'", "jobs_queue_format"),
+            ("queue => 'bad queue'", "queue name 'bad queue' is invalid"),
+            ("unique_key => 'k', unique_states => '{scheduled,pending,running,dead}'", "beyond the scope"),
+            (
+                "unique_key => 'k', unique_states => '{scheduled,pending,running,cancelled}'",
+                "may not include",
+            ),
             ("unique_states => '{pending}'", "go with a unique key"),
         ):
             with pytest.raises(errors.DatabaseError, match=message):

@@ -202,9 +202,12 @@ CREATE INDEX queue_events_queue_idx ON __schema__.queue_events (queue, id);
 -- Cancelling is an operator's act. The worker role may write a job's state (it must, to claim
 -- and complete), so a column privilege cannot keep it from writing 'cancelled'; this trigger
 -- can: only a role that may also pause queues may cancel. It fires only on that one transition.
-CREATE FUNCTION __schema__.jobs_cancel_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+-- It checks the caller's privilege (it must not run as its owner), under a path nobody can put a
+-- function ahead of (migration 0019).
+CREATE FUNCTION __schema__.jobs_cancel_guard() RETURNS trigger LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    IF NOT has_table_privilege(format('%I.queue_pauses', TG_TABLE_SCHEMA), 'INSERT') THEN
+    IF NOT pg_catalog.has_table_privilege(pg_catalog.format('%I.queue_pauses', TG_TABLE_SCHEMA), 'INSERT') THEN
         RAISE EXCEPTION 'role % may not cancel jobs', current_user
             USING ERRCODE = 'insufficient_privilege',
                   HINT = 'cancel and revoke as the admin role (see tenure roles)';
@@ -217,12 +220,13 @@ CREATE TRIGGER jobs_cancel_guard BEFORE UPDATE OF state ON __schema__.jobs
     EXECUTE FUNCTION __schema__.jobs_cancel_guard();
 
 -- Unique jobs (migrations 0011, 0012): a key held while the job is in one of its unique_states.
--- NOT VALID, as migration 0011 adds it (a test proves the two schemas equal).
+-- A cancelled job never holds its key, whatever its scope (migration 0019): a cancel frees it.
 ALTER TABLE __schema__.jobs ADD CONSTRAINT jobs_unique_scope CHECK (
     (unique_key IS NULL) = (unique_states IS NULL)
     AND (unique_key IS NULL OR (unique_states @> ARRAY['scheduled', 'pending', 'running']::__schema__.job_state[]
+                                AND NOT unique_states @> ARRAY['cancelled']::__schema__.job_state[]
                                 AND char_length(unique_key) BETWEEN 1 AND 500))
-) NOT VALID;
+);
 CREATE UNIQUE INDEX jobs_unique_key_idx ON __schema__.jobs (unique_key)
     WHERE unique_key IS NOT NULL AND state = ANY(unique_states);
 
@@ -347,6 +351,11 @@ CREATE TABLE __schema__.task_policies (
         (unique_states IS NULL) = NOT (unique_whole OR unique_fields IS NOT NULL)
         AND NOT (unique_whole AND unique_fields IS NOT NULL)
         AND (unique_period IS NULL OR unique_period > 0)),
+    -- The scopes a job takes (jobs_unique_scope), so a declared policy never fails its every enqueue.
+    CONSTRAINT task_policies_unique_scope CHECK (
+        unique_states IS NULL
+        OR (unique_states @> ARRAY['scheduled', 'pending', 'running']::__schema__.job_state[]
+            AND NOT unique_states @> ARRAY['cancelled']::__schema__.job_state[])),
     CONSTRAINT task_policies_declared_by_length CHECK (char_length(declared_by) BETWEEN 1 AND 200)
 );
 
@@ -393,6 +402,62 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
                 ELSE task || ':' || part END
 $$;
 
+-- The queue, priority and attempt budget of a job of `task` with `payload`, for every way a job
+-- comes in through the database (enqueue(), and each step of enqueue_workflow()): what the caller
+-- gave, else the task's declared `policy`, else Tenure's defaults, each checked against the bound
+-- the Python client applies (tenure.model.validation), so a caller who goes round the client gets
+-- no more than it would. `subject` names a workflow's step in the errors.
+CREATE FUNCTION __schema__.enqueue_options(
+    policy __schema__.task_policies, task text, payload jsonb, queue text, priority numeric, max_attempts numeric,
+    subject text DEFAULT NULL, OUT job_queue text, OUT job_priority smallint, OUT job_max_attempts integer)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    what text := coalesce(' (' || subject || ')', '');
+    size bigint;
+BEGIN
+    IF task IS NULL OR char_length(task) NOT BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('task must name a task in 1 to 200 characters, got %s%s',
+                             coalesce(quote_literal(task), 'NULL'), what),
+            HINT = 'give the name the task is registered under, for example ''emails.send_receipt''';
+    END IF;
+    IF payload IS NULL OR jsonb_typeof(payload) <> 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('payload must be a JSON object, got %s%s', coalesce(jsonb_typeof(payload), 'NULL'), what),
+            HINT = 'for example ''{"order_id": 42}''::jsonb';
+    END IF;
+    -- Measured on jsonb's own text (a space after each ':' and ','), the client on compact JSON.
+    size := octet_length(payload::text);
+    IF size > 1048576 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('payload of task %s is %s bytes, over the limit of 1048576%s', quote_literal(task),
+                             size, what),
+            HINT = 'store large data elsewhere and enqueue a reference to it';
+    END IF;
+    job_queue := coalesce(queue, policy.queue, 'default');
+    IF job_queue !~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('queue name %s is invalid%s', quote_literal(job_queue), what),
+            HINT = 'use 1-63 letters, digits or ''_.:-'', starting with a letter or digit (for example '
+                   '''emails'' or ''billing.v2''), or leave it out for the task''s own queue';
+    END IF;
+    IF priority IS NOT NULL AND NOT (priority = trunc(priority) AND priority BETWEEN -32768 AND 32767) THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('priority %s is out of range: give an integer from -32768 to 32767%s', priority, what),
+            HINT = 'higher runs first; leave it out for the task''s own priority';
+    END IF;
+    job_priority := coalesce(priority, policy.priority, 0);
+    IF max_attempts IS NOT NULL AND NOT (max_attempts = trunc(max_attempts) AND max_attempts BETWEEN 1 AND 1000) THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('max_attempts %s is invalid: give an integer from 1 to 1000%s', max_attempts, what),
+            HINT = 'leave it out for the task''s own budget';
+    END IF;
+    job_max_attempts := coalesce(max_attempts, policy.max_attempts, 20);
+END
+$$;
+REVOKE ALL ON FUNCTION __schema__.enqueue_options(__schema__.task_policies, text, jsonb, text, numeric, numeric, text)
+    FROM PUBLIC;
+
 CREATE FUNCTION __schema__.enqueue(
     task text,
     payload jsonb DEFAULT '{}',
@@ -425,26 +490,9 @@ DECLARE
     space text := 'tenure.ordering:' || (SELECT n.nspname FROM pg_class c JOIN pg_namespace n
                                         ON n.oid = c.relnamespace WHERE c.oid = '__schema__.jobs'::regclass);
 BEGIN
-    IF task IS NULL OR char_length(task) NOT BETWEEN 1 AND 200 THEN
-        RAISE EXCEPTION 'task must name a task in 1 to 200 characters, got %', coalesce(quote_literal(task), 'NULL')
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF payload IS NULL OR jsonb_typeof(payload) <> 'object' THEN
-        RAISE EXCEPTION 'payload must be a JSON object, got %', coalesce(jsonb_typeof(payload), 'NULL')
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'for example ''{"order_id": 42}''::jsonb';
-    END IF;
     SELECT * INTO policy FROM __schema__.task_policies p WHERE p.task = enqueue.task;
-    queue := coalesce(queue, policy.queue, 'default');
-    priority := coalesce(priority, policy.priority, 0);
-    max_attempts := coalesce(max_attempts, policy.max_attempts, 20);
-    IF priority NOT BETWEEN -32768 AND 32767 THEN
-        RAISE EXCEPTION 'priority % is out of range: give an integer from -32768 to 32767', priority
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF max_attempts NOT BETWEEN 1 AND 1000 THEN
-        RAISE EXCEPTION 'max_attempts % is invalid: give an integer from 1 to 1000', max_attempts
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
+    SELECT o.job_queue, o.job_priority, o.job_max_attempts INTO queue, priority, max_attempts
+    FROM __schema__.enqueue_options(policy, task, payload, queue, priority, max_attempts) o;
     IF run_at IS NOT NULL AND delay_seconds IS NOT NULL THEN
         RAISE EXCEPTION 'give either run_at or delay_seconds, not both' USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -466,6 +514,28 @@ BEGIN
         END IF;
         held := __schema__.unique_held_key(task, part);
         states := coalesce(unique_states, policy.unique_states, '{scheduled,pending,running}');
+        -- A job holds its task's key only as the task declares (docs/security.md): a caller may
+        -- narrow the scope, never widen it, and no scope holds a cancelled job's key, so an
+        -- operator's cancel always frees it.
+        IF 'cancelled' = ANY(states) THEN
+            RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+                MESSAGE = 'unique_states may not include cancelled: a cancelled job never holds its key, so an '
+                          'operator''s cancel frees it',
+                HINT = 'leave cancelled out of unique_states';
+        END IF;
+        IF NOT states @> '{scheduled,pending,running}' THEN
+            RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+                MESSAGE = format('unique_states %s must include scheduled, pending and running: a job holds its '
+                                 'key from enqueue until it stops running', states),
+                HINT = 'add them, or leave unique_states out for the task''s own scope';
+        END IF;
+        IF NOT states <@ coalesce(policy.unique_states, '{scheduled,pending,running}') THEN
+            RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+                MESSAGE = format('unique_states %s reach beyond the scope task %s declares, %s', states,
+                                 quote_literal(task), coalesce(policy.unique_states, '{scheduled,pending,running}')),
+                HINT = 'leave unique_states out for the task''s own scope, or widen the scope where the task is '
+                       'declared (tenure.Unique(scope=...)) and restart its workers';
+        END IF;
         period := coalesce(unique_period_seconds, policy.unique_period);
         IF period IS NOT NULL THEN
             IF NOT period > 0 THEN
@@ -1032,10 +1102,14 @@ BEGIN
        OR jsonb_typeof(s.value -> 'task') IS DISTINCT FROM 'string'
        OR jsonb_typeof(coalesce(s.value -> 'payload', '{}')) <> 'object'
        OR jsonb_typeof(coalesce(s.value -> 'after', '[]')) <> 'array'
+       OR jsonb_typeof(coalesce(s.value -> 'queue', '"q"')) <> 'string'
+       OR jsonb_typeof(coalesce(s.value -> 'priority', '0')) <> 'number'
+       OR jsonb_typeof(coalesce(s.value -> 'max_attempts', '1')) <> 'number'
     LIMIT 1;
     IF bad IS NOT NULL THEN
-        RAISE EXCEPTION 'a workflow step must be an object with a name and a task (strings), a payload object '
-                        'and an after array, got %', left(bad, 200)
+        RAISE EXCEPTION 'a workflow step must be an object with a name and a task (strings), a payload object, '
+                        'an after array, and a queue (a string), a priority and max_attempts (numbers) when '
+                        'given, got %', left(bad, 200)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     SELECT s.value ->> 'name' INTO bad FROM jsonb_array_elements(steps) s
@@ -1062,10 +1136,7 @@ BEGIN
     INSERT INTO __schema__.workflow_steps (workflow_id, name, job_id, task, queue, payload, priority, max_attempts,
                                            result_wanted, input_arg, input_kind, remaining, state, released_at)
     SELECT new_id, s.value ->> 'name', nextval(pg_get_serial_sequence('__schema__.jobs', 'id')), s.value ->> 'task',
-           coalesce(s.value ->> 'queue', p.queue, 'default'),
-           coalesce(s.value -> 'payload', '{}'),
-           coalesce((s.value ->> 'priority')::integer, p.priority, 0),
-           coalesce((s.value ->> 'max_attempts')::integer, p.max_attempts, 20),
+           o.job_queue, coalesce(s.value -> 'payload', '{}'), o.job_priority, o.job_max_attempts,
            coalesce((s.value ->> 'result_wanted')::boolean, false),
            s.value ->> 'input_arg', s.value ->> 'input_kind',
            coalesce(jsonb_array_length(s.value -> 'after'), 0),
@@ -1073,6 +1144,10 @@ BEGIN
            CASE WHEN coalesce(jsonb_array_length(s.value -> 'after'), 0) = 0 THEN t_now END
     FROM jsonb_array_elements(steps) WITH ORDINALITY s(value, n)
     LEFT JOIN __schema__.task_policies p ON p.task = s.value ->> 'task'
+    CROSS JOIN LATERAL __schema__.enqueue_options(
+        p, s.value ->> 'task', coalesce(s.value -> 'payload', '{}'), s.value ->> 'queue',
+        (s.value ->> 'priority')::numeric, (s.value ->> 'max_attempts')::numeric,
+        format('step %s', quote_literal(s.value ->> 'name'))) o
     ORDER BY s.n;
     INSERT INTO __schema__.workflow_edges (workflow_id, parent, child, position)
     SELECT new_id, a.parent, c.value ->> 'name', a.n

@@ -84,6 +84,11 @@ class Unique:
             states = frozenset(JobState(s) for s in scope)
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(f"unique scope {scope!r} names an unknown state ({exc})") from None
+        if JobState.CANCELLED in states:
+            raise ConfigurationError(
+                "a unique scope may not include cancelled: a cancelled job never holds its key, so an "
+                "operator's cancel always frees it (the database refuses such a scope too)"
+            )
         if not states >= _REQUIRED:
             raise ConfigurationError(
                 "a unique scope must include scheduled, pending and running (a job holds its key from "

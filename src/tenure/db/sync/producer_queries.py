@@ -81,16 +81,18 @@ class ProducerQueries:
     def _insert_params(
         self,
         specs: Sequence[JobSpec],
-        keys: Sequence[uuid.UUID | None],
+        keys: Sequence[uuid.UUID],
         now: datetime | None,
         wakeups: Wakeups | None = None,
     ) -> dict[str, Any]:
         unique = unique_params(specs)
         jobs = []
         for i, spec in enumerate(specs):
-            job: dict[str, Any] = {**insert_columns(spec), "payload": spec.payload}
-            if keys[i] is not None:  # left out, enqueue() draws one
-                job["idempotency_key"] = str(keys[i])
+            job: dict[str, Any] = {
+                **insert_columns(spec),
+                "payload": spec.payload,
+                "idempotency_key": str(keys[i]),
+            }
             # Absent rather than null: ->> reads either as NULL, but -> reads null as JSON null.
             optional = {
                 "run_at": None if spec.run_at is None else spec.run_at.isoformat(),
@@ -131,8 +133,9 @@ class ProducerQueries:
         A role that may not insert jobs itself (the producer role) enqueues through the
         database's enqueue() instead, which checks and completes each job (docs/sql.md)."""
         if not self.may_insert(conn):
-            rows = fetch(conn, self._sql["job_enqueue_call"], self._call_params(specs, wakeups))
-            return self._called(rows, specs, wakeups)
+            keys = [idempotency_key_of(s) for s in specs]
+            rows = fetch(conn, self._sql["job_enqueue_call"], self._call_params(specs, keys, wakeups))
+            return self._called(rows, specs, keys, wakeups)
         if lone := self._lone_insert(specs, now, wakeups):
             rows = fetch(conn, self._sql["job_insert_one"], lone[1])
             return [self._inserted(rows[0], lone[0], specs[0], wakeups)]
@@ -157,23 +160,31 @@ class ProducerQueries:
             allowed = self._insert_allowed[conn] = bool(rows[0]["allowed"])
         return allowed
 
-    def _call_params(self, specs: Sequence[JobSpec], wakeups: Wakeups | None) -> dict[str, Any]:
-        keys = [None if s.idempotency_key is None else idempotency_key_of(s) for s in specs]
+    def _call_params(
+        self, specs: Sequence[JobSpec], keys: Sequence[uuid.UUID], wakeups: Wakeups | None
+    ) -> dict[str, Any]:
         return {"jobs": self._insert_params(specs, keys, None, wakeups)["jobs"], "notify": wakeups is None}
 
     def _called(
-        self, rows: Sequence[Row], specs: Sequence[JobSpec], wakeups: Wakeups | None
+        self,
+        rows: Sequence[Row],
+        specs: Sequence[JobSpec],
+        keys: Sequence[uuid.UUID],
+        wakeups: Wakeups | None,
     ) -> list[EnqueuedJob]:
-        """EnqueuedJobs of enqueue()'s rows. The role reads no idempotency keys: a job gets back
-        only the key its caller gave."""
+        """EnqueuedJobs of enqueue()'s rows, each new job with the key drawn here and sent with it.
+        The role reads no idempotency keys: a job that existed comes back with the caller's own
+        key when the caller gave one, else, found by its unique key, without (as for any role)."""
         out = []
-        for row, spec in zip(rows, specs, strict=True):
+        for row, spec, key in zip(rows, specs, keys, strict=True):
             unique = unique_from(spec.unique)
-            key = None if spec.idempotency_key is None else idempotency_key_of(spec)
+            known = not row["existing"] or spec.idempotency_key is not None
             held = None if unique is None else unique.key_for(spec.task, spec.payload)
             if wakeups is not None and not row["existing"]:
                 wakeups.add(spec.queue or "default", row["available_at"], row["scheduled"])
-            out.append(EnqueuedJob(row["id"], key, row["available_at"], row["existing"], held))
+            out.append(
+                EnqueuedJob(row["id"], key if known else None, row["available_at"], row["existing"], held)
+            )
         return out
 
     @staticmethod

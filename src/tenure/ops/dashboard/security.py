@@ -119,10 +119,11 @@ def is_loopback_host(host: str) -> bool:
 
 
 def cross_origin(headers: Headers) -> str | None:
-    """Why an act did not come from the dashboard's own pages, or None when it did or when the
-    client is not a browser. A browser says where a request comes from: Sec-Fetch-Site, else Origin
-    (which every browser sends on a form POST), compared with the host the request came to. A
-    request with neither comes from a program (curl, a script), which no other site can drive."""
+    """Why an act did not come from the dashboard's own pages, or None when it did. A browser says
+    where a request comes from: Sec-Fetch-Site, else Origin (which every browser sends on a form
+    POST), compared with the host the request came to. A request with neither is refused too: the
+    CSRF pair alone proves nothing, since a page on another port of the same machine can set the
+    cookie it is compared with; a script sends Origin, or uses the tenure CLI."""
     site = headers.get("sec-fetch-site")
     if site is not None:
         if site.strip().lower() in SAME_ORIGIN_SITES:
@@ -130,7 +131,11 @@ def cross_origin(headers: Headers) -> str | None:
         return "the browser says this form was sent from another site"
     origin = headers.get("origin")
     if origin is None:
-        return None
+        return (
+            "the request says neither where it was sent from (no Origin, no Sec-Fetch-Site, which every "
+            "browser sends on a form); a script sends Origin with the dashboard's own address, or uses "
+            "the tenure CLI"
+        )
     if origin.strip().lower() == "null":
         return "the browser sent this form from a page with no origin (a sandboxed frame or a file)"
     try:
