@@ -35,7 +35,13 @@ from tenure.model.errors import ValidationError
 from tenure.model.jobs import EnqueuedJob, Job, JobEvent, JobSpec
 from tenure.model.secrets import CredentialPolicy
 from tenure.model.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_queue, check_schema_name
-from tenure.model.workflows import EnqueuedWorkflow, WorkflowCancel, WorkflowStep, WorkflowSummary
+from tenure.model.workflows import (
+    EnqueuedWorkflow,
+    WorkflowCancel,
+    WorkflowStep,
+    WorkflowSummary,
+    finished_workflow,
+)
 from tenure.producer.builder import COPY_TYPES, CopyRows, JobBuilder
 from tenure.producer.client_support import (
     MISSING_SCHEMA,
@@ -354,12 +360,16 @@ class SyncClient:
     def cancel_workflow(self, workflow_id: int, *, reason: str, actor: str | None = None) -> WorkflowCancel:
         """Cancels every step still to run: waiting and held steps, queued step jobs, and running
         ones revoked (their holders can write nothing more). Steps already finished stay as they
-        are. A workflow cancelled before answers 'already'."""
+        are. A workflow cancelled before answers 'already'. A finished workflow (every step
+        succeeded, dead or cancelled) is refused with ValidationError, and nothing changes."""
         text = check_reason(reason, "cancel a workflow")
         with self._conn(None) as c:
             done = self.workflows.cancel(c, workflow_id, actor=actor or default_actor(), reason=text)
+            summary = self.workflows.get(c, workflow_id) if done and done.outcome == "finished" else None
         if done is None:
             raise ValidationError(f"there is no workflow {workflow_id}: `tenure workflows list` shows them")
+        if summary is not None:
+            raise ValidationError(finished_workflow(summary))
         return done
 
     def retry_workflow(
