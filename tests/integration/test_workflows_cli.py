@@ -85,7 +85,6 @@ def test_cancel_takes_every_step_and_a_second_cancel_or_a_retry_changes_nothing(
     assert code == 2 and "--reason is empty" in error
 
 
-
 async def _broken(ctx: object) -> None:
     raise Permanent("the input file is gone")
 

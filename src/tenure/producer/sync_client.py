@@ -365,7 +365,8 @@ class SyncClient:
         text = check_reason(reason, "cancel a workflow")
         with self._conn(None) as c:
             done = self.workflows.cancel(c, workflow_id, actor=actor or default_actor(), reason=text)
-            summary = self.workflows.get(c, workflow_id) if done and done.outcome == "finished" else None
+            finished = done is not None and done.outcome == "finished"
+            summary = self.workflows.get(c, workflow_id) if finished else None
         if done is None:
             raise ValidationError(f"there is no workflow {workflow_id}: `tenure workflows list` shows them")
         if summary is not None:
