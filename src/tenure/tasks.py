@@ -25,6 +25,7 @@ from typing import (
 
 from psycopg import AsyncConnection, Connection
 
+from tenure.model.conversion import ArgumentCodec, codec_for
 from tenure.model.errors import ConfigurationError, ValidationError
 from tenure.model.hints import payload_type_errors
 from tenure.model.limits import QueueLimit
@@ -163,6 +164,13 @@ class Task(Generic[P, R]):
     @functools.cached_property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.handler)
+
+    @functools.cached_property
+    def codec(self) -> ArgumentCodec | None:
+        """How the handler's arguments and result of types JSON lacks (datetime, Decimal, a
+        dataclass, ...) go to JSON at enqueue and back at run time; None when every annotation
+        is a JSON type, so that such a task's jobs pass through untouched. Built at registration."""
+        return codec_for(self.handler)
 
     @functools.cached_property
     def _signature(self) -> inspect.Signature:
@@ -453,6 +461,7 @@ class TaskRegistry:
                 "argument, e.g. `def handler(ctx, **payload)`"
             )
         task = Task(task_name, handler, _policy(task_name, dict(policy)), app)
+        task.codec  # noqa: B018 - built now, once, rather than on the first job
         self._tasks[task_name] = task
         return task
 

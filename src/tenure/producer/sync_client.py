@@ -436,7 +436,9 @@ class SyncClient:
 
     def result(self, job_id: int, *, timeout: float | None = None, poll: float = 1.0) -> Any:
         """Waits for the job and returns its result (its handler's return value; None if it
-        returned nothing). Raises JobFailed when it ends dead or cancelled, ResultTimeout after
+        returned nothing), typed by the handler's return annotation when this client's registry
+        knows the task (a `-> Decimal` handler's result is a Decimal). Raises JobFailed when it
+        ends dead or cancelled, ResultTimeout after
         `timeout` seconds. Enqueue with result_wanted=True to be woken the moment it finishes;
         other jobs are read every `poll` seconds."""
 
@@ -447,5 +449,11 @@ class SyncClient:
 
         pool = self.pool()
         return wait_for_result(
-            self.control, connection, job_id, timeout=timeout, poll=poll, listen_dsn=listen_dsn(pool)
+            self.control,
+            connection,
+            job_id,
+            timeout=timeout,
+            poll=poll,
+            listen_dsn=listen_dsn(pool),
+            registry=self.builder.registry,
         )
