@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -98,7 +101,8 @@ def test_cancelling_a_finished_workflow_is_refused_and_changes_nothing(
     dsn: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A workflow whose only step went dead has nothing left to run: cancel exits 1 saying it
-    has finished and naming the retry, and the workflow can still be retried."""
+    has finished and naming the retry, and the workflow can still be retried (its step's job
+    named as a job)."""
     app = Tenure(dsn)
     wf = Workflow("one step")
     wf.step(app.registry.register(_broken, name="cli.broken", queue="cli", max_attempts=1), name="only")
@@ -109,4 +113,26 @@ def test_cancelling_a_finished_workflow_is_refused_and_changes_nothing(
     assert code == 1 and "has finished (0/1 succeeded, 1 dead)" in error
     assert f"tenure workflows retry {workflow_id}" in error
     code, said, _ = run(capsys, "workflows", "retry", str(workflow_id), "--reason", "again", "--dsn", dsn)
-    assert code == 0 and "1" in said
+    assert code == 0 and f"workflow {workflow_id}: 1 dead step reprocessed (job " in said
+
+
+def test_tables_written_to_a_pipe_keep_whole_rows(dsn: str) -> None:
+    """`tenure workflows list` piped (no terminal, no COLUMNS) lays its table out wider than 80
+    columns, so a long workflow name and its step counts are shown whole, not cut."""
+    app = Tenure(dsn)
+    wf = Workflow("nightly import of the warehouse inventory from every regional supplier feed")
+    wf.step(app.registry.register(_noop, name="cli.fetch", queue="cli"), name="fetch")
+    app.enqueue_workflow_sync(wf)
+    app.close_sync()
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE")}
+    said = subprocess.run(
+        [sys.executable, "-m", "tenure", "workflows", "list", "--dsn", dsn],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert "nightly import of the warehouse inventory from every regional supplier feed" in said
+    assert "0/1 succeeded, 1 queued" in said
+    assert max(len(line) for line in said.splitlines()) > 80
