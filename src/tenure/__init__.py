@@ -43,6 +43,35 @@ from tenure.producer.sync_client import SyncClient
 from tenure.producer.workflow import Step, Workflow, chain, fan_in
 from tenure.tasks import EnqueueOptions, Task, TaskOptions, TaskPolicy, TaskRegistry
 
+# The errors a user imports from `tenure` read as such wherever Python names them (a job's
+# stored traceback, JobFailed's message, a refusal at the prompt): `tenure.Permanent`, not the
+# module that happens to define it.
+for _error in (
+    ConfigurationError,
+    Contention,
+    ControlRefused,
+    DatabaseUnavailable,
+    EffectUncertain,
+    JobFailed,
+    JobFailure,
+    LeaseLost,
+    MigrationFailed,
+    NothingMatched,
+    Permanent,
+    ResultRefused,
+    ResultTimeout,
+    RetriesExhausted,
+    SchemaNotMigrated,
+    Snooze,
+    TenureError,
+    TooManyMatched,
+    Transient,
+    UnknownTask,
+    ValidationError,
+):
+    _error.__module__ = "tenure"
+del _error
+
 if TYPE_CHECKING:
     from tenure.worker.options import WorkerOptions
     from tenure.worker.worker import Worker

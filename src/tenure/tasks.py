@@ -7,6 +7,7 @@ import inspect
 import math
 import numbers
 import uuid
+import warnings
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
@@ -25,6 +26,7 @@ from typing import (
 
 from psycopg import AsyncConnection, Connection
 
+from tenure.model.conversion import ArgumentCodec, codec_for
 from tenure.model.errors import ConfigurationError, ValidationError
 from tenure.model.hints import payload_type_errors
 from tenure.model.limits import QueueLimit
@@ -163,6 +165,13 @@ class Task(Generic[P, R]):
     @functools.cached_property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.handler)
+
+    @functools.cached_property
+    def codec(self) -> ArgumentCodec | None:
+        """How the handler's arguments and result of types JSON lacks (datetime, Decimal, a
+        dataclass, ...) go to JSON at enqueue and back at run time; None when every annotation
+        is a JSON type, so that such a task's jobs pass through untouched. Built at registration."""
+        return codec_for(self.handler)
 
     @functools.cached_property
     def _signature(self) -> inspect.Signature:
@@ -418,6 +427,20 @@ def _policy(task_name: str, options: dict[str, Any]) -> TaskPolicy:
         raise type(exc)(f"task {task_name!r}: {exc}") from None
 
 
+class MainModuleTask(UserWarning):
+    """A task registered by a module run as a script: it is named `__main__.f`, which no worker
+    started as `tenure worker MODULE` has (there the module has its own name), so its jobs would
+    wait for ever."""
+
+    def __init__(self, task_name: str, function: str) -> None:
+        super().__init__(
+            f"task {task_name!r} is registered by a script run as __main__, so no worker that imports "
+            f"the module by its name (`tenure worker MODULE`) has a task of that name, and its jobs "
+            f"would stay pending: define the tasks in a module that both the script and the worker "
+            f"import, or give the task a name that does not depend on it (@app.task(name='shop.{function}'))"
+        )
+
+
 class TaskRegistry:
     """Task names to tasks. A worker runs the tasks of its registry."""
 
@@ -441,6 +464,8 @@ class TaskRegistry:
         """Registers `handler` under `name` (default: its module and qualified name); `policy`
         takes the fields of `TaskPolicy`. What `app.task` does."""
         task_name = check_task_name(name or f"{handler.__module__}.{handler.__qualname__}")
+        if name is None and handler.__module__ == "__main__":
+            warnings.warn(MainModuleTask(task_name, handler.__qualname__), stacklevel=3)
         if task_name in self._tasks and self._tasks[task_name].handler is not handler:
             raise ConfigurationError(f"task {task_name!r} is registered twice; give one of them another name")
         params = list(inspect.signature(handler).parameters.values())
@@ -453,6 +478,7 @@ class TaskRegistry:
                 "argument, e.g. `def handler(ctx, **payload)`"
             )
         task = Task(task_name, handler, _policy(task_name, dict(policy)), app)
+        task.codec  # noqa: B018 - built now, once, rather than on the first job
         self._tasks[task_name] = task
         return task
 

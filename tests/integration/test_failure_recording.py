@@ -15,7 +15,7 @@ import pytest
 from _inprocess import events, eventually, job_row, running, wait_state
 from psycopg import AsyncConnection
 
-from tenure import Backoff, FailurePolicy, JobContext, JobSpec, Tenure
+from tenure import Backoff, FailurePolicy, JobContext, JobFailed, JobSpec, Permanent, Tenure
 from tenure.db.pool import open_pool
 from tenure.db.queries import Queries
 from tenure.tasks import TaskRegistry
@@ -27,6 +27,25 @@ from tenure.worker.service import Supervisor
 from tenure.worker.services import WorkerServices
 
 CLAIM = {"queue": "default", "limit": 5, "default_lease_seconds": 30.0, "default_runtime_seconds": 60.0}
+
+
+async def test_a_tenure_error_is_named_as_it_is_imported(dsn: str, db: AsyncConnection[Any]) -> None:
+    """A handler's tenure.Permanent is stored, and told to a waiter, as `tenure.Permanent`, the
+    name a user imports, not the module that defines it."""
+    app = Tenure(dsn)
+
+    @app.task(name="refuses")
+    async def refuses(ctx: JobContext) -> None:
+        raise Permanent("the card was declined")
+
+    async with running(app):
+        job = await app.enqueue("refuses")
+        row = await wait_state(db, job.id, "dead")
+        with pytest.raises(JobFailed) as failed:
+            await app.result(job.id, timeout=5, poll=0.05)
+    assert "tenure.Permanent: the card was declined" in row["last_error"]
+    assert "tenure.model" not in row["last_error"]
+    assert str(failed.value).endswith("tenure.Permanent: the card was declined")
 
 
 @pytest.mark.parametrize("kind", ["async", "thread"])

@@ -166,6 +166,25 @@ async def test_cancelling_a_workflow_cancels_waiting_steps_and_queued_jobs(
     await app.close()
 
 
+async def test_a_finished_workflow_cannot_be_cancelled_and_stays_as_it_is(
+    dsn: str, db: AsyncConnection[Any]
+) -> None:
+    """Once every step has succeeded, a cancel is refused naming what the workflow ran to, and
+    the workflow stays succeeded and uncancelled."""
+    app, _ = _app(dsn)
+    add = app.registry.get("wf.add")
+    assert add is not None
+    run = await app.enqueue_workflow(chain(add.bind(x=1), add.bind(), input="x"))
+    async with running(app, queues=["wf"]):
+        await _wait_step(db, app, run.id, "wf.add-2", "succeeded")
+    app, _ = _app(dsn)
+    with pytest.raises(tenure.ValidationError, match=r"has finished \(2/2 succeeded\).*nothing was changed"):
+        await app.cancel_workflow(run.id, reason="too late")
+    summary = await app.get_workflow(run.id)
+    assert summary is not None and (summary.state, summary.cancelled_at) == ("succeeded", None)
+    await app.close()
+
+
 async def test_a_workflow_enqueued_in_a_rolled_back_transaction_leaves_nothing(
     dsn: str, db: AsyncConnection[Any]
 ) -> None:

@@ -3,13 +3,18 @@ input exits non-zero with a clear message and changes nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
-from tenure import Tenure, Workflow
+from tenure import Permanent, Tenure, Workflow
 from tenure.ops.cli import main
 from tenure.ops.cli._common import out as console
+from tenure.testing import Inline
 
 
 @pytest.fixture(autouse=True)
@@ -81,3 +86,53 @@ def test_cancel_takes_every_step_and_a_second_cancel_or_a_retry_changes_nothing(
     assert code == 1 and "there is no workflow 999999" in error
     code, _, error = run(capsys, "workflows", "cancel", str(workflow_id), "--reason", "  ", "--dsn", dsn)
     assert code == 2 and "--reason is empty" in error
+
+
+async def _broken(ctx: object) -> None:
+    raise Permanent("the input file is gone")
+
+
+async def _run_to_the_end(app: Tenure, workflow_id: int) -> None:
+    async with Inline(app) as inline:
+        await inline.run_workflow(workflow_id)
+
+
+def test_cancelling_a_finished_workflow_is_refused_and_changes_nothing(
+    dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A workflow whose only step went dead has nothing left to run: cancel exits 1 saying it
+    has finished and naming the retry, and the workflow can still be retried (its step's job
+    named as a job)."""
+    app = Tenure(dsn)
+    wf = Workflow("one step")
+    wf.step(app.registry.register(_broken, name="cli.broken", queue="cli", max_attempts=1), name="only")
+    workflow_id = app.enqueue_workflow_sync(wf).id
+    app.close_sync()
+    asyncio.run(_run_to_the_end(app, workflow_id))
+    code, _, error = run(capsys, "workflows", "cancel", str(workflow_id), "--reason", "late", "--dsn", dsn)
+    assert code == 1 and "has finished (0/1 succeeded, 1 dead)" in error
+    assert f"tenure workflows retry {workflow_id}" in error
+    code, said, _ = run(capsys, "workflows", "retry", str(workflow_id), "--reason", "again", "--dsn", dsn)
+    assert code == 0 and f"workflow {workflow_id}: 1 dead step reprocessed (job " in said
+
+
+def test_tables_written_to_a_pipe_keep_whole_rows(dsn: str) -> None:
+    """`tenure workflows list` piped (no terminal, no COLUMNS) lays its table out wider than 80
+    columns, so a long workflow name and its step counts are shown whole, not cut."""
+    app = Tenure(dsn)
+    wf = Workflow("nightly import of the warehouse inventory from every regional supplier feed")
+    wf.step(app.registry.register(_noop, name="cli.fetch", queue="cli"), name="fetch")
+    app.enqueue_workflow_sync(wf)
+    app.close_sync()
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE")}
+    said = subprocess.run(
+        [sys.executable, "-m", "tenure", "workflows", "list", "--dsn", dsn],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert "nightly import of the warehouse inventory from every regional supplier feed" in said
+    assert "0/1 succeeded, 1 queued" in said
+    assert max(len(line) for line in said.splitlines()) > 80

@@ -230,6 +230,11 @@ class WorkflowMachine(RuleBasedStateMachine):
         flow = self.flows[data.draw(st.sampled_from(sorted(self.flows)))]
         done = self.run(self.w.cancel(self.conn, flow.id, actor="m", reason="model", now=self.now))
         assert done is not None
+        finished = all(s.state in ("succeeded", "dead", "cancelled") for s in flow.steps.values())
+        if finished and not flow.cancelled:
+            # Nothing left to run: the cancel is refused and changes nothing.
+            assert (done.outcome, done.steps_cancelled, done.jobs_cancelled) == ("finished", 0, [])
+            return
         # Cancelling again cancels what came back since (a step's job reprocessed by hand).
         assert done.outcome == ("already" if flow.cancelled else "cancelled")
         flow.cancelled = True

@@ -79,12 +79,43 @@ def test_schedule_of_an_existing_task_with_its_own_name_and_payload() -> None:
 
 
 @pytest.mark.parametrize(
+    ("macro", "expression"),
+    [
+        ("@hourly", "0 * * * *"),
+        ("@daily", "0 0 * * *"),
+        ("@weekly", "0 0 * * 0"),
+        ("@monthly", "0 0 1 * *"),
+        ("@yearly", "0 0 1 1 *"),
+        ("@annually", "0 0 1 1 *"),
+        ("@midnight", "0 0 * * *"),
+    ],
+)
+def test_the_usual_cron_macros_are_read_as_the_expressions_they_stand_for(
+    macro: str, expression: str
+) -> None:
+    """`@daily` and its kin are accepted and stored as their five fields."""
+    app = tenure.Tenure("postgresql://unused")
+
+    @app.task(name="jobs.tick")
+    def tick(ctx: tenure.JobContext) -> None:
+        pass
+
+    assert app.schedule(tick, macro).cron == expression
+
+
+@pytest.mark.parametrize(
     ("kwargs", "message"),
     [
         ({"cron": "*/5 * * *"}, r"has 4 fields; write 5 fields \(minute hour"),
         ({"cron": "61 * * * *"}, r"cron '61 \* \* \* \*' is not valid \(Bad minute\); write 5 fields"),
         ({"cron": "0 0 30 2 *"}, r"is not valid \(Bad day-of-month\)"),
         ({"cron": ""}, "must be a non-empty string"),
+        (
+            {"cron": "*/61 * * * *"},
+            r"steps the minute field by 61, more than its range \(0-59\) holds, so it",
+        ),
+        ({"cron": "0 */24 * * *"}, r"steps the hour field by 24.*use a step from 1 to 23"),
+        ({"cron": "@reboot"}, r"'@reboot' is not a macro Tenure reads; use one of @yearly"),
         ({"timezone": "Europe/Berln"}, r"unknown time zone 'Europe/Berln'; use an IANA name such as"),
         ({"timezone": "../etc/passwd"}, "unknown time zone"),
         ({"missed": "sometimes"}, r"unknown missed-slot policy 'sometimes'; use missed='skip', 'latest'"),

@@ -116,6 +116,7 @@ class JobResultRow:
     """What a caller waiting for a job reads of it (job_result_get)."""
 
     id: int
+    task: str
     state: str
     result: Any
     result_wanted: bool

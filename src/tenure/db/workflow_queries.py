@@ -65,7 +65,8 @@ class WorkflowQueries:
     ) -> WorkflowCancel | None:
         """Cancels the workflow in one transaction: its queued and running step jobs through
         job_cancel_many (running ones revoked), then its waiting and held steps, then any step
-        job a racing completion released meanwhile. None: no such workflow. A deadlock with a
+        job a racing completion released meanwhile. None: no such workflow. A workflow whose
+        steps have all finished is left as it is (outcome 'finished'). A deadlock with a
         completion (two sets of steps locked in different orders, rare) rolls the whole cancel
         back, and it is tried again."""
         actor, reason = storable_text(actor, 200), storable_text(reason, 2000)
@@ -76,6 +77,8 @@ class WorkflowQueries:
                     marked = await fetch(conn, self._sql["workflow_cancel_mark"], params)
                     if not marked:
                         return None
+                    if marked[0]["outcome"] == "finished":
+                        return WorkflowCancel(workflow_id, "finished", 0, [])
                     cancelled = await self._cancel_live(conn, workflow_id, actor, reason, now)
                     await fetch(conn, self._sql["workflow_cancel_waiting"], params)
                     cancelled += await self._cancel_live(conn, workflow_id, actor, reason, now)

@@ -2,8 +2,10 @@
 annotation rules out is refused before anything is written, instead of failing in the worker.
 
 Only what JSON can carry is judged (bool, int, float, str, None, list, dict, and unions and
-Optionals of them, with list and dict items one level down); any other annotation (a dataclass,
-a datetime the handler parses itself, a TypedDict) is the handler's to check, and passes."""
+Optionals of them, with list and dict items one level down). The types JSON has no word for (a
+datetime, a Decimal, a dataclass, ...) are converted and checked by tenure.model.conversion
+before this check sees their JSON form; any other annotation (a TypedDict, a class of the
+handler's own) is the handler's to check, and passes."""
 
 from __future__ import annotations
 
@@ -35,13 +37,13 @@ def _hints(handler: Callable[..., Any]) -> dict[str, Any]:
     return hints
 
 
-def _fits(value: Any, hint: Any) -> bool | object:
+def fits_json(value: Any, hint: Any) -> bool | object:
     """True or False when the annotation can be judged on JSON values, else _NOT_JUDGED."""
     if hint is Any or hint is object:
         return True
     origin = typing.get_origin(hint)
     if origin is typing.Union or origin is types.UnionType:
-        verdicts = [_fits(value, arm) for arm in typing.get_args(hint)]
+        verdicts = [fits_json(value, arm) for arm in typing.get_args(hint)]
         if any(v is True for v in verdicts):
             return True
         return _NOT_JUDGED if any(v is _NOT_JUDGED for v in verdicts) else False
@@ -53,7 +55,7 @@ def _fits(value: Any, hint: Any) -> bool | object:
         args = typing.get_args(hint)
         items = value if origin is list else value.values()
         item_hint = args[0] if origin is list and args else args[1] if len(args) == 2 else Any
-        return all(_fits(item, item_hint) is not False for item in items)
+        return all(fits_json(item, item_hint) is not False for item in items)
     if hint in _JSON_TYPES:
         if isinstance(value, bool):
             return hint is bool  # JSON true is not the integer 1
@@ -63,10 +65,20 @@ def _fits(value: Any, hint: Any) -> bool | object:
     return _NOT_JUDGED
 
 
-def _annotation(hint: Any) -> str:
+def describe_annotation(hint: Any) -> str:
+    """An annotation as a person reads it: `int | None`, not `typing.Optional[int]`."""
     if isinstance(hint, type):
         return hint.__name__
     return str(hint).replace("typing.", "").replace("NoneType", "None")
+
+
+def json_type_name(value: Any) -> str:
+    """What a value is, in words: 'an integer', 'a string', 'a datetime'."""
+    named = _JSON_TYPES.get(type(value))
+    if named is not None:
+        return named
+    name = type(value).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
 
 def payload_type_errors(handler: Callable[..., Any], payload: dict[str, Any]) -> list[str]:
@@ -76,7 +88,7 @@ def payload_type_errors(handler: Callable[..., Any], payload: dict[str, Any]) ->
     wrong = []
     for name, value in payload.items():
         hint = hints.get(name)
-        if hint is not None and _fits(value, hint) is False:
-            got = _JSON_TYPES.get(type(value), type(value).__name__)
-            wrong.append(f"{name} is annotated {_annotation(hint)}, but the value given is {got}")
+        if hint is not None and fits_json(value, hint) is False:
+            got = json_type_name(value)
+            wrong.append(f"{name} is annotated {describe_annotation(hint)}, but the value given is {got}")
     return wrong

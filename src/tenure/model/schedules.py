@@ -53,7 +53,7 @@ MIN_ON_TIME_GRACE = 2.0
 
 _CRON_HELP = (
     "write 5 fields (minute hour day-of-month month day-of-week), like '*/5 * * * *', "
-    "or 6 with seconds first, like '*/10 * * * * *'"
+    "or 6 with seconds first, like '*/10 * * * * *', or a macro such as '@daily'"
 )
 
 
@@ -118,17 +118,74 @@ def zone_of(timezone: object, *, where: str = "timezone") -> ZoneInfo:
         raise ConfigurationError(f"{where}: unknown time zone {timezone!r}; {fix}") from None
 
 
+#: The usual macros, read as the expressions they stand for.
+CRON_MACROS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+#: Each field's name and its values' range, in order (a 6-field expression has seconds first).
+_CRON_FIELDS = (
+    ("minute", 0, 59),
+    ("hour", 0, 23),
+    ("day-of-month", 1, 31),
+    ("month", 1, 12),
+    ("day-of-week", 0, 6),
+)
+_SECONDS_FIELD = ("second", 0, 59)
+
+
+def _check_steps(cron: str, expression: str, where: str) -> None:
+    """Refuses a step larger than its field's range (`*/61` in the minute field): cron would
+    match only the field's first value, once an hour, not every 61 minutes."""
+    parts = expression.split()
+    names = ((_SECONDS_FIELD,) if len(parts) == 6 else ()) + _CRON_FIELDS
+    for (name, low, high), part in zip(names, parts, strict=True):
+        for item in part.split(","):
+            _, slash, step = item.partition("/")
+            if slash and step.isdigit() and int(step) > high - low:
+                example = f"{low},{low + (high - low + 1) // 2}"
+                raise ConfigurationError(
+                    f"{where}: cron {cron!r} steps the {name} field by {step}, more than its range "
+                    f"({low}-{high}) holds, so it would match only once per {_WIDER[name]}; use a step "
+                    f"from 1 to {high - low}, or list the values (for example '{example}')"
+                )
+
+
+_WIDER = {
+    "second": "minute",
+    "minute": "hour",
+    "hour": "day",
+    "day-of-month": "month",
+    "month": "year",
+    "day-of-week": "week",
+}
+
+
 def check_cron(cron: object, zone: ZoneInfo, *, where: str = "cron") -> str:
-    """The expression, once cronsim parses it and it matches some instant in the next 50 years."""
+    """The expression (a macro such as '@daily' as the one it stands for), once cronsim parses
+    it, no field steps past its range, and it matches some instant in the next 50 years."""
     if not isinstance(cron, str) or not cron.strip() or len(cron) > 200:
         raise ConfigurationError(
             f"{where}: the cron expression must be a non-empty string of at most 200 characters, "
             f"got {cron!r}; {_CRON_HELP}"
         )
     expression = " ".join(cron.split())
+    if expression.startswith("@"):
+        if expression.lower() not in CRON_MACROS:
+            raise ConfigurationError(
+                f"{where}: cron {cron!r} is not a macro Tenure reads; use one of "
+                f"{', '.join(CRON_MACROS)}, or write 5 fields like '0 3 * * *'"
+            )
+        expression = CRON_MACROS[expression.lower()]
     fields = len(expression.split())
     if fields not in (5, 6):
         raise ConfigurationError(f"{where}: cron {cron!r} has {fields} fields; {_CRON_HELP}")
+    _check_steps(cron, expression, where)
     try:
         next(CronSim(expression, datetime.now(UTC).astimezone(zone)))
     except CronSimError as exc:

@@ -130,7 +130,8 @@ def payload_json(payload: object, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES)
         else:
             raise ValidationError(
                 f"{path} is a {type(value).__name__}, which is not JSON; convert it "
-                "(for example a datetime to an ISO string, a Decimal to a string)"
+                "(for example a datetime to an ISO string, a Decimal to a string), or annotate the "
+                "handler's argument with its type, and Tenure converts it both ways"
             )
     text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
     size = len(text.encode("utf-8"))

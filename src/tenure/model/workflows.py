@@ -61,6 +61,21 @@ class WorkflowSummary:
         return "running"
 
 
+def finished_workflow(summary: WorkflowSummary) -> str:
+    """Why a workflow whose steps have all finished cannot be cancelled, with what it ran to."""
+    ended = [f"{summary.succeeded}/{summary.steps} succeeded"]
+    ended += [f"{n} {word}" for n, word in ((summary.dead, "dead"), (summary.cancelled, "cancelled")) if n]
+    fix = (
+        f"; `tenure workflows retry {summary.id} --reason ...` reprocesses its dead steps"
+        if summary.dead or summary.cancelled
+        else ""
+    )
+    return (
+        f"workflow {summary.id} has finished ({', '.join(ended)}): there is nothing left to cancel, "
+        f"and nothing was changed{fix}"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class WorkflowStep:
     """One step: its state (waiting, held, cancelled, released, succeeded, dead), the state of
@@ -93,7 +108,8 @@ class WorkflowStep:
 
 @dataclass(frozen=True, slots=True)
 class WorkflowCancel:
-    """What cancelling a workflow did: 'cancelled', or 'already' when it was cancelled before;
+    """What cancelling a workflow did: 'cancelled', 'already' when it was cancelled before, or
+    'finished' when every step had finished and nothing was changed;
     how many of its steps were not released yet (waiting or held: they are now cancelled), and
     which queued or running step jobs it cancelled or revoked."""
 

@@ -53,8 +53,14 @@ class JobBuilder:
     ) -> tuple[JobSpec, str]:
         """`check`, and the payload's compact JSON text (what COPY sends). `filled`: arguments
         the payload gets later (a workflow step's input), checked as the handler's own."""
-        payload_text = check_spec_json(spec, max_payload_bytes=self.max_payload_bytes)
         known = task or (self.registry.get(spec.task) if self.registry is not None else None)
+        if known is not None and known.codec is not None:
+            # Arguments of types JSON lacks (datetime, Decimal, a dataclass...) go as JSON.
+            try:
+                spec = replace(spec, payload=known.codec.encode(spec.payload))
+            except ValidationError as exc:
+                raise ValidationError(f"payload does not fit task {spec.task!r}: {exc}") from None
+        payload_text = check_spec_json(spec, max_payload_bytes=self.max_payload_bytes)
         queue, priority, max_attempts = spec.queue, spec.priority, spec.max_attempts
         unique_option = spec.unique
         if known is not None:

@@ -18,6 +18,7 @@ from tenure.db.connect import application_name, describe_dsn
 from tenure.db.control_queries import ControlQueries
 from tenure.db.pooler import behind_pooler
 from tenure.producer.results import POOLED_LISTENER, ResultTimeout, check_wait, settled, wait_interval
+from tenure.tasks import TaskRegistry
 
 ASYNC = True
 
@@ -56,8 +57,10 @@ async def wait_for_result(
     timeout: float | None,
     poll: float,
     listen_dsn: str | None,
+    registry: TaskRegistry | None = None,
 ) -> Any:
-    """The job's result once it succeeded. `connection()` lends a connection for each read."""
+    """The job's result once it succeeded, typed by its task's return annotation when `registry`
+    knows the task. `connection()` lends a connection for each read."""
     check_wait(timeout, poll)
     deadline = None if timeout is None else time.monotonic() + timeout
     async with _listening(listen_dsn, control.results_channel) as listener:
@@ -65,7 +68,7 @@ async def wait_for_result(
             async with connection() as conn:
                 row = await control.result(conn, job_id)
                 step = None if row is not None else await control.unreleased_step(conn, job_id)
-            done, value = settled(row, job_id, step)
+            done, value = settled(row, job_id, step, registry)
             if done:
                 return value
             interval = wait_interval(poll, listening=listener is not None, row=row)

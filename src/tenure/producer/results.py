@@ -15,6 +15,7 @@ from typing import Any
 
 from tenure.db.control_rows import JobResultRow
 from tenure.model.errors import TenureError, ValidationError
+from tenure.tasks import TaskRegistry
 
 log = logging.getLogger("tenure.client")
 
@@ -55,10 +56,13 @@ class ResultTimeout(TenureError, TimeoutError):
         self.state = state
 
 
-def settled(row: JobResultRow | None, job_id: int, step: str | None = None) -> tuple[bool, Any]:
+def settled(
+    row: JobResultRow | None, job_id: int, step: str | None = None, registry: TaskRegistry | None = None
+) -> tuple[bool, Any]:
     """(True, result) for a succeeded job, (False, state) for an unfinished one; raises
     JobFailed for a dead or cancelled one. `step`: the state of the workflow step the id was
-    drawn for, while its job does not exist yet (waiting and held wait; cancelled fails)."""
+    drawn for, while its job does not exist yet (waiting and held wait; cancelled fails). A
+    result of a task `registry` knows comes back as its handler's return annotation says."""
     if row is None:
         if step == "cancelled":
             raise JobFailed(job_id, "cancelled", "CANCELLED", "its workflow step was cancelled before it ran")
@@ -69,10 +73,25 @@ def settled(row: JobResultRow | None, job_id: int, step: str | None = None) -> t
     if state == "succeeded":
         if row.result_pending and (row.finished_seconds_ago or 0.0) < RESULT_GRACE_SECONDS:
             return False, "succeeded, its result on its way"
-        return True, row.result
+        return True, typed_result(registry, row, job_id)
     if state in ("dead", "cancelled"):
         raise JobFailed(job_id, state, row.last_error_code, row.last_error)
     return False, state
+
+
+def typed_result(registry: TaskRegistry | None, row: JobResultRow, job_id: int) -> Any:
+    """The stored result as its task's return annotation says (a Decimal, a dataclass...), when
+    the task is known here; the JSON as stored otherwise."""
+    task = registry.get(row.task) if registry is not None else None
+    if task is None or task.codec is None or task.codec.result is None:
+        return row.result
+    try:
+        return task.codec.decode_result(row.result)
+    except ValidationError as exc:
+        raise ValidationError(
+            f"job {job_id} succeeded, but its result does not fit task {row.task!r}: {exc} "
+            "(was the handler's return annotation changed since it ran?)"
+        ) from None
 
 
 def wait_interval(poll: float, *, listening: bool, row: JobResultRow | None) -> float:

@@ -35,7 +35,13 @@ from tenure.model.errors import ValidationError
 from tenure.model.jobs import EnqueuedJob, Job, JobEvent, JobSpec
 from tenure.model.secrets import CredentialPolicy
 from tenure.model.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_queue, check_schema_name
-from tenure.model.workflows import EnqueuedWorkflow, WorkflowCancel, WorkflowStep, WorkflowSummary
+from tenure.model.workflows import (
+    EnqueuedWorkflow,
+    WorkflowCancel,
+    WorkflowStep,
+    WorkflowSummary,
+    finished_workflow,
+)
 from tenure.producer.builder import COPY_TYPES, CopyRows, JobBuilder
 from tenure.producer.client_support import (
     MISSING_SCHEMA,
@@ -354,12 +360,17 @@ class SyncClient:
     def cancel_workflow(self, workflow_id: int, *, reason: str, actor: str | None = None) -> WorkflowCancel:
         """Cancels every step still to run: waiting and held steps, queued step jobs, and running
         ones revoked (their holders can write nothing more). Steps already finished stay as they
-        are. A workflow cancelled before answers 'already'."""
+        are. A workflow cancelled before answers 'already'. A finished workflow (every step
+        succeeded, dead or cancelled) is refused with ValidationError, and nothing changes."""
         text = check_reason(reason, "cancel a workflow")
         with self._conn(None) as c:
             done = self.workflows.cancel(c, workflow_id, actor=actor or default_actor(), reason=text)
+            finished = done is not None and done.outcome == "finished"
+            summary = self.workflows.get(c, workflow_id) if finished else None
         if done is None:
             raise ValidationError(f"there is no workflow {workflow_id}: `tenure workflows list` shows them")
+        if summary is not None:
+            raise ValidationError(finished_workflow(summary))
         return done
 
     def retry_workflow(
@@ -437,7 +448,9 @@ class SyncClient:
 
     def result(self, job_id: int, *, timeout: float | None = None, poll: float = 1.0) -> Any:
         """Waits for the job and returns its result (its handler's return value; None if it
-        returned nothing). Raises JobFailed when it ends dead or cancelled, ResultTimeout after
+        returned nothing), typed by the handler's return annotation when this client's registry
+        knows the task (a `-> Decimal` handler's result is a Decimal). Raises JobFailed when it
+        ends dead or cancelled, ResultTimeout after
         `timeout` seconds. Enqueue with result_wanted=True to be woken the moment it finishes;
         other jobs are read every `poll` seconds."""
 
@@ -448,5 +461,11 @@ class SyncClient:
 
         pool = self.pool()
         return wait_for_result(
-            self.control, connection, job_id, timeout=timeout, poll=poll, listen_dsn=listen_dsn(pool)
+            self.control,
+            connection,
+            job_id,
+            timeout=timeout,
+            poll=poll,
+            listen_dsn=listen_dsn(pool),
+            registry=self.builder.registry,
         )

@@ -20,7 +20,7 @@ from psycopg.types.json import Jsonb
 
 from tenure.db.queries import FailOutcome
 from tenure.handler.context import JobContext
-from tenure.model.errors import JobFailure, LeaseLost, Transient
+from tenure.model.errors import JobFailure, LeaseLost, Transient, ValidationError
 from tenure.model.jobs import ClaimedJob, JobState
 from tenure.model.outcomes import ResultRefused, Snooze, encode_result
 from tenure.model.registration import register_once
@@ -285,6 +285,14 @@ class Executor:
                 await self._fail(execution, task, exc.code, str(exc), FailureClass.PERMANENT)
                 return
             secrets = resolved_values(payload)
+        if task.codec is not None:
+            # The handler's datetimes, Decimals, dataclasses... from their JSON form.
+            try:
+                payload = task.codec.decode(payload)
+            except ValidationError as exc:
+                why = f"payload does not fit {job.task}: {exc}"
+                await self._fail(execution, task, "BAD_PAYLOAD", why, FailureClass.PERMANENT)
+                return
         error: Exception | None = None
         value: Any = None
         try:
@@ -380,6 +388,8 @@ class Executor:
         result = None
         if value is not None and snooze is None:
             try:
+                if task.codec is not None:
+                    value = task.codec.encode_result(value)
                 result = encode_result(value, self.services.options.max_result_bytes)
             except ResultRefused as refused:
                 if ctx.completed:

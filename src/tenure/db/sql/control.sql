@@ -191,10 +191,12 @@ WHERE p.until IS NULL OR p.until > clock.now
 ORDER BY p.queue;
 
 -- name: job_result_get
--- What a caller waiting for a job needs: its state, result and last error. A waited-for job
+-- What a caller waiting for a job needs: its state, result (and task, whose return annotation
+-- may say its type) and last error. A waited-for job
 -- that succeeded always has a result (JSON null for none); SQL NULL there means its handler
 -- completed in its own transaction and the result is still on its way (job_result_set).
-SELECT id, state::text AS state, result, result_wanted, result IS NULL AND result_wanted AS result_pending,
+SELECT id, task, state::text AS state, result, result_wanted,
+       result IS NULL AND result_wanted AS result_pending,
        last_error_code, last_error,
        extract(epoch FROM statement_timestamp() - finished_at)::float8 AS finished_seconds_ago
 FROM __schema__.jobs

@@ -58,7 +58,10 @@ LIMIT %(limit)s;
 
 -- name: workflow_cancel_mark
 -- The first statement of cancelling a workflow: the workflow is marked cancelled, with who and
--- why ('already' when it was before), and its steps not released yet are counted. Only the workflow's own row is locked here: the statements
+-- why, and its steps not released yet are counted. The outcome is 'already' when it was
+-- cancelled before, and 'finished' when every step has finished (succeeded, dead or cancelled):
+-- such a workflow has nothing left to cancel, and marking it would only stop its retry, so it is
+-- left as it is. Only the workflow's own row is locked here: the statements
 -- that follow lock its live step jobs before its steps, in the order a completion locks them
 -- (its job, then the steps after it), so that a cancel and a completion never wait on each other
 -- in a circle.
@@ -69,9 +72,14 @@ WITH clock AS (
     SET cancelled_at = clock.now, cancelled_by = %(actor)s, cancel_reason = %(reason)s
     FROM clock
     WHERE w.id = %(id)s AND w.cancelled_at IS NULL
+      AND EXISTS (SELECT 1 FROM __schema__.workflow_steps s
+                  WHERE s.workflow_id = w.id AND s.state IN ('waiting', 'held', 'released'))
     RETURNING w.id
 )
-SELECT w.id, CASE WHEN EXISTS (SELECT 1 FROM marked) THEN 'cancelled' ELSE 'already' END AS outcome,
+SELECT w.id,
+       CASE WHEN EXISTS (SELECT 1 FROM marked) THEN 'cancelled'
+            WHEN w.cancelled_at IS NOT NULL THEN 'already'
+            ELSE 'finished' END AS outcome,
        (SELECT count(*) FROM __schema__.workflow_steps s
         WHERE s.workflow_id = w.id AND s.state IN ('waiting', 'held')) AS not_released
 FROM __schema__.workflows w

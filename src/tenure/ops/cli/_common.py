@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 from collections.abc import AsyncIterator
 from dataclasses import fields, is_dataclass
 from datetime import datetime
@@ -19,8 +20,21 @@ from tenure.db.connect import DSN_ENV, ResolvedDsn, connect, resolve_dsn
 from tenure.db.migrate import require_current_schema
 from tenure.producer.client import Client
 
-out = Console()
-err = Console(stderr=True, soft_wrap=True)
+#: How wide tables are laid out when there is no terminal to measure (output piped to a file,
+#: `less` or grep): rich's 80 columns would cut their cells. A terminal's own width is used as it
+#: changes, and COLUMNS, when set, wins over both.
+PIPED_WIDTH = 200
+
+
+def _console(**options: Any) -> Console:
+    console = Console(**options)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = PIPED_WIDTH
+    return console
+
+
+out = _console()
+err = _console(stderr=True, soft_wrap=True)
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2

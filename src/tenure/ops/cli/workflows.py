@@ -191,9 +191,10 @@ async def cmd_retry(args: argparse.Namespace) -> int:
     elif not ids:
         out.print(f"workflow {args.id} has no dead step: nothing to retry")
     else:
+        steps = "1 dead step" if len(ids) == 1 else f"{len(ids)} dead steps"
+        jobs = f"job {ids[0]}" if len(ids) == 1 else f"jobs {', '.join(map(str, ids))}"
         out.print(
-            f"workflow {args.id}: {len(ids)} dead steps reprocessed ({', '.join(map(str, ids))}); "
-            "the steps they held run once they succeed"
+            f"workflow {args.id}: {steps} reprocessed ({jobs}); the steps they held run once they succeed"
         )
     return 0
 
