@@ -56,10 +56,13 @@ async def test_assertions_name_what_was_enqueued(dsn: str) -> None:
         assert job.payload == {"order_id": 8}
         await t.refute_enqueued(receipt, order_id=9)
         with pytest.raises(
-            AssertionError, match=r"found 0; the task's waiting jobs: \d+ mail \{'order_id': 8\}"
+            AssertionError,
+            match=r'(?s)expected a job of t.receipt with args \{"order_id": 9\} scheduled or pending, found 0; '
+            r'the task\'s jobs:\n  job \d+: t.receipt pending on queue "mail", priority 0, runs at .*, '
+            r'args \{"order_id": 8\}',
         ):
             await t.assert_enqueued(receipt, order_id=9)
-        with pytest.raises(AssertionError, match=rf"found {job.id} \{{'order_id': 8\}}"):
+        with pytest.raises(AssertionError, match=rf'found 1:\n  job {job.id}: .*args \{{"order_id": 8\}}'):
             await t.refute_enqueued(receipt, order_id=8)
         await t.assert_enqueued("t.receipt", count=1)
 
