@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from datetime import UTC, datetime
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -166,7 +167,12 @@ class JobRunner:
                 f"an earlier job of its ordering key {now.ordering_key!r} has not finished "
                 "(waiting, running or dead)"
             )
-        return f"it is not due before {now.available_at.isoformat()}"
+        if now.available_at > datetime.now(UTC):
+            return f"it is not due before {now.available_at.isoformat()}"
+        return (
+            "its row is locked by another transaction: a worker running on this schema is claiming "
+            f"it right now; {ISOLATE}"
+        )
 
 
 def _taken_by(job: Job) -> str:
