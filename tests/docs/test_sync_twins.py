@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import tenure
+import tenure.testing.plugin
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -19,11 +20,12 @@ OWNERS: dict[str, tuple[Any, ...]] = {
     "tenure": (tenure,),
 }
 TASK_LIKE = (tenure.Task, tenure.tasks.TaskCall)
-EVERYWHERE = (tenure.Tenure, tenure.SyncClient, tenure.JobContext, tenure, *TASK_LIKE)
+#: A bare name is looked up on all of these: the API, and the pytest plugin's fixtures.
+EVERYWHERE = (tenure.Tenure, tenure.SyncClient, tenure.JobContext, tenure, tenure.testing.plugin, *TASK_LIKE)
 #: `_sync` words that name no API: the generator of the blocking twins.
 NOT_API = {"async_to_sync"}
 QUALIFIED = re.compile(r"\b(\w+)\.(\w+_sync)\b")
-BARE = re.compile(r"(?<![.\w])(\w+_sync)\b")
+BARE = re.compile(r"(?<![./\w])(\w+_sync)\b(?!\.py)")  # not a file: tests/test_orders_sync.py
 TWINS_PROMISED = "each with its `_sync` twin"
 VERB = re.compile(r"`(?:app\.)?(\w+)\(")
 
@@ -36,8 +38,13 @@ def sync_names(text: str) -> list[tuple[str | None, str]]:
 
 
 def missing_names(text: str) -> list[str]:
+    """The `_sync` names of `text` that exist nowhere; those its examples define (`def x_sync(`)
+    are theirs."""
+    own = set(re.findall(r"\bdef (\w+_sync)\(", text))
     missing = []
     for owner, name in sync_names(text):
+        if name in own:
+            continue
         where = OWNERS.get(owner, TASK_LIKE) if owner is not None else EVERYWHERE
         if not any(hasattr(o, name) for o in where):
             missing.append(f"{owner}.{name}" if owner else name)
@@ -77,5 +84,8 @@ def test_the_checks_find_a_name_that_does_not_exist() -> None:
         "app.enqeue_sync"
     ]
     assert missing_names("the blocking `list_wrokflows_sync(...)`") == ["list_wrokflows_sync"]
+    assert missing_names("def mine_sync(): ...\nmine_sync(); tenure_inline_sync; theirs_sync()") == [
+        "theirs_sync"
+    ]
     text = "On the app: `app.get_workflow(id)` and `frobnicate(id)`,\neach with its `_sync` twin."
     assert promised_twins(text) == ["get_workflow", "frobnicate"]
