@@ -44,6 +44,7 @@ TWINS = {
     "tenure/producer/client.py": "tenure/producer/sync_client.py",
     "tenure/handler/transaction.py": "tenure/handler/sync_transaction.py",
     "tenure/handler/atomic.py": "tenure/handler/sync/atomic.py",
+    "tenure/testing/inline.py": "tenure/testing/sync/inline.py",
 }
 
 #: Names whose blocking counterpart has another name.
@@ -63,6 +64,7 @@ TWIN_NAMES = {
     "AsyncTransaction": "SyncTransaction",
     "run_transaction": "run_transaction_sync",
     "run_atomic": "run_atomic_sync",
+    "Inline": "SyncInline",
     # Blocking counterparts written by hand: a probe that needs asyncio's timeout runs on an
     # event loop of its own thread.
     "check_before_pool": "check_before_pool_sync",

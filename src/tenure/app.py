@@ -24,7 +24,9 @@ if TYPE_CHECKING:
 
 
 V = ParamSpec("V")
+W = ParamSpec("W")
 T = TypeVar("T")
+U = TypeVar("U")
 
 
 def _async_verb(verb: Callable[Concatenate[Client, V], T]) -> Callable[Concatenate[Tenure, V], T]:
@@ -46,6 +48,14 @@ def _blocking_verb(verb: Callable[Concatenate[SyncClient, V], T]) -> Callable[Co
         return verb(app.sync_client, *args, **kwargs)
 
     return on_app
+
+
+def _verbs(
+    verb: Callable[Concatenate[Client, V], T], blocking: Callable[Concatenate[SyncClient, W], U]
+) -> tuple[Callable[Concatenate[Tenure, V], T], Callable[Concatenate[Tenure, W], U]]:
+    """A verb of the clients as the app's pair, `app.verb` and its blocking twin `app.verb_sync`:
+    declared together, so that no verb of the app goes without its twin."""
+    return _async_verb(verb), _blocking_verb(blocking)
 
 
 class ClientOptions(TypedDict):
@@ -214,32 +224,22 @@ class Tenure:
             credential_policy=self.credential_policy,
         )
 
-    # -- enqueue and job control: the clients' own verbs, with their signatures and docs --------
+    # -- enqueue, job control and workflows: the clients' own verbs, with their signatures and
+    # docs, each with its blocking twin ------------------------------------------------------------
 
-    enqueue = _async_verb(Client.enqueue)
-    enqueue_sync = _blocking_verb(SyncClient.enqueue)
-    cancel = _async_verb(Client.cancel)
-    cancel_sync = _blocking_verb(SyncClient.cancel)
-    retry = _async_verb(Client.retry)
-    retry_sync = _blocking_verb(SyncClient.retry)
-    pause_queue = _async_verb(Client.pause_queue)
-    pause_queue_sync = _blocking_verb(SyncClient.pause_queue)
-    resume_queue = _async_verb(Client.resume_queue)
-    resume_queue_sync = _blocking_verb(SyncClient.resume_queue)
-    paused_queues = _async_verb(Client.paused_queues)
-    paused_queues_sync = _blocking_verb(SyncClient.paused_queues)
-    result = _async_verb(Client.result)
-    result_sync = _blocking_verb(SyncClient.result)
-    enqueue_workflow = _async_verb(Client.enqueue_workflow)
-    enqueue_workflow_sync = _blocking_verb(SyncClient.enqueue_workflow)
-    get_workflow = _async_verb(Client.get_workflow)
-    get_workflow_sync = _blocking_verb(SyncClient.get_workflow)
-    workflow_steps = _async_verb(Client.workflow_steps)
-    workflow_steps_sync = _blocking_verb(SyncClient.workflow_steps)
-    cancel_workflow = _async_verb(Client.cancel_workflow)
-    cancel_workflow_sync = _blocking_verb(SyncClient.cancel_workflow)
-    retry_workflow = _async_verb(Client.retry_workflow)
-    retry_workflow_sync = _blocking_verb(SyncClient.retry_workflow)
+    enqueue, enqueue_sync = _verbs(Client.enqueue, SyncClient.enqueue)
+    cancel, cancel_sync = _verbs(Client.cancel, SyncClient.cancel)
+    retry, retry_sync = _verbs(Client.retry, SyncClient.retry)
+    pause_queue, pause_queue_sync = _verbs(Client.pause_queue, SyncClient.pause_queue)
+    resume_queue, resume_queue_sync = _verbs(Client.resume_queue, SyncClient.resume_queue)
+    paused_queues, paused_queues_sync = _verbs(Client.paused_queues, SyncClient.paused_queues)
+    result, result_sync = _verbs(Client.result, SyncClient.result)
+    enqueue_workflow, enqueue_workflow_sync = _verbs(Client.enqueue_workflow, SyncClient.enqueue_workflow)
+    list_workflows, list_workflows_sync = _verbs(Client.list_workflows, SyncClient.list_workflows)
+    get_workflow, get_workflow_sync = _verbs(Client.get_workflow, SyncClient.get_workflow)
+    workflow_steps, workflow_steps_sync = _verbs(Client.workflow_steps, SyncClient.workflow_steps)
+    cancel_workflow, cancel_workflow_sync = _verbs(Client.cancel_workflow, SyncClient.cancel_workflow)
+    retry_workflow, retry_workflow_sync = _verbs(Client.retry_workflow, SyncClient.retry_workflow)
 
     async def migrate(self) -> MigrationReport:
         """Creates or upgrades the app's schema, as `tenure migrate` does."""

@@ -4,14 +4,16 @@ workflow driven step by step, all without a worker, async and thread handlers al
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
 
 import tenure
+import tenure.db.queries
 from tenure import JobContext, Permanent, Tenure, chain
-from tenure.testing import Inline
+from tenure.testing import Inline, SyncInline
 
 
 def _app(dsn: str) -> Tenure:
@@ -56,10 +58,13 @@ async def test_assertions_name_what_was_enqueued(dsn: str) -> None:
         assert job.payload == {"order_id": 8}
         await t.refute_enqueued(receipt, order_id=9)
         with pytest.raises(
-            AssertionError, match=r"found 0; the task's waiting jobs: \d+ mail \{'order_id': 8\}"
+            AssertionError,
+            match=r'(?s)expected a job of t.receipt with args \{"order_id": 9\} scheduled or pending, '
+            r'found 0; the task\'s jobs:\n  job \d+: t.receipt pending on queue "mail", priority 0, '
+            r'runs at .*, args \{"order_id": 8\}',
         ):
             await t.assert_enqueued(receipt, order_id=9)
-        with pytest.raises(AssertionError, match=rf"found {job.id} \{{'order_id': 8\}}"):
+        with pytest.raises(AssertionError, match=rf'found 1:\n  job {job.id}: .*args \{{"order_id": 8\}}'):
             await t.refute_enqueued(receipt, order_id=8)
         await t.assert_enqueued("t.receipt", count=1)
 
@@ -129,3 +134,114 @@ async def test_a_workflow_is_driven_one_step_at_a_time(dsn: str) -> None:
         assert await t.run_workflow(run.id) == []
         summary = await app.get_workflow(run.id)
         assert summary is not None and summary.state == "succeeded"
+
+
+async def test_drain_and_run_job_leave_jobs_of_tasks_the_app_does_not_register(dsn: str) -> None:
+    """Jobs of a misspelt task and of another app's task, on the app's own queues, are neither
+    drained nor run: they stay pending with no attempt spent, as a worker of the app leaves them."""
+    app = _app(dsn)
+    receipt = app.registry.get("t.receipt")
+    assert receipt is not None
+    async with tenure.Client(dsn) as other:
+        typo = await other.enqueue("t.reciept", {"order_id": 1}, queue="mail")
+        foreign = [await other.enqueue("billing.invoice", {"n": n}, queue="shop") for n in (1, 2)]
+    async with Inline(app) as t:
+        mine = await receipt.enqueue(order_id=2)
+        runs = await t.drain()
+        assert [r.job.id for r in runs] == [mine.id]
+        with pytest.raises(
+            tenure.ValidationError, match=r"task 'billing\.invoice', which this app does not register"
+        ):
+            await t.run_job(foreign[0].id)
+        left = await t.enqueued()
+    assert [(j.id, j.state, j.attempt_count) for j in left] == [
+        (typo.id, "pending", 0),
+        *((f.id, "pending", 0) for f in foreign),
+    ]
+
+
+async def test_run_job_says_which_other_worker_took_the_job_or_holds_its_row(dsn: str) -> None:
+    """A job another worker claimed is refused naming that worker and the way to isolate the
+    tests; a job whose row another transaction holds (a worker claiming it) is refused as such,
+    not as a paused queue or an ordering key; a paused queue is named when it is the reason."""
+    app = _app(dsn)
+    receipt = app.registry.get("t.receipt")
+    assert receipt is not None
+    queries = tenure.db.queries.Queries("tenure")
+    async with Inline(app) as t:
+        taken, locked, paused = [await receipt.enqueue(order_id=n) for n in (1, 2, 3)]
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await queries.job_claim(
+                conn,
+                queue="mail",
+                owner="dev-laptop-worker",
+                limit=1,
+                default_lease_seconds=30,
+                default_runtime_seconds=60,
+                only=[taken.id],
+            )
+        with pytest.raises(
+            tenure.ValidationError, match=r"another worker took it by dev-laptop-worker.*tenure_app"
+        ):
+            await t.run_job(taken.id)
+        async with await psycopg.AsyncConnection.connect(dsn) as holder:
+            await holder.execute("SELECT 1 FROM tenure.jobs WHERE id = %s FOR UPDATE", (locked.id,))
+            with pytest.raises(tenure.ValidationError, match="its row is locked by another transaction"):
+                await t.run_job(locked.id)
+        await app.pause_queue("mail", reason="a test of the reason")
+        with pytest.raises(tenure.ValidationError, match="its queue 'mail' is paused"):
+            await t.run_job(paused.id)
+
+
+async def test_assert_enqueued_matches_arguments_and_options(dsn: str) -> None:
+    """assert_enqueued and refute_enqueued match the arguments (keywords or args=) and the
+    options: queue, priority, run time within a tolerance, state and count."""
+    app = _app(dsn)
+    receipt = app.registry.get("t.receipt")
+    assert receipt is not None
+    later = datetime.now(UTC) + timedelta(hours=1)
+    async with Inline(app) as t:
+        await receipt.with_options(priority=3, run_at=later).enqueue(order_id=1)
+        await receipt.with_options(queue="urgent").enqueue(order_id=1)
+        assert len(await t.assert_enqueued(receipt, args={"order_id": 1}, count=2)) == 2
+        [scheduled] = await t.assert_enqueued(
+            receipt, order_id=1, priority=3, run_at=later, state="scheduled"
+        )
+        await t.assert_enqueued(receipt, run_at=later + timedelta(seconds=5), within=10)
+        await t.refute_enqueued(receipt, run_at=later + timedelta(seconds=5))
+        await t.refute_enqueued(receipt, priority=3, state="pending")
+        await t.assert_enqueued(receipt, queue="urgent", state="pending", count=1)
+        await t.refute_enqueued(receipt, queue="mail", order_id=1, priority=0)
+        with pytest.raises(
+            AssertionError, match=r'expected 3 x job of t.receipt with args \{"order_id": 1\}'
+        ):
+            await t.assert_enqueued(receipt, order_id=1, count=3)
+        with pytest.raises(
+            AssertionError, match=rf"(?s)expected no job of t.receipt at priority 3 .*job {scheduled.id}:"
+        ):
+            await t.refute_enqueued(receipt, priority=3)
+        with pytest.raises(tenure.ValidationError, match="order_id given both in args= and as keywords"):
+            await t.enqueued(receipt, args={"order_id": 1}, order_id=1)
+        with pytest.raises(tenure.ValidationError, match="has no time zone"):
+            await t.enqueued(receipt, run_at=datetime(2030, 1, 1))
+
+
+def test_sync_inline_runs_jobs_without_an_event_loop(dsn: str) -> None:
+    """SyncInline, the generated blocking twin, asserts, performs, drains and drives a workflow
+    from a plain function, as a Django or Flask test would, async and thread handlers alike."""
+    app = _app(dsn)
+    receipt, order, double = (app.registry.get(n) for n in ("t.receipt", "t.order", "t.double"))
+    assert receipt is not None and order is not None and double is not None
+    with SyncInline(app) as t:
+        job = receipt.enqueue_sync(order_id=4)
+        [found] = t.assert_enqueued(receipt, order_id=4, queue="mail")
+        assert t.run_job(found.id).result == "sent 4" and found.id == job.id
+        assert (t.perform(double, n=21).result, t.enqueued()) == (42, [])
+        order.enqueue_sync(order_id=5)
+        assert [(r.job.task, r.state) for r in t.drain()] == [
+            ("t.order", "succeeded"),
+            ("t.receipt", "succeeded"),
+        ]
+        run = app.enqueue_workflow_sync(chain(double.bind(n=1), double, input="n"))
+        assert [r.result for r in t.run_workflow(run.id)] == [2, 4]
+    app.close_sync()

@@ -13,10 +13,12 @@ from tenure.db import wakeups
 from tenure.db.control_queries import ControlQueries
 from tenure.db.queries import TaskLeasePolicy
 from tenure.model.jobs import ClaimedJob
+from tenure.tasks import TaskRegistry
 from tenure.telemetry.tracing import batch_span, set_batch_size, tracing_on
 from tenure.worker.executor import Executor
 from tenure.worker.health import describe_error
 from tenure.worker.oldest_share import OldestShare
+from tenure.worker.options import WorkerOptions
 from tenure.worker.service import Service
 from tenure.worker.services import WorkerServices
 
@@ -34,6 +36,22 @@ QUEUE_BACKOFF_CAP = 5.0
 #: every enqueue's notification would be a claim of one job, and a second empty one by every
 #: other worker; an idle worker (its last claim found nothing) still claims at once.
 TRICKLE_GAP = 0.005
+
+
+def claim_terms(registry: TaskRegistry, options: WorkerOptions) -> tuple[list[str], list[TaskLeasePolicy]]:
+    """The tasks a worker of `registry` claims, and each one's lease and runtime. Only tasks it
+    can run: a job of a task registered elsewhere (a mixed-version deploy) is left for a worker
+    that has it, with no attempt spent. tenure.testing claims on the same terms."""
+    tasks = sorted(t.name for t in registry)
+    policies = [
+        TaskLeasePolicy(
+            t.name,
+            t.policy.lease_seconds or options.lease_seconds,
+            t.policy.max_runtime_seconds or options.max_runtime_seconds,
+        )
+        for t in registry
+    ]
+    return tasks, policies
 
 
 class Claimer(Service):
@@ -70,17 +88,7 @@ class Claimer(Service):
         self.oldest_share = OldestShare(services.options.oldest_every)
         #: Queues whose last claims failed: (failures in a row, monotonic time to try again).
         self.failing_queues: dict[str, tuple[int, float]] = {}
-        #: Only tasks this worker can run are claimed: a job of a task registered elsewhere (a
-        #: mixed-version deploy) is left for a worker that has it, with no attempt spent.
-        self.tasks = sorted(t.name for t in executor.registry)
-        self.policies = [
-            TaskLeasePolicy(
-                t.name,
-                t.policy.lease_seconds or services.options.lease_seconds,
-                t.policy.max_runtime_seconds or services.options.max_runtime_seconds,
-            )
-            for t in executor.registry
-        ]
+        self.tasks, self.policies = claim_terms(executor.registry, services.options)
 
     def wake(self) -> None:
         self._wake.set()

@@ -1,0 +1,1 @@
+"""Blocking twins generated from async sources (tools/async_to_sync.py)."""
