@@ -96,10 +96,7 @@ async def test_a_failing_job_ends_as_its_policy_says_and_a_finished_one_cannot_r
     assert broken is not None
     async with Inline(app) as t:
         ran = await t.perform(broken)
-        assert (
-            ran.state == "dead"
-            and ran.error == "NO_TEMPLATE: tenure.model.errors.Permanent: the template is missing"
-        )
+        assert ran.state == "dead" and ran.error == "NO_TEMPLATE: tenure.Permanent: the template is missing"
         with pytest.raises(tenure.ValidationError, match="is dead, not pending"):
             await t.run_job(ran.job.id)
         with pytest.raises(tenure.ValidationError, match="there is no job 999999"):
@@ -134,6 +131,26 @@ async def test_a_workflow_is_driven_one_step_at_a_time(dsn: str) -> None:
         assert await t.run_workflow(run.id) == []
         summary = await app.get_workflow(run.id)
         assert summary is not None and summary.state == "succeeded"
+
+
+async def test_a_fan_out_past_the_inline_limit_is_released_and_run_by_run_workflow(dsn: str) -> None:
+    """A fan-out of 100 children (past the 64 a completion releases itself) and their fan-in:
+    run_workflow does the workflow pass's work as a worker would, so every child runs once and the
+    fan-in gets all 100 results in order."""
+    app = _app(dsn)
+    double = app.registry.get("t.double")
+    assert double is not None
+    wf = tenure.Workflow("wide")
+    first = wf.step(double.bind(n=0), name="first")
+    children = wf.group([double.bind(n=n) for n in range(1, 101)], after=first, name="child")
+    total = wf.step(double.bind(), after=children, input="n", name="total")
+    async with Inline(app) as t:
+        run = await app.enqueue_workflow(wf)
+        ran = await t.run_workflow(run.id)
+        assert len(ran) == 102
+        last = ran[-1]
+        assert last.job.id == run.jobs[total.name]
+        assert last.job.payload["n"] == [2 * n for n in range(1, 101)]
 
 
 async def test_drain_and_run_job_leave_jobs_of_tasks_the_app_does_not_register(dsn: str) -> None:

@@ -172,6 +172,7 @@ class Inline:
         runs: list[Ran] = []
         while len(runs) < limit:
             before = len(runs)
+            await self._step(self._runner.workflow_work())
             for name in await self._step(self._runner.due_queues(queue)):
                 while len(runs) < limit:
                     ran = await self._step(self._runner.run_next(name))
@@ -188,6 +189,7 @@ class Inline:
         step). Returns what ran, in order."""
         runs: list[Ran] = []
         while steps is None or len(runs) < steps:
+            await self._step(self._runner.workflow_work())
             ready = [s for s in await self.client.workflow_steps(workflow_id) if s.shown_state == "pending"]
             if not ready:
                 break

@@ -30,6 +30,7 @@ from tenure.worker.executor import Executor
 from tenure.worker.options import WorkerOptions
 from tenure.worker.service import Supervisor
 from tenure.worker.services import WorkerServices
+from tenure.worker.workflow_pass import WORKFLOW_CHUNK
 
 if TYPE_CHECKING:
     from tenure.app import Tenure
@@ -86,6 +87,19 @@ class JobRunner:
         pool, _ = self._opened()
         async with pool.connection() as conn:
             return await self.queries.job_get(conn, job_id)
+
+    async def workflow_work(self) -> int:
+        """Does the workflow work the last completions left for the workflow pass (a fan-out's
+        release past 64 children, the steps after a dead step with many followers), chunk by
+        chunk, as a worker's pass would: how many chunks ran."""
+        pool, _ = self._opened()
+        chunks = 0
+        while True:
+            async with pool.connection() as conn:
+                work = await self.queries.workflow_work_run(conn, chunk=WORKFLOW_CHUNK)
+            if work is None or work.outcome == "busy":
+                return chunks
+            chunks += 1
 
     async def due_queues(self, queue: str | None) -> list[str]:
         """The queues with a due job of the app's tasks (`queue` alone, when given)."""

@@ -160,6 +160,7 @@ class SyncInline:
         runs: list[Ran] = []
         while len(runs) < limit:
             before = len(runs)
+            self._step(self._runner.workflow_work())
             for name in self._step(self._runner.due_queues(queue)):
                 while len(runs) < limit:
                     ran = self._step(self._runner.run_next(name))
@@ -176,6 +177,7 @@ class SyncInline:
         step). Returns what ran, in order."""
         runs: list[Ran] = []
         while steps is None or len(runs) < steps:
+            self._step(self._runner.workflow_work())
             ready = [s for s in self.client.workflow_steps(workflow_id) if s.shown_state == "pending"]
             if not ready:
                 break
