@@ -133,6 +133,9 @@ def test_smoke_run_writes_a_complete_result(server_dsn: str, tmp_path: Path) -> 
         "chain": flows["steps"],
         "fan_in": flows["fan_in"] + 1,
     }
+    # Every child of the fan-out is released, by the root's completion and the workflow pass.
+    assert flows["fan_out_released"] == flows["fan_out"] == sizes["fan_out"]
+    assert flows["fan_out_chunks"] > 0
 
     rows = result["rows"]
     figures = {r["figure"] for r in rows}

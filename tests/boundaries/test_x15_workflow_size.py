@@ -166,6 +166,9 @@ async def test_x15_an_input_over_its_bound_holds_its_own_step_and_fails_nothing_
         reason = steps[1]["held_reason"]
         assert reason.startswith("INPUT_TOO_LARGE") and "33554432" in reason
         assert await _jobs_per_step(db, run.id) == Counter({f"part-{n}": 1 for n in range(1, 41)})
+        shown = {s.name: s for s in await client.workflow_steps(run.id)}  # what show and the dashboard read
+        assert shown["total"].shown_state == "held" and shown["total"].last_error_code == "INPUT_TOO_LARGE"
+        assert shown["total"].last_error == reason
         with pytest.raises(tenure.ValidationError, match="step 'total' is held, INPUT_TOO_LARGE"):
             await client.retry_workflow(run.id, reason="try again")
 

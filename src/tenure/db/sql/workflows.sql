@@ -43,13 +43,18 @@ __part_workflow_summary__;
 
 -- name: workflow_steps
 -- A workflow's steps in the order they were declared (their job ids were drawn in it), each with
--- the steps it waits for and, once released, its job's live state and last error.
+-- the steps it waits for and, once released, its job's live state and last error (a held step's
+-- own reason, when it has one).
 SELECT s.name, s.task, s.queue, s.job_id, s.state, j.state::text AS job_state,
        coalesce(j.attempt_count, 0) AS attempts, s.max_attempts, s.remaining,
        coalesce((SELECT array_agg(e.parent ORDER BY e.position) FROM __schema__.workflow_edges e
                  WHERE e.workflow_id = s.workflow_id AND e.child = s.name), '{}') AS after,
        s.input_arg, s.released_at, j.attempted_at, s.finished_at,
-       j.last_error_code, j.last_error
+       -- A step held for a reason of its own (its input over its bound) has no job: its reason
+       -- is shown as the step's error, its code the reason's first word.
+       coalesce(j.last_error_code, CASE WHEN s.state = 'held' THEN split_part(s.held_reason, ':', 1) END)
+           AS last_error_code,
+       coalesce(j.last_error, CASE WHEN s.state = 'held' THEN s.held_reason END) AS last_error
 FROM __schema__.workflow_steps s
 LEFT JOIN __schema__.jobs j ON j.id = s.job_id
 WHERE s.workflow_id = %(id)s

@@ -231,12 +231,46 @@ def _workflow_rows(s: Sections) -> list[Row]:
     plain_enqueue = "as many plain jobs, 100 a statement", wf["plain_enqueue_seconds_for_fan_in"]
     end_to_end = f"enqueue and drain, per step of chains of {wf['chain_length']}"
     plain_e2e = "plain jobs, enqueued 100 a statement", wf["plain_us_per_job_end_to_end"]
+    bound = "the worker's statement bound, ms", wf["statement_bound_seconds"] * 1000
     return [
         row("workflows", chains, wf["chain_steps_per_second"], "steps/s", *plain, "reported"),
         row("workflows", end_to_end, wf["chain_us_per_step_end_to_end"], "us", *plain_e2e, "reported"),
         row("workflows", parents, wf["fan_in_parents_per_second"], "steps/s", *plain, "reported"),
         row("workflows", enqueue, wf["fan_in_enqueue_seconds"], "s", *plain_enqueue, "reported"),
         row("workflows", release, wf["fan_in_release_ms"], "ms", *median, "reported"),
+        row(
+            "workflows",
+            "the pass's chunk that gathered the fan-in's input",
+            wf["fan_in_input_gathered_ms"],
+            "ms",
+            *median,
+            "reported",
+        ),
+        row(
+            "workflows",
+            f"a fan-out of {wf['fan_out']:,}: the root's completion",
+            wf["fan_out_root_completion_ms"],
+            "ms",
+            *median,
+            "reported",
+        ),
+        row(
+            "workflows",
+            f"the longest of its {wf['fan_out_chunks']} release chunks",
+            wf["fan_out_longest_chunk_ms"],
+            "ms",
+            *bound,
+            "<= 1/10 of the bound",
+            ratio_at_most(0.1),
+        ),
+        row(
+            "workflows",
+            f"every child released ({wf['fan_out_released']:,})",
+            wf["fan_out_release_seconds"],
+            "s",
+            *bound,
+            "reported",
+        ),
     ]
 
 

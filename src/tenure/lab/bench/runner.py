@@ -257,7 +257,9 @@ async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
                 f"workflows: {sizes.workflow_steps} plain jobs and steps of chains claimed and completed, "
                 f"then a fan-in of {sizes.fan_in}"
             )
-            out["workflows"] = await workflows.workflows(dsn, sizes.workflow_steps, sizes.fan_in)
+            out["workflows"] = await workflows.workflows(
+                dsn, sizes.workflow_steps, sizes.fan_in, sizes.fan_out
+            )
     finally:
         await dbs.drop_all()
     result["meta"]["seconds"] = round(time.monotonic() - started, 1)

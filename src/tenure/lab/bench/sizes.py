@@ -39,6 +39,7 @@ class Sizes:
     producer_connections: int = 10  # connections per producer process, each one job at a time
     workflow_steps: int = 20_000  # plain jobs, and steps of chains, claimed and completed each
     fan_in: int = 10_000  # parallel steps before one fan-in step
+    fan_out: int = 100_000  # children of one root, released by the workflow pass
 
     @property
     def jobs(self) -> int:
@@ -69,6 +70,7 @@ SIZES = {
         producer_connections=4,
         workflow_steps=500,
         fan_in=10_000,
+        fan_out=5_000,
     ),
     "standard": Sizes(),
     "full": Sizes(

@@ -86,7 +86,9 @@ async def cmd_list(args: argparse.Namespace) -> int:
 def _step_row(s: WorkflowStep, now: Any) -> list[str]:
     state = s.shown_state
     detail = ""
-    if s.state == "waiting":
+    if s.state == "waiting" and s.remaining == 0:
+        detail = "its dependencies succeeded: the workflow pass is gathering its input"
+    elif s.state == "waiting":
         detail = f"{s.remaining} of {len(s.after)} to succeed"
     elif s.job_state == "dead" or (s.last_error and state not in ("succeeded",)):
         detail = escape(error_line(s.last_error))
