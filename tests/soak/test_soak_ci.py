@@ -13,13 +13,14 @@ def test_soak_survives_every_fault_with_nothing_lost_or_doubled() -> None:
     a held snapshot, foreign row locks on running and on pending jobs, a read-only database, a
     revoked grant, operators revoking running jobs and pausing the queue, a schema upgrade under
     load, the worst rows the database accepts, forged requests to the dashboard, thread handlers'
-    own connections killed, and skewed clocks, with async and thread handlers, loses no job,
-    applies no transfer twice, keeps the money."""
+    own connections killed, poison completions (a fan-in over its input bound, a held step row),
+    and skewed clocks, with async and thread handlers, loses no job, applies no transfer twice,
+    keeps the money."""
     report = run_soak("--duration", "100", "--fault-gap", "1", "--rate", "15", "--drain-timeout", "90",
                       timeout=420)  # fmt: skip
     assert report["jobs"]["enqueued"] > 500
     assert {"row_locks", "read_only", "revoke", "job_revoke", "queue_pause"} <= set(report["fault_counts"])
-    assert {"upgrade", "pending_locks", "bad_rows", "forged_requests", "orm_terminate"} <= set(
+    assert {"upgrade", "pending_locks", "bad_rows", "forged_requests", "orm_terminate", "poison"} <= set(
         report["fault_counts"]
     )
     assert report["leases"]["lease_expirations"] > 0
@@ -28,3 +29,5 @@ def test_soak_survives_every_fault_with_nothing_lost_or_doubled() -> None:
     assert all(h["completed_limited"] and h["completed_elsewhere"] for h in edges["pending_lock_holds"])
     print("\nupgrade under load:", edges["upgrade"])
     print("completions during each hold of pending rows:", edges["pending_lock_holds"])
+    assert edges["poisoned_fan_ins"] and all(h["completed_elsewhere"] for h in edges["step_row_holds"])
+    print("completions during each hold of a workflow step's row:", edges["step_row_holds"])

@@ -28,6 +28,7 @@ from tenure.lab.soak.fleet import SoakFleet
 from tenure.lab.soak.network import WorkerNetwork
 from tenure.lab.soak.operator import act_outcome
 from tenure.lab.soak.orm import ORM_SUFFIX
+from tenure.lab.soak.poison import PoisonCompletions
 from tenure.lab.soak.queries import SoakQueries
 from tenure.lab.soak.report import Check
 from tenure.lab.soak.roles import set_read_only
@@ -67,6 +68,7 @@ class FaultKind(enum.Enum):
     BAD_ROWS = "rows with the worst values the database accepts"
     FORGED_REQUESTS = "DNS-rebinding and cross-site requests to the dashboard"
     ORM_TERMINATE = "pg_terminate_backend of thread handlers' own connections"
+    POISON = "a fan-in over its input bound, and a workflow step's row held by a foreign session"
 
 
 def fault_kinds(names: str | None) -> frozenset[FaultKind] | None:
@@ -171,6 +173,7 @@ class FaultSchedule:
         self.pending_locks = PendingLocks(scope, acked if acked is not None else {})
         self.bad_rows = BadRows(scope)
         self.forged = ForgedRequests(scope)
+        self.poison = PoisonCompletions(scope, self.upgrade.current)
         #: The thread handlers' own connections the ORM_TERMINATE fault killed.
         self.orm_terminated = 0
         #: When each server fault began, wall clock (the database's, on this one host), and how
@@ -265,6 +268,8 @@ class FaultSchedule:
             return await self.forged.inject()
         if kind is FaultKind.ORM_TERMINATE:
             return await self._orm_terminate()
+        if kind is FaultKind.POISON:
+            return await self.poison.inject()
         return await self._snapshot()
 
     async def _kill(self, victim: WorkerProcess) -> tuple[str, str, bool]:
@@ -304,6 +309,7 @@ class FaultSchedule:
             *(self.pending_locks.checks() if FaultKind.PENDING_LOCKS in kinds else []),
             *(await self.bad_rows.checks(conn) if FaultKind.BAD_ROWS in kinds else []),
             *(self.forged.checks() if FaultKind.FORGED_REQUESTS in kinds else []),
+            *(await self.poison.checks(conn) if FaultKind.POISON in kinds else []),
         ]
 
     async def _network(self, kind: FaultKind) -> tuple[str, str, bool]:

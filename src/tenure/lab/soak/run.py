@@ -201,6 +201,7 @@ async def _run(args: argparse.Namespace) -> int:
             "injected_rows": faults.bad_rows.rows,
             "forged_requests": faults.forged.trials,
             "orm_connections_terminated": faults.orm_terminated,
+            **faults.poison.report(),
         }
         async with await connect(dsn) as conn:
             report.recoveries = await _recoveries(conn, args.schema, faults)

@@ -31,6 +31,9 @@ CHAIN = 3
 #: Seconds between two rounds of one fan-out and one chain.
 EVERY = 6.0
 PART, FAN_IN, LINK = "soak.wf_part", "soak.wf_fan_in", "soak.wf_link"
+#: A part of the poison fault's fan-in (tenure.lab.soak.poison): its result is BIG characters.
+BIG_PART = "soak.wf_big_part"
+BIG = 65_000
 
 
 def _call(ctx: JobContext, value: Any) -> Any:
@@ -52,7 +55,11 @@ def make_handlers(attempts: AttemptLog) -> dict[str, Any]:
         with attempts.running(ctx):
             return int(_call(ctx, value + 1))
 
-    return {PART: part, FAN_IN: fan_in, LINK: link}
+    def big_part(ctx: JobContext, n: int) -> str:
+        with attempts.running(ctx):
+            return "x" * BIG
+
+    return {PART: part, FAN_IN: fan_in, LINK: link, BIG_PART: big_part}
 
 
 @dataclass

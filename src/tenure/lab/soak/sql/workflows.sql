@@ -10,3 +10,23 @@ SELECT s.workflow_id, s.name, s.state, s.remaining, s.result, s.job_id,
 FROM __schema__.workflow_steps s
 WHERE s.workflow_id = ANY(%(ids)s::bigint[])
 ORDER BY s.workflow_id, s.job_id;
+
+-- name: soak_lock_step
+-- A foreign session's lock on one workflow step's row (an operator's open transaction): the
+-- completion of its parent must wait for it, and nothing else may.
+SELECT s.name FROM __schema__.workflow_steps s
+WHERE s.workflow_id = %(id)s AND s.name = %(step)s
+FOR UPDATE;
+
+-- name: soak_step_jobs
+-- The state of each job of one workflow, by step, and the database's clock.
+SELECT j.workflow_step AS step, j.state::text AS state, statement_timestamp() AS db_now
+FROM __schema__.jobs j
+WHERE j.workflow_id = %(id)s
+ORDER BY j.id;
+
+-- name: soak_held_steps
+-- The held steps of the given workflows, with their reasons.
+SELECT s.workflow_id, s.name, s.held_reason
+FROM __schema__.workflow_steps s
+WHERE s.workflow_id = ANY(%(ids)s::bigint[]) AND s.state = 'held';
