@@ -5,9 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
+from psycopg import AsyncConnection
+
+from tenure.db.replication_queries import Acknowledgement
 from tenure.model.jobs import ClaimedJob
 from tenure.telemetry.tracing import batch_span, set_batch_size
 from tenure.worker.service import Service
@@ -28,6 +32,9 @@ class CompletionOutcome:
     """The fence refused it: another worker holds or has finished the job."""
     EXPIRED = "expired"
     """The lease ran out (by the local estimate) before the write could be made."""
+    NOT_REPLICATED = "not_replicated"
+    """Succeeded on the primary, but no synchronous standby is known to have it: PostgreSQL said
+    the commit might not be replicated, or (require_sync_replication) no standby confirmed it."""
 
 
 @dataclass
@@ -129,7 +136,7 @@ class Completer(Service):
         try:
             with batch_span("complete") as span:
                 set_batch_size(span, len(batch))
-                async with services.connection() as conn:
+                async with services.connection() as conn, self._acknowledged(conn) as ack:
                     result = await services.queries.job_complete_many(
                         conn,
                         owner=services.owner,
@@ -147,11 +154,21 @@ class Completer(Service):
             raise
         for pending in batch:
             outcome = result.get((pending.job.id, pending.job.lease.token), CompletionOutcome.LOST)
+            if outcome == CompletionOutcome.DONE and not ack.replicated:
+                outcome = CompletionOutcome.NOT_REPLICATED
             if outcome == "busy":
                 pending.busy_tries += 1
                 self._again(pending, min(1.0, BUSY_RETRY * 2 ** min(pending.busy_tries, 5)), final)
             else:
                 self._settle(pending, outcome)
+
+    def _acknowledged(self, conn: AsyncConnection[Any]) -> AbstractAsyncContextManager[Acknowledgement]:
+        """Whether the batch's commit is known to be on a synchronous standby (within half the
+        statement bound, which also covers the wait for the standby's confirmation)."""
+        services = self.services
+        return services.replication.acknowledged(
+            conn, strict=services.require_sync_replication, within=services.options.statement_bound / 2
+        )
 
     def _again(self, pending: _Pending, delay: float, final: bool) -> None:
         if final or self.clock.monotonic() + delay >= pending.expires:
