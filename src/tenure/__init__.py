@@ -4,6 +4,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from tenure.app import Tenure
+from tenure.db.replication import watch_commits
 from tenure.handler.context import JobContext
 from tenure.handler.effects import Confirmed, EffectRecord, EffectUncertain, NotHappened, RetryLater
 from tenure.handler.sync_transaction import SyncTransaction, run_transaction_sync
@@ -133,4 +134,5 @@ __all__ = [
     "run_transaction",
     "run_transaction_sync",
     "secret",
+    "watch_commits",
 ]
