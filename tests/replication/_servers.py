@@ -26,6 +26,8 @@ PG_BIN = Path("/usr/lib/postgresql/15/bin")
 OS_USER = "postgres"
 #: The standby name a primary waits for and that never connects.
 ABSENT = "absent_standby"
+#: The name the pair's real standby streams under.
+STANDBY = "standby_a"
 #: A session that commits without waiting for any standby: for setting up and reading back.
 LOCAL = {"options": "'-c synchronous_commit=local'"}
 

@@ -15,7 +15,7 @@ HERE = str(Path(__file__).resolve().parent)
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-from _servers import ABSENT, LOCAL, Server, primary  # noqa: E402
+from _servers import ABSENT, LOCAL, STANDBY, Server, primary, standby, wait_for  # noqa: E402
 
 from tenure.db.migrate import migrate  # noqa: E402
 
@@ -41,3 +41,29 @@ def lonely() -> Iterator[Server]:
 async def lonely_dsn(lonely: Server) -> AsyncIterator[str]:
     """A fresh migrated database on the lonely primary."""
     yield await migrated_database(lonely)
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[tuple[Server, Server]]:
+    """A primary and a real streaming standby (`STANDBY`), asynchronous until a test names it in
+    synchronous_standby_names."""
+    with primary() as main, standby(main, STANDBY) as replica:
+        wait_for(lambda: streaming(main), "the standby to stream")
+        yield main, replica
+
+
+@pytest.fixture
+def synchronous_pair(pair: tuple[Server, Server]) -> Iterator[tuple[Server, Server]]:
+    """The pair with its standby synchronous; asynchronous again afterwards."""
+    main, _ = pair
+    main.set("synchronous_standby_names", STANDBY)
+    wait_for(lambda: streaming(main) == [(STANDBY, "sync")], "the standby to be synchronous")
+    yield pair
+    main.set("synchronous_standby_names", "")
+
+
+def streaming(server: Server) -> list[tuple[str, str]]:
+    """(application_name, sync_state) of each standby streaming from `server`."""
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        rows = conn.execute("SELECT application_name, sync_state FROM pg_stat_replication").fetchall()
+    return [(r[0], r[1]) for r in rows]
