@@ -297,8 +297,9 @@ class FailoverCluster:
             self.wait_for_states({first.name: "primary", standby.name: "secondary"}, timeout=90)
             self._trust_extra_hosts(standby)
         if self.number_sync_standbys:
-            self.autoctl("set", "formation", "number-sync-standbys", str(self.number_sync_standbys),
-                         "--pgdata", str(self.monitor.pgdata))  # fmt: skip
+            # Options before the value: pg_autoctl reads no option after it.
+            self.autoctl("set", "formation", "number-sync-standbys", "--pgdata", str(first.pgdata),
+                         str(self.number_sync_standbys))  # fmt: skip
             self.wait_healthy(timeout=60)
         self.setup_seconds = time.monotonic() - started
 
