@@ -269,6 +269,8 @@ async def _run(args: argparse.Namespace) -> int:
     assert report is not None  # an exception before it was made has left this function
     if not report.ok:
         report.logs_kept_at = str(run_dir)
+        # The report stays beside the logs it points into, whoever read (or lost) its output.
+        (run_dir / "report.json").write_text(json.dumps(report.as_dict(), indent=2, default=str))
     if args.json:
         print(json.dumps(report.as_dict(), indent=2, default=str))
     else:
