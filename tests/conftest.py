@@ -37,7 +37,7 @@ TEMPLATE = f"tenure_tpl_{os.getpid()}"
 #: Tests that load both cores (their own servers, many worker processes, the benchmark) or use
 #: many of the test server's connections: one xdist group, so they run one at a time while the
 #: other process runs the light tests.
-HEAVY = ("tests/soak/", "tests/bench/", "tests/scaleout/")
+HEAVY = ("tests/soak/", "tests/bench/", "tests/scaleout/", "tests/replication/")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -39,6 +39,7 @@ TWINS = {
     "tenure/db/producer_queries.py": "tenure/db/sync/producer_queries.py",
     "tenure/db/handler_queries.py": "tenure/db/sync/handler_queries.py",
     "tenure/db/gauge_queries.py": "tenure/db/sync/gauge_queries.py",
+    "tenure/db/replication_queries.py": "tenure/db/sync/replication_queries.py",
     "tenure/db/workflow_queries.py": "tenure/db/sync/workflow_queries.py",
     "tenure/producer/result_wait.py": "tenure/producer/sync/result_wait.py",
     "tenure/producer/client.py": "tenure/producer/sync_client.py",

@@ -4,6 +4,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from tenure.app import Tenure
+from tenure.db.replication import watch_commits
 from tenure.handler.context import JobContext
 from tenure.handler.effects import Confirmed, EffectRecord, EffectUncertain, NotHappened, RetryLater
 from tenure.handler.sync_transaction import SyncTransaction, run_transaction_sync
@@ -16,6 +17,8 @@ from tenure.model.errors import (
     JobFailure,
     LeaseLost,
     MigrationFailed,
+    NoSynchronousStandby,
+    NotReplicated,
     Permanent,
     RetriesExhausted,
     SchemaNotMigrated,
@@ -121,7 +124,9 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "MigrationFailed",
+    "NoSynchronousStandby",
     "NotHappened",
+    "NotReplicated",
     "NothingMatched",
     "Permanent",
     "QueuePause",
@@ -158,4 +163,5 @@ __all__ = [
     "run_transaction",
     "run_transaction_sync",
     "secret",
+    "watch_commits",
 ]

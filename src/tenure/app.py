@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 from tenure.db.connect import connect, resolve_dsn
 from tenure.db.migrate import MigrationReport, migrate
+from tenure.db.replication import sync_required
 from tenure.model.errors import ConfigurationError
 from tenure.model.limits import QueueLimit
 from tenure.model.schedules import Schedule, declare_schedule
@@ -65,12 +67,15 @@ class ClientOptions(TypedDict):
     registry: TaskRegistry
     max_payload_bytes: int
     credential_policy: CredentialPolicy
+    require_sync_replication: bool
 
 
 class Tenure:
     """The application: register tasks, enqueue jobs, run workers.
 
     With no `dsn`, $TENURE_DSN is used, and with neither the embedded PostgreSQL.
+    `require_sync_replication` (None: $TENURE_REQUIRE_SYNC_REPLICATION) makes both clients
+    acknowledge an enqueue only once a synchronous standby has it (docs/guarantees.md).
     """
 
     def __init__(
@@ -80,8 +85,10 @@ class Tenure:
         schema: str = "tenure",
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         credential_policy: CredentialPolicy | str = CredentialPolicy.WARN,
+        require_sync_replication: bool | None = None,
     ) -> None:
         self.dsn = dsn
+        self.require_sync_replication = sync_required(require_sync_replication)
         self.schema = check_schema_name(schema)
         self.max_payload_bytes = max_payload_bytes
         self.credential_policy = credential_policy_from(credential_policy)
@@ -222,6 +229,7 @@ class Tenure:
             registry=self.registry,
             max_payload_bytes=self.max_payload_bytes,
             credential_policy=self.credential_policy,
+            require_sync_replication=self.require_sync_replication,
         )
 
     # -- enqueue, job control and workflows: the clients' own verbs, with their signatures and
@@ -254,6 +262,9 @@ class Tenure:
         from tenure.worker.worker import Worker
 
         opts = options or WorkerOptions(**option_fields)
+        if self.require_sync_replication and not opts.require_sync_replication:
+            # The app's own setting holds for its workers too; a worker can only add to it.
+            opts = dataclasses.replace(opts, require_sync_replication=True)
         return Worker(self.registry, dsn=self.dsn, schema=self.schema, options=opts)
 
     async def close(self) -> None:

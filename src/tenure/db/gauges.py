@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from tenure.db.fetch import Row
+from tenure.db.replication import ReplicationState
 
 #: The window of the control-act gauge (tenure_control_acts_recent).
 CONTROL_WINDOW_SECONDS = 900.0
@@ -66,6 +67,8 @@ class Snapshot:
     """Limited queues: their limits and live leases now."""
     schedules: list[Row] = field(default_factory=list)
     """Schedules: name, paused, declared (by a live worker), since_last_fire_seconds."""
+    replication: ReplicationState | None = None
+    """Whether commits acknowledged now have a synchronous standby behind them."""
 
 
 #: The snapshot's statements, in the order `snapshot_of` reads their rows.
@@ -78,6 +81,7 @@ SNAPSHOT_QUERIES = (
     "gauge_control_recent",
     "gauge_schedules",
     "queue_limits_list",
+    "gauge_replication",
 )
 
 
@@ -92,7 +96,7 @@ def snapshot_params(near_expiry: float, stale: float, now: datetime | None) -> d
 
 def snapshot_of(results: list[list[Row]]) -> Snapshot:
     """The Snapshot of the rows of SNAPSHOT_QUERIES, in their order."""
-    queues, workers, connections, locks, paused, control, schedules, limits = results
+    queues, workers, connections, locks, paused, control, schedules, limits, replication = results
     return Snapshot(
         queues=[QueueGauges(**r) for r in queues],
         workers=WorkerGauges(**workers[0]),
@@ -103,4 +107,5 @@ def snapshot_of(results: list[list[Row]]) -> Snapshot:
         control_recent=control,
         schedules=schedules,
         limits=limits,
+        replication=ReplicationState(**replication[0]),
     )

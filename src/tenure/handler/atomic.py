@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from tenure.db.handler_queries import HandlerQueries
+from tenure.db.replication_queries import ReplicationQueries
 from tenure.handler.job_services import JobServices
 from tenure.handler.transaction import AsyncTransaction, run_transaction
 from tenure.handler.txn import T, TransactionPolicy
@@ -24,6 +25,7 @@ class AtomicContext(Protocol):
 
     job: ClaimedJob
     completed: bool
+    not_replicated: str | None
 
     @property
     def token(self) -> int: ...
@@ -60,6 +62,7 @@ async def run_atomic(
     ctx.check()
     lease, request = (ctx.job.id, ctx.token), str(ctx.job.id)
     queries = HandlerQueries(services.queries.schema)
+    replication = ReplicationQueries(services.queries.schema)
 
     async def unit(tx: AsyncTransaction) -> T:
         result = await work(tx)
@@ -81,7 +84,10 @@ async def run_atomic(
                     pool = services.pool
                 else:
                     pool = services.sync_pool()
-                async with pool.connection() as conn:
+                async with (
+                    pool.connection() as conn,
+                    replication.acknowledged(conn, strict=services.require_sync_replication) as ack,
+                ):
                     result = await run_transaction(conn, unit, policy=policy, request_id=request)
                 break
             except _RowBusy:
@@ -97,4 +103,6 @@ async def run_atomic(
             services.record_fencing_loss_threadsafe(ctx.job, "FENCED_ATOMIC")
         raise
     ctx.completed = True
+    # Committed: on a synchronous standby too, or (the worker reports it) not known to be.
+    ctx.not_replicated = ack.problem
     return result

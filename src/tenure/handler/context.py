@@ -34,6 +34,9 @@ class JobContext:
         self._progress_version = 0
         self.lost_reason: str | None = None
         self.completed = False
+        #: Set when ctx.atomic committed the completion on the primary but no synchronous standby
+        #: is known to have it: why (the worker then reports the job not replicated).
+        self.not_replicated: str | None = None
         #: When this worker must take the lease as lost, on the process clock (time.monotonic):
         #: counted from before the claim or its last renewal was sent, so never later than the
         #: database's expiry. The worker sets it; a context outside a worker never expires.

@@ -26,6 +26,11 @@ class JobServices(Protocol):
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
 
+    @property
+    def require_sync_replication(self) -> bool:
+        """Whether a completion counts only once a synchronous standby confirmed it."""
+        ...
+
     def sync_pool(self) -> ConnectionPool[Any]:
         """A blocking pool for thread handlers' transactions."""
         ...

@@ -34,6 +34,25 @@ class DatabaseUnavailable(TenureError):
     """The database could not be reached."""
 
 
+class NotReplicated(TenureError):
+    """The commit is on the primary, but no synchronous standby is known to have it.
+
+    PostgreSQL said so ("canceling wait for synchronous replication ... might not have been
+    replicated"), or, with `require_sync_replication`, no synchronous standby confirmed it. The
+    write is NOT undone: `job_ids` are committed on this server and will run if it stays the
+    primary; a failover to a standby without them loses them. Do not enqueue them again blindly:
+    look them up after the failover (or enqueue with an idempotency key)."""
+
+    def __init__(self, message: str, job_ids: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.job_ids = job_ids
+
+
+class NoSynchronousStandby(DatabaseUnavailable):
+    """`require_sync_replication` refused a write before it was made: the primary has no
+    synchronous standby now. Nothing was written; write again once it has one."""
+
+
 class SchemaNotMigrated(TenureError):
     """The Tenure schema is missing or older than this code expects."""
 

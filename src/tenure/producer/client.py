@@ -26,6 +26,8 @@ from tenure.db.control_queries import ControlQueries
 from tenure.db.control_rows import CancelFilter
 from tenure.db.pool import open_pool
 from tenure.db.producer_queries import ProducerQueries
+from tenure.db.replication import sync_required
+from tenure.db.replication_queries import ReplicationQueries
 from tenure.db.sqlfiles import named_queries
 from tenure.db.wakeups import Admitted, NotifyLimiter, Wakeups, owns_commit
 from tenure.db.workflow_queries import WorkflowQueries
@@ -92,8 +94,16 @@ class Client:
         registry: TaskRegistry | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         credential_policy: CredentialPolicy | str = CredentialPolicy.WARN,
+        require_sync_replication: bool | None = None,
     ) -> None:
+        """`require_sync_replication`: acknowledge an enqueue only once a synchronous standby has
+        it (None: $TENURE_REQUIRE_SYNC_REPLICATION). Without a synchronous standby the enqueue
+        raises NoSynchronousStandby and writes nothing; a commit no standby confirmed raises
+        NotReplicated. Either way an enqueue whose commit PostgreSQL says may not be replicated
+        raises NotReplicated, with the ids of the jobs committed on the primary."""
         self.schema = check_schema_name(schema)
+        self.require_sync_replication = sync_required(require_sync_replication)
+        self.replication = ReplicationQueries(schema)
         self.queries = ProducerQueries(schema)
         self.control = ControlQueries(schema)
         self.workflows = WorkflowQueries(schema)
@@ -193,6 +203,8 @@ class Client:
         """Enqueues one job; with `conn`, inside that connection's current transaction.
 
         Options left out come from the task's policy; see JobBuilder for names it does not know.
+        Raises NotReplicated when PostgreSQL says the commit may not be on a standby
+        (docs/guarantees.md, "Across a failover"): the job is committed on the primary.
         """
         return (await self._insert([self.builder.spec(task, payload, **options)], conn))[0]
 
@@ -210,15 +222,19 @@ class Client:
                 # Inside the caller's transaction the insert notifies, delivered at its commit;
                 # a commit of the enqueue's own notifies after it (tenure.db.wakeups).
                 wakeups = Wakeups() if owns_commit(c) else None
-                if len(traced) == 1:
-                    jobs = await self.queries.job_insert_many(c, traced, wakeups=wakeups)
-                else:
-                    async with c.transaction():  # several statements when keyed jobs are among them
+                async with self.replication.acknowledged(c, strict=self.require_sync_replication) as ack:
+                    if len(traced) == 1:
                         jobs = await self.queries.job_insert_many(c, traced, wakeups=wakeups)
+                    else:
+                        async with c.transaction():  # several statements when keyed jobs are among them
+                            jobs = await self.queries.job_insert_many(c, traced, wakeups=wakeups)
+                    ack.job_ids = [j.id for j in jobs]
                 if not ASYNC:
                     self._wake(c, wakeups)
             if ASYNC:
                 self._wake(None, wakeups)
+            # After the wake-up: the jobs are committed on this primary, and run if it stays one.
+            ack.raise_if_not_replicated()
             return jobs
 
     def _wake(self, conn: AsyncConnection[Any] | None, wakeups: Wakeups | None) -> None:

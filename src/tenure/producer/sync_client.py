@@ -24,10 +24,12 @@ from psycopg_pool import ConnectionPool
 
 from tenure.db.connect import DSN_ENV, resolve_dsn
 from tenure.db.control_rows import CancelFilter
+from tenure.db.replication import sync_required
 from tenure.db.sqlfiles import named_queries
 from tenure.db.sync.control_queries import ControlQueries
 from tenure.db.sync.pool import open_pool
 from tenure.db.sync.producer_queries import ProducerQueries
+from tenure.db.sync.replication_queries import ReplicationQueries
 from tenure.db.sync.workflow_queries import WorkflowQueries
 from tenure.db.wakeups import NotifyLimiter, Wakeups, owns_commit
 from tenure.model.actor import default_actor
@@ -88,8 +90,16 @@ class SyncClient:
         registry: TaskRegistry | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         credential_policy: CredentialPolicy | str = CredentialPolicy.WARN,
+        require_sync_replication: bool | None = None,
     ) -> None:
+        """`require_sync_replication`: acknowledge an enqueue only once a synchronous standby has
+        it (None: $TENURE_REQUIRE_SYNC_REPLICATION). Without a synchronous standby the enqueue
+        raises NoSynchronousStandby and writes nothing; a commit no standby confirmed raises
+        NotReplicated. Either way an enqueue whose commit PostgreSQL says may not be replicated
+        raises NotReplicated, with the ids of the jobs committed on the primary."""
         self.schema = check_schema_name(schema)
+        self.require_sync_replication = sync_required(require_sync_replication)
+        self.replication = ReplicationQueries(schema)
         self.queries = ProducerQueries(schema)
         self.control = ControlQueries(schema)
         self.workflows = WorkflowQueries(schema)
@@ -170,6 +180,8 @@ class SyncClient:
         """Enqueues one job; with `conn`, inside that connection's current transaction.
 
         Options left out come from the task's policy; see JobBuilder for names it does not know.
+        Raises NotReplicated when PostgreSQL says the commit may not be on a standby
+        (docs/guarantees.md, "Across a failover"): the job is committed on the primary.
         """
         return (self._insert([self.builder.spec(task, payload, **options)], conn))[0]
 
@@ -187,12 +199,16 @@ class SyncClient:
                 # Inside the caller's transaction the insert notifies, delivered at its commit;
                 # a commit of the enqueue's own notifies after it (tenure.db.wakeups).
                 wakeups = Wakeups() if owns_commit(c) else None
-                if len(traced) == 1:
-                    jobs = self.queries.job_insert_many(c, traced, wakeups=wakeups)
-                else:
-                    with c.transaction():  # several statements when keyed jobs are among them
+                with self.replication.acknowledged(c, strict=self.require_sync_replication) as ack:
+                    if len(traced) == 1:
                         jobs = self.queries.job_insert_many(c, traced, wakeups=wakeups)
+                    else:
+                        with c.transaction():  # several statements when keyed jobs are among them
+                            jobs = self.queries.job_insert_many(c, traced, wakeups=wakeups)
+                    ack.job_ids = [j.id for j in jobs]
                 self._wake(c, wakeups)
+            # After the wake-up: the jobs are committed on this primary, and run if it stays one.
+            ack.raise_if_not_replicated()
             return jobs
 
     def _wake(self, conn: Connection[Any] | None, wakeups: Wakeups | None) -> None:

@@ -5,9 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
+from psycopg import AsyncConnection
+
+from tenure.db.replication_queries import Acknowledgement
 from tenure.model.jobs import ClaimedJob
 from tenure.model.retry import is_infrastructure_error
 from tenure.telemetry.tracing import batch_span, set_batch_size
@@ -48,6 +52,9 @@ class CompletionOutcome:
     REJECTED = "rejected"
     """The database refused this row's completion for a reason of its own (complete() raises
     CompletionRejected with it)."""
+    NOT_REPLICATED = "not_replicated"
+    """Succeeded on the primary, but no synchronous standby is known to have it: PostgreSQL said
+    the commit might not be replicated, or (require_sync_replication) no standby confirmed it."""
 
 
 @dataclass
@@ -164,7 +171,7 @@ class Completer(Service):
         try:
             with batch_span("complete") as span:
                 set_batch_size(span, len(batch))
-                async with services.connection() as conn:
+                async with services.connection() as conn, self._acknowledged(conn) as ack:
                     result = await services.queries.job_complete_many(
                         conn,
                         owner=services.owner,
@@ -185,6 +192,8 @@ class Completer(Service):
             raise
         for pending in batch:
             outcome = result.get((pending.job.id, pending.job.lease.token), CompletionOutcome.LOST)
+            if outcome == CompletionOutcome.DONE and not ack.replicated:
+                outcome = CompletionOutcome.NOT_REPLICATED
             if outcome == "busy":
                 pending.busy_tries += 1
                 self._again(pending, min(1.0, BUSY_RETRY * 2 ** min(pending.busy_tries, 5)), final)
@@ -225,6 +234,13 @@ class Completer(Service):
             "job %s: its completion failed alone (%s); trying it again", pending.job.id, describe_error(exc)
         )
         self._again(pending, min(1.0, BUSY_RETRY * 2 ** min(pending.busy_tries, 5)), final)
+    def _acknowledged(self, conn: AsyncConnection[Any]) -> AbstractAsyncContextManager[Acknowledgement]:
+        """Whether the batch's commit is known to be on a synchronous standby (within half the
+        statement bound, which also covers the wait for the standby's confirmation)."""
+        services = self.services
+        return services.replication.acknowledged(
+            conn, strict=services.require_sync_replication, within=services.options.statement_bound / 2
+        )
 
     def _again(self, pending: _Pending, delay: float, final: bool) -> None:
         if final or self.clock.monotonic() + delay >= pending.expires:

@@ -402,7 +402,10 @@ class Executor:
             # Completed in the handler's own transaction; the result follows that commit.
             if result is not None or job.result_wanted:
                 self.services.in_background(self._store_result(job, result))
-            self._succeeded(execution)
+            if ctx.not_replicated is None:
+                self._succeeded(execution)
+            else:
+                self._not_replicated(execution, "its ctx.atomic commit")
             return
         if ctx.lease_lost:
             return
@@ -417,6 +420,8 @@ class Executor:
             return
         if outcome == CompletionOutcome.DONE:
             self._succeeded(execution)
+        elif outcome == CompletionOutcome.NOT_REPLICATED:
+            self._not_replicated(execution, "its completion")
         elif outcome == CompletionOutcome.LOST:
             self.services.stats.fencing_losses += 1
             self.services.events.fencing_loss(job, "FENCED_COMPLETE")
@@ -471,6 +476,27 @@ class Executor:
     def _succeeded(self, execution: Execution) -> None:
         self.services.stats.succeeded += 1
         self._finished(execution, Outcome.SUCCEEDED, None)
+
+    def _not_replicated(self, execution: Execution, what: str) -> None:
+        """The job succeeded on the primary, and no synchronous standby is known to have it.
+        With require_sync_replication that is not reported done: the row stays succeeded under
+        this lease's token here, and a standby promoted without it still has the job running
+        under that token, which expires and is recovered, so the job runs again there."""
+        services, job = self.services, execution.job
+        services.stats.not_replicated += 1
+        strict = services.require_sync_replication
+        if not strict:
+            services.stats.succeeded += 1
+        self._finished(execution, Outcome.NOT_REPLICATED, None)
+        log.warning(
+            "job %s succeeded on the primary, but %s is not known to be on a standby: %s",
+            job.id,
+            what,
+            "not reported done (require_sync_replication); it runs again if a standby without it is promoted"
+            if strict
+            else "a failover now can bring the job back to run again",
+            extra=job_fields(job, services.owner),
+        )
 
     async def _fail(
         self,

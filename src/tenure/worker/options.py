@@ -7,6 +7,7 @@ import socket
 import uuid
 from dataclasses import InitVar, dataclass, field
 
+from tenure.db.replication import sync_required
 from tenure.model.errors import ConfigurationError
 from tenure.model.outcomes import DEFAULT_MAX_RESULT_BYTES
 from tenure.model.retry import Backoff
@@ -58,6 +59,11 @@ class WorkerOptions:
             (PgBouncer) that cannot deliver notifications; None uses the pool's DSN.
         max_result_bytes: the largest handler result (its JSON) stored with a succeeded job; a
             larger one fails the job with RESULT_TOO_LARGE.
+        require_sync_replication: report a completion done only once a synchronous standby has
+            it (None: $TENURE_REQUIRE_SYNC_REPLICATION). Without a synchronous standby completions
+            are not written (the worker claims nothing new meanwhile, as when the server is
+            read-only); a completion committed on the primary that no standby confirmed is
+            reported not replicated, not done (docs/guarantees.md, "Across a failover").
     """
 
     queues: list[str] | None = None
@@ -81,6 +87,7 @@ class WorkerOptions:
     service_failure_limit: float = 120.0
     listen_dsn: str | None = None
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
+    require_sync_replication: bool | None = None
     # Removed: priority aging rewrote every waiting job; oldest_every bounds starvation instead.
     priority_aging_seconds: InitVar[float | None] = None
     priority_aging_max: InitVar[int | None] = None
@@ -139,6 +146,7 @@ class WorkerOptions:
             raise ConfigurationError(
                 f"max_result_bytes must be an integer from 1 to {MAX_RESULT_BYTES_LIMIT}, got {limit!r}"
             )
+        self.require_sync_replication = sync_required(self.require_sync_replication)
         batch = self.promotion_batch
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise ConfigurationError(f"promotion_batch must be an integer >= 1, got {batch!r}")

@@ -14,6 +14,7 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from tenure.db.queries import Queries
+from tenure.db.replication_queries import ReplicationQueries
 from tenure.db.sync.pool import open_pool as open_sync_pool
 from tenure.model.jobs import ClaimedJob
 from tenure.telemetry.logging_context import job_fields
@@ -39,6 +40,7 @@ class WorkerServices:
         self.queries = queries
         self.options = options
         self.owner = options.worker_id
+        self.replication = ReplicationQueries(queries.schema)
         self.stats = WorkerStats()
         self.events = events or Events()
         self.dsn = dsn
@@ -61,6 +63,10 @@ class WorkerServices:
         """
         async with asyncio.timeout(self.options.statement_bound), self.pool.connection() as conn:
             yield conn
+
+    @property
+    def require_sync_replication(self) -> bool:
+        return bool(self.options.require_sync_replication)
 
     def in_background(self, work: Any) -> None:
         """Runs a best-effort coroutine (an audit record) without making its caller wait."""

@@ -25,6 +25,8 @@ class WorkerStats:
     snoozed: int = 0
     revoked: int = 0  # running jobs of this worker an operator revoked
     promoted: int = 0  # scheduled jobs this worker's promotion passes made pending
+    #: Completions committed on the primary that no synchronous standby is known to have.
+    not_replicated: int = 0
     failures_by_code: Counter[str] = field(default_factory=Counter)
 
     def as_dict(self) -> dict[str, Any]:

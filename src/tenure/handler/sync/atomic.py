@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from tenure.db.sync.handler_queries import HandlerQueries
+from tenure.db.sync.replication_queries import ReplicationQueries
 from tenure.handler.job_services import JobServices
 from tenure.handler.sync_transaction import SyncTransaction, run_transaction_sync
 from tenure.handler.txn import T, TransactionPolicy
@@ -24,6 +25,7 @@ class AtomicContext(Protocol):
 
     job: ClaimedJob
     completed: bool
+    not_replicated: str | None
 
     @property
     def token(self) -> int: ...
@@ -60,6 +62,7 @@ def run_atomic_sync(
     ctx.check()
     lease, request = (ctx.job.id, ctx.token), str(ctx.job.id)
     queries = HandlerQueries(services.queries.schema)
+    replication = ReplicationQueries(services.queries.schema)
 
     def unit(tx: SyncTransaction) -> T:
         result = work(tx)
@@ -78,7 +81,10 @@ def run_atomic_sync(
         for attempt in range(1, ROW_BUSY_ATTEMPTS + 1):
             try:
                 pool = services.sync_pool()
-                with pool.connection() as conn:
+                with (
+                    pool.connection() as conn,
+                    replication.acknowledged(conn, strict=services.require_sync_replication) as ack,
+                ):
                     result = run_transaction_sync(conn, unit, policy=policy, request_id=request)
                 break
             except _RowBusy:
@@ -91,4 +97,6 @@ def run_atomic_sync(
         services.record_fencing_loss_threadsafe(ctx.job, "FENCED_ATOMIC")
         raise
     ctx.completed = True
+    # Committed: on a synchronous standby too, or (the worker reports it) not known to be.
+    ctx.not_replicated = ack.problem
     return result

@@ -1,7 +1,16 @@
-"""A local pg_auto_failover cluster: a monitor, a primary and one synchronous standby, all on
-this host, run by real `pg_autoctl` processes as the `postgres` OS user (PostgreSQL refuses to
-run as root) in a temporary directory, torn down at the end. The soak's `failover` topology and
-the failover tests run on it.
+"""A local pg_auto_failover cluster: a monitor, a primary and its standbys, all on this host, run
+by real `pg_autoctl` processes as the `postgres` OS user (PostgreSQL refuses to run as root) in a
+temporary directory, torn down at the end. The soak's `failover` topology and the failover tests
+run on it.
+
+What a topology keeps is pg_auto_failover's. Two nodes (`number_sync_standbys = 0`): the standby
+is synchronous while healthy, but whenever the primary is in `wait_primary` (after every failover
+until the old primary rejoins, and while the standby is judged unhealthy) it runs with
+`synchronous_standby_names = ''`, and a standby counts as `secondary` within 16 MB of the primary:
+commits acknowledged in that window can be lost by a second failure. Three nodes with
+`number_sync_standbys = 1`: every commit waits for one of two standbys even while the other is
+gone, so back-to-back failures keep every acknowledged commit, at the price of writes blocking
+when no standby is there.
 
 pg_auto_failover decides everything here: who is primary, when the standby is synchronous, when
 to promote. Tenure only starts it, asks it for a switchover, and kills the primary's postmaster.
@@ -45,6 +54,12 @@ PG_BIN = Path("/usr/lib/postgresql/15/bin")
 OS_USER = "postgres"
 #: The monitor's health checks, tightened from their defaults (5 s period, 20 s before a node is
 #: unhealthy, 30 s demote timeout) so that a killed primary is replaced in seconds, not a minute.
+#: The demote timeout is then below the keeper's network_partition_timeout (20 s): a primary cut
+#: off from the monitor, but alive, may still be primary when its standby is promoted. No promise
+#: asserted here meets that case: the kill below stops the old primary's keeper and its postmaster
+#: together, so it acknowledges nothing after it; and with number_sync_standbys = 1 (the soak's
+#: three nodes) a primary acknowledges nothing its standbys, following the new primary, have not
+#: confirmed. A two-node cluster whose primary sits alive in wait_primary is the case it leaves out.
 MONITOR_SETTINGS = {
     "pgautofailover.health_check_period": "1s",
     "pgautofailover.health_check_retry_delay": "500ms",
@@ -53,7 +68,7 @@ MONITOR_SETTINGS = {
     "pgautofailover.node_considered_unhealthy_timeout": "3s",
     "pgautofailover.primary_demote_timeout": "3s",
 }
-#: Small nodes: this machine runs two of them beside the monitor and the test's workers.
+#: Small nodes: this machine runs two or three of them beside the monitor and the test's workers.
 NODE_SETTINGS = {"shared_buffers": "32MB", "max_connections": "100", "wal_keep_size": "64MB"}
 
 
@@ -100,19 +115,34 @@ class Node:
 
 
 class FailoverCluster:
-    """Monitor + two nodes. `dsn` is the multi-host DSN workers use; `primary()` asks the monitor."""
+    """Monitor + nodes. `dsn` is the multi-host DSN workers use; `primary()` asks the monitor."""
 
-    def __init__(self, extra_hosts: Sequence[str] = ()) -> None:
+    def __init__(
+        self, extra_hosts: Sequence[str] = (), *, nodes: int = 2, number_sync_standbys: int = 0
+    ) -> None:
         """`extra_hosts`: addresses beside 127.0.0.1 the nodes listen on (the host end of a worker
-        namespace's veth pair), each trusted for its /24."""
+        namespace's veth pair), each trusted for its /24. `nodes`: the primary and its standbys;
+        `number_sync_standbys`: the formation's, which pg_auto_failover accepts only below the
+        number of standbys."""
         check_installed()
+        standbys = nodes - 1
+        if (
+            standbys < 1
+            or number_sync_standbys < 0
+            or (number_sync_standbys and number_sync_standbys >= standbys)
+        ):
+            raise ConfigurationError(
+                f"a cluster of {nodes} nodes cannot keep number_sync_standbys {number_sync_standbys}: "
+                "give at least two nodes, and more standbys than synchronous ones"
+            )
         self.extra_hosts = list(extra_hosts)
+        self.number_sync_standbys = number_sync_standbys
         self.root = Path(tempfile.mkdtemp(prefix="tenure-failover-"))
         account = pwd.getpwnam(OS_USER)
         os.chown(self.root, account.pw_uid, account.pw_gid)
-        monitor_port, p1, p2 = free_ports(3)
+        monitor_port, *ports = free_ports(1 + nodes)
         self.monitor = Node("monitor", monitor_port, self.root / "monitor")
-        self.nodes = [Node("node_1", p1, self.root / "node_1"), Node("node_2", p2, self.root / "node_2")]
+        self.nodes = [Node(f"node_{n}", port, self.root / f"node_{n}") for n, port in enumerate(ports, 1)]
         self.setup_seconds = 0.0
 
     # -- addresses ---------------------------------------------------------------------------
@@ -121,10 +151,11 @@ class FailoverCluster:
         return f"host=127.0.0.1 port={node.port} user=postgres dbname={dbname}"
 
     def dsn(self, dbname: str = "postgres") -> str:
-        """Both nodes; libpq takes the first that accepts writes (the primary, whichever it is)."""
+        """Every node; libpq takes the first that accepts writes (the primary, whichever it is)."""
         ports = ",".join(str(n.port) for n in self.nodes)
+        hosts = ",".join("127.0.0.1" for _ in self.nodes)
         return (
-            f"host=127.0.0.1,127.0.0.1 port={ports} user=postgres dbname={dbname} "
+            f"host={hosts} port={ports} user=postgres dbname={dbname} "
             "target_session_attrs=read-write connect_timeout=2"
         )
 
@@ -200,13 +231,14 @@ class FailoverCluster:
         )
 
     def wait_healthy(self, timeout: float) -> None:
-        """Until one node is primary and the other a secondary (a synchronous standby again)."""
+        """Until one node is primary and every other a secondary (a synchronous standby again)."""
         deadline = time.monotonic() + timeout
         last: Any = None
+        healthy = sorted([("primary", "primary")] + [("secondary", "secondary")] * (len(self.nodes) - 1))
         while time.monotonic() < deadline:
             with contextlib.suppress(psycopg.Error):
                 last = self.states()
-                if sorted(last.values()) == [("primary", "primary"), ("secondary", "secondary")]:
+                if sorted(last.values()) == healthy:
                     return
             time.sleep(0.2)
         raise DatabaseUnavailable(f"cluster not healthy in {timeout}s: {last}\n{self._log_tails()}")
@@ -227,6 +259,21 @@ class FailoverCluster:
         primary = self.primary()
         return next(n for n in self.nodes if n is not primary)
 
+    def wait_for_promotion(self, old: Node, timeout: float) -> Node:
+        """Until the monitor has made a node other than `old` the primary (reported and assigned,
+        `wait_primary` or `primary`): that node."""
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            with contextlib.suppress(psycopg.Error):
+                last = self.states()
+                for node in self.nodes:
+                    reported, goal = last.get(node.name, ("", ""))
+                    if node is not old and reported == goal and reported in ("wait_primary", "primary"):
+                        return node
+            time.sleep(0.2)
+        raise DatabaseUnavailable(f"no standby promoted in {timeout}s: {last}\n{self._log_tails()}")
+
     # -- building and tearing down -----------------------------------------------------------
 
     def start(self) -> None:
@@ -238,16 +285,22 @@ class FailoverCluster:
         with psycopg.connect(self.node_dsn(self.monitor, "pg_auto_failover"), autocommit=True) as conn:
             _alter_system(conn, MONITOR_SETTINGS)
             _rows(conn, "cluster_reload_conf")
-        first, second = self.nodes
+        first, *standbys = self.nodes
         self._create_node(first, common)
         self.wait_for_states({first.name: "single"}, timeout=60)
-        # Set on the primary before the standby is cloned from it, so both start small.
+        # Set on the primary before the standbys are cloned from it, so all start small.
         with psycopg.connect(self.node_dsn(first), autocommit=True) as conn:
             _alter_system(conn, NODE_SETTINGS)
         self._trust_extra_hosts(first)
-        self._create_node(second, common)
-        self.wait_for_states({first.name: "primary", second.name: "secondary"}, timeout=90)
-        self._trust_extra_hosts(second)
+        for standby in standbys:
+            self._create_node(standby, common)
+            self.wait_for_states({first.name: "primary", standby.name: "secondary"}, timeout=90)
+            self._trust_extra_hosts(standby)
+        if self.number_sync_standbys:
+            # Options before the value: pg_autoctl reads no option after it.
+            self.autoctl("set", "formation", "number-sync-standbys", "--pgdata", str(first.pgdata),
+                         str(self.number_sync_standbys))  # fmt: skip
+            self.wait_healthy(timeout=60)
         self.setup_seconds = time.monotonic() - started
 
     def _create_node(self, node: Node, common: tuple[str, ...]) -> None:
@@ -281,7 +334,31 @@ class FailoverCluster:
         )
 
     def _log_tails(self) -> str:
-        return "\n".join(f"--- {n}.log\n{self.log(n)[-1500:]}" for n in ("monitor", "node_1", "node_2"))
+        names = ["monitor", *(n.name for n in self.nodes)]
+        return "\n".join(f"--- {n}.log\n{self.log(n)[-1500:]}" for n in names)
+
+    def events(self, count: int = 10_000) -> str:
+        """The monitor's event log (`pg_autoctl show events`): every state change and why."""
+        return self.autoctl("show", "events", "--pgdata", str(self.monitor.pgdata), "--count", str(count))
+
+    def keep_evidence(self, into: Path) -> list[Path]:
+        """Copies the monitor's event log and every pg_autoctl log (monitor and nodes, with their
+        PostgreSQL's output) into `into`, which outlives the cluster: the files written."""
+        into.mkdir(parents=True, exist_ok=True)
+        written = []
+        try:
+            text = self.events()
+        except (DatabaseUnavailable, OSError, subprocess.TimeoutExpired) as exc:
+            text = f"pg_autoctl show events failed: {exc}\n"
+        events = into / "events.txt"
+        events.write_text(text, encoding="utf-8")
+        written.append(events)
+        for name in ["monitor", *(n.name for n in self.nodes)]:
+            source = self.root / f"{name}.log"
+            if source.exists():
+                shutil.copyfile(source, into / f"{name}.log")
+                written.append(into / f"{name}.log")
+        return written
 
     def stop(self) -> None:
         for node in [*self.nodes, self.monitor]:

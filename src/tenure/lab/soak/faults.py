@@ -10,15 +10,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import logging
 import time
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+import psycopg
 from psycopg import IsolationLevel
 
-from tenure import Client, ConfigurationError, ControlRefused, JobState
+from tenure import Client, ConfigurationError, ControlRefused, JobState, TenureError
 from tenure.db.connect import connect
 from tenure.lab.soak.app import QUEUE as SOAK_QUEUE
 from tenure.lab.soak.app import Kind
@@ -35,6 +37,8 @@ from tenure.lab.soak.roles import set_read_only
 from tenure.lab.soak.scope import FaultScope
 from tenure.lab.soak.workload import CANCELLABLE_KINDS
 from tenure.ops.demo.fleet import WorkerProcess
+
+log = logging.getLogger("tenure.soak")
 
 PACKET_LOSS_SHARE = 0.3
 #: Turns a fault that found nothing to act on is tried again before the rotation moves on.
@@ -208,7 +212,7 @@ class FaultSchedule:
             while (kind := kinds[n % len(kinds)]) in ONE_SHOT and self._done(kind):
                 n += 1
             started = time.monotonic()
-            target, detail, skipped = await self._inject(kind)
+            target, detail, skipped = await self._inject_or_skip(kind)
             # A fault that found nothing to act on (no running job to revoke, no live worker
             # just then) gets its turn again, so one unlucky moment does not leave it unrun.
             tries += 1
@@ -219,6 +223,18 @@ class FaultSchedule:
             )
             self.records.append(record)
             on_fault(record)
+
+    async def _inject_or_skip(self, kind: FaultKind) -> tuple[str, str, bool]:
+        """`_inject`, or, when the database cannot take the fault just now (no writable node
+        during a failover: "session is read-only", a refused connection), a skipped turn that
+        says why, so the schedule goes on. Any other error stops the schedule, and the soak
+        reports it as a failure."""
+        try:
+            return await self._inject(kind)
+        except (TenureError, psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransaction) as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            log.warning("fault %s skipped its turn: no writable node (%s)", kind.name.lower(), reason)
+            return "database", f"no writable node: {reason[:160]}", True
 
     def _done(self, kind: FaultKind) -> bool:
         return any(r.kind is kind and not r.skipped for r in self.records)

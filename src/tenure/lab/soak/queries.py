@@ -42,8 +42,9 @@ class SoakQueries:
     async def outcomes(self, conn: AsyncConnection[Any]) -> list[Row]:
         return await self._rows(conn, "soak_outcomes", {"injected": INJECTED_TASK})
 
-    async def missing(self, conn: AsyncConnection[Any], ids: Sequence[int]) -> int:
-        return int((await self._rows(conn, "soak_missing", {"ids": list(ids)}))[0]["missing"])
+    async def missing(self, conn: AsyncConnection[Any], ids: Sequence[int]) -> list[int]:
+        """The acknowledged jobs among `ids` that are not stored."""
+        return [int(r["id"]) for r in await self._rows(conn, "soak_missing", {"ids": list(ids)})]
 
     async def events(self, conn: AsyncConnection[Any]) -> list[Row]:
         return await self._rows(conn, "soak_events")

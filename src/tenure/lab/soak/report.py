@@ -28,6 +28,13 @@ class SoakReport:
     #: What the faults at Tenure's guarded edges did: the upgrade, the holds of pending rows, the
     #: rows injected, the forged requests, the thread handlers' connections killed.
     edges: dict[str, Any] = field(default_factory=dict)
+    #: The replication state each enqueue was acknowledged under (tenure.lab.soak.acknowledgements),
+    #: the enqueues PostgreSQL said may not be replicated, and what missing jobs were told.
+    replication: dict[str, Any] = field(default_factory=dict)
+    #: The servers' own logs kept for this run (a cluster's event log, each node's log).
+    evidence: list[str] = field(default_factory=list)
+    #: Where the run's logs stay on disk when a check failed.
+    logs_kept_at: str | None = None
     wall_seconds: float = 0.0
 
     @property
@@ -66,6 +73,9 @@ class SoakReport:
             "faults": self.faults,
             "recoveries": self.recoveries,
             "edges": self.edges,
+            "replication": self.replication,
+            "evidence": self.evidence,
+            "logs_kept_at": self.logs_kept_at,
             "workers": self.workers,
             "checks": [c.as_dict() for c in self.checks],
             "failures": self.failures,
@@ -82,7 +92,8 @@ def render(report: SoakReport) -> None:
         f"  jobs enqueued            {jobs['enqueued']:>8}   ({kinds})",
         f"  succeeded                {jobs['succeeded']:>8}",
         f"  dead                     {jobs['dead']:>8}   (doomed by design, or transfers lacking funds)",
-        f"  lost                     {jobs['lost']:>8}",
+        f"  acknowledged, missing    {jobs['missing_acknowledged']:>8}",
+        f"  unfinished               {jobs['unfinished']:>8}",
         f"  transfers applied twice  {money['applied_more_than_once']:>8}   "
         f"(of {money['transfers_succeeded']} succeeded)",
         f"  stale writes rejected    {leases['stale_writes_rejected']:>8}",
@@ -101,12 +112,31 @@ def render(report: SoakReport) -> None:
         for r in report.recoveries
     ]
     lines += _edge_lines(report.edges)
+    lines += _replication_lines(report.replication)
     skipped = {f["fault"]: f["detail"] for f in report.faults if f["skipped"]}
     lines += [f"  skipped {k}: {v}" for k, v in skipped.items()]
     lines.append("  checks:")
     lines += [f"    {'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}" for c in report.checks]
     lines += [f"    FAIL {f}" for f in report.failures]
+    if report.logs_kept_at:
+        lines.append(f"  logs kept for this failed run: {report.logs_kept_at}")
     print("\n".join(lines), flush=True)
+
+
+def _replication_lines(replication: dict[str, Any]) -> list[str]:
+    if not replication:
+        return []
+    states = ", ".join(f"{k} {n}" for k, n in sorted(replication["acknowledged_while"].items()))
+    lines = [
+        f"  acknowledged while       {states or 'nothing acknowledged'}",
+        f"  not replicated (apart)   {replication['not_replicated_enqueues']:>8}   "
+        f"({replication['not_replicated_jobs_stored']} of their jobs stored)",
+    ]
+    for m in replication["missing_acknowledged_while"]:
+        lines.append(
+            f"  missing job {m['job']}: acknowledged at {m['at_s']}s while {m['state']} {m['cluster']}"
+        )
+    return lines
 
 
 def _edge_lines(edges: dict[str, Any]) -> list[str]:

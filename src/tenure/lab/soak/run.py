@@ -13,19 +13,21 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from psycopg import AsyncConnection
 
-from tenure import Client, ConfigurationError, EnqueuedJob, JobSpec, Tenure, TenureError
+from tenure import Client, ConfigurationError, EnqueuedJob, JobSpec, NotReplicated, Tenure, TenureError
 from tenure.db.connect import connect
 from tenure.db.migrate import WORKER_SCHEMA_FLOOR, latest_version, migrate
 from tenure.db.schedule_queries import ScheduleQueries
 from tenure.lab.passes import recover_at_once
 from tenure.lab.soak import ordered_effects
 from tenure.lab.soak import orm as orm_connections
+from tenure.lab.soak.acknowledgements import Acknowledgements
 from tenure.lab.soak.app import LIMITED_MAX, LIMITED_QUEUE, SNOOZES, TICK_SCHEDULE, Kind, app
 from tenure.lab.soak.attempts import host_clock, overlaps, read_intervals
 from tenure.lab.soak.faults import FaultKind, FaultRecord, FaultSchedule, fault_kinds
@@ -47,6 +49,7 @@ from tenure.ops.demo.workload import Workload, make_workload
 from tenure.security.roles import Role
 
 TICK = 0.25
+MISSING_CHECK = "no acknowledged job missing"
 
 
 def run_soak(args: argparse.Namespace) -> int:
@@ -92,6 +95,7 @@ async def _run(args: argparse.Namespace) -> int:
     role: SoakRole | None = None
     producer: SoakRole | None = None
     operator: DashboardOperator | None = None
+    report: SoakReport | None = None
     try:
         role_name = f"tenure_soak_worker_{run_id}"
         if args.dsn:
@@ -138,6 +142,7 @@ async def _run(args: argparse.Namespace) -> int:
         roles = {w.name: fleet.role(w.name).value for w in fleet.workers}
         _say(args, "workers: " + ", ".join(f"{n} ({r})" for n, r in roles.items()))
         acked: dict[str, list[int]] = {k.value: [] for k in Kind if k is not Kind.INJECTED}
+        acks = Acknowledgements(dsn, args.schema, started, topology.cluster_states)
         scope = FaultScope(
             dsn,
             args.schema,
@@ -163,8 +168,9 @@ async def _run(args: argparse.Namespace) -> int:
         waiters = ResultWaiters(waiting, timeout=args.duration + args.drain_timeout + 60)
         try:
             failures, limited_peak = await _load_and_drain(
-                args, dsn, topology.producer_dsn(dsn), fleet, faults, acked, started, waiters, operator, flows
-            )
+                args, dsn, topology.producer_dsn(dsn), fleet, faults, acked, acks, started, waiters, operator,
+                flows,
+            )  # fmt: skip
             await waiters.finish(timeout=30)
         finally:
             await waiting.close()
@@ -176,7 +182,7 @@ async def _run(args: argparse.Namespace) -> int:
         # After the stop: while workers run, their schedulers fire a job every second, and one
         # fired after the drain would be left unfinished.
         await operator.final_round()
-        report = await _account(args, dsn, workload.total_money, acked, recovered)
+        report = await _account(args, dsn, workload.total_money, acked, acks, recovered)
         async with await connect(dsn) as conn:
             report.checks += await ordered_effects.checks(conn, args.schema, Kind.EFFECT.value, run_dir)
         report.failures.extend(failures)
@@ -254,7 +260,18 @@ async def _run(args: argparse.Namespace) -> int:
         if network is not None:
             network.destroy()
         if topology is not None:
+            # The servers' own account (a cluster's event log, every node's log) outlives them,
+            # beside the workers' logs: kept on disk when a check fails.
+            with contextlib.suppress(Exception):
+                kept = topology.keep_evidence(run_dir / "cluster")
+                if report is not None and kept:
+                    report.evidence = [str(p) for p in kept]
             topology.stop()
+    assert report is not None  # an exception before it was made has left this function
+    if not report.ok:
+        report.logs_kept_at = str(run_dir)
+        # The report stays beside the logs it points into, whoever read (or lost) its output.
+        (run_dir / "report.json").write_text(json.dumps(report.as_dict(), indent=2, default=str))
     if args.json:
         print(json.dumps(report.as_dict(), indent=2, default=str))
     else:
@@ -262,7 +279,7 @@ async def _run(args: argparse.Namespace) -> int:
     if report.ok and not args.keep_logs:
         shutil.rmtree(run_dir, ignore_errors=True)
     elif not args.json:
-        print(f"worker logs and attempt records: {run_dir}")
+        print(f"worker logs, attempt records and the servers' logs: {run_dir}")
     return 0 if report.ok else 1
 
 
@@ -273,6 +290,7 @@ async def _load_and_drain(
     fleet: SoakFleet,
     faults: FaultSchedule,
     acked: dict[str, list[int]],
+    acks: Acknowledgements,
     started: float,
     waiters: ResultWaiters,
     operator: DashboardOperator,
@@ -294,16 +312,21 @@ async def _load_and_drain(
 
     fault_task = asyncio.create_task(faults.run(stop_faults, args.fault_gap, on_fault))
     sampling = asyncio.create_task(_sample_limited(args, dsn, stop_faults))
+    replication = asyncio.create_task(acks.sample(stop_faults))
     failures: list[str] = []
     try:
         try:
             await asyncio.gather(
-                _produce(args, producer_dsn, dsn, acked, started, waiters),
+                _produce(args, producer_dsn, dsn, acked, acks, started, waiters),
                 flows.produce(faults.upgrade.current, until=started + args.duration),
             )
         finally:
             stop_faults.set()
-            await fault_task
+            await replication
+            try:
+                await fault_task
+            except Exception as exc:  # reported, never lost with the schedule
+                failures.append(f"the fault schedule stopped: {type(exc).__name__}: {exc}")
         total = sum(len(ids) for ids in acked.values())
         _say(args, f"load over: {total} jobs enqueued; draining with every fault healed")
         await _end_schedule(dsn, args.schema)
@@ -355,13 +378,16 @@ async def _produce(
     producer_dsn: str,
     dsn: str,
     acked: dict[str, list[int]],
+    acks: Acknowledgements,
     started: float,
     waiters: ResultWaiters,
 ) -> None:
     """Enqueues `rate` jobs a second until the load time is over; counts only acknowledged jobs.
 
     An enqueue that fails (the server restarting) is not retried: whether it committed is
-    unknown to the producer, so its jobs are neither counted as enqueued nor as lost.
+    unknown to the producer, so its jobs are neither counted as enqueued nor as lost. One that
+    PostgreSQL says may not be replicated (NotReplicated) was not acknowledged either: it is
+    counted apart (`acks`), with the ids committed on the primary.
 
     Every other tick sends its jobs one enqueue each, as an application enqueuing in its own
     transactions does (a job without keys then takes job_insert_one), and the rest as one batch
@@ -389,7 +415,9 @@ async def _produce(
                     )
                     for kind, payload in batch
                 ]
-                for (kind, _), job in zip(batch, await _enqueue(client, specs, one_by_one), strict=True):
+                jobs = await _enqueue(client, specs, one_by_one, acks)
+                acks.acknowledged([job.id for job in jobs if job is not None])
+                for (kind, _), job in zip(batch, jobs, strict=True):
                     if job is None:
                         continue
                     acked[kind.value].append(job.id)
@@ -411,13 +439,19 @@ async def _produce(
         await client.close()
 
 
-async def _enqueue(client: Client, specs: list[JobSpec], one_by_one: bool) -> list[EnqueuedJob | None]:
-    """Each spec's job, or None where its enqueue failed (then unknown whether it committed)."""
+async def _enqueue(
+    client: Client, specs: list[JobSpec], one_by_one: bool, acks: Acknowledgements
+) -> list[EnqueuedJob | None]:
+    """Each spec's job, or None where its enqueue failed (then unknown whether it committed) or
+    was not replicated (then committed on the primary only, and counted apart in `acks`)."""
     groups = [[spec] for spec in specs] if one_by_one else [specs]
     jobs: list[EnqueuedJob | None] = []
     for group in groups:
         try:
             jobs.extend(await client.enqueue_many(group))
+        except NotReplicated as refused:
+            acks.refused(refused.job_ids)
+            jobs.extend([None] * len(group))
         except (TenureError, OSError):
             jobs.extend([None] * len(group))
     return jobs
@@ -437,12 +471,30 @@ async def _account(
     dsn: str,
     total_money: int,
     acked: dict[str, list[int]],
+    acks: Acknowledgements,
     recovered_at_end: int,
 ) -> SoakReport:
     queries = SoakQueries(args.schema)
     bank = BankQueries(args.schema)
     async with await connect(dsn) as conn:
-        return await _read_report(conn, queries, bank, total_money, acked, recovered_at_end)
+        report = await _read_report(conn, queries, bank, total_money, acked, recovered_at_end)
+        missing = report.jobs["missing_acknowledged_ids"]
+        not_replicated_stored = len(acks.not_replicated) - len(
+            await queries.missing(conn, acks.not_replicated)
+        )
+    report.replication = {
+        "acknowledged_while": acks.counts(),
+        "not_replicated_enqueues": len(acks.not_replicated) + acks.not_replicated_unknown,
+        "not_replicated_jobs_stored": not_replicated_stored,
+        "missing_acknowledged_while": acks.of(missing),
+    }
+    if missing:
+        shown = "; ".join(f"job {m['job']} while {m['state']} {m['cluster']}" for m in acks.of(missing)[:3])
+        report.checks = [
+            replace(c, detail=f"{c.detail}, acknowledged: {shown}") if c.name == MISSING_CHECK else c
+            for c in report.checks
+        ]
+    return report
 
 
 async def _read_report(
@@ -454,7 +506,8 @@ async def _read_report(
     recovered_at_end: int,
 ) -> SoakReport:
     all_acked = [i for ids in acked.values() for i in ids]
-    missing = await queries.missing(conn, all_acked)
+    missing_ids = await queries.missing(conn, all_acked)
+    missing = len(missing_ids)
     outcomes = await queries.outcomes(conn)
     events = await queries.events(conn)
     leases = await queries.leases_outstanding(conn)
@@ -482,7 +535,9 @@ async def _read_report(
             "succeeded": states["succeeded"],
             "dead": states["dead"],
             "cancelled": states["cancelled"],
-            "lost": missing + unfinished,
+            "missing_acknowledged": missing,
+            "missing_acknowledged_ids": missing_ids[:100],
+            "unfinished": unfinished,
             "unexpected_outcomes": dict(unexpected),
         },
         leases={
@@ -501,7 +556,7 @@ async def _read_report(
         },
     )
     report.checks += [
-        Check("no acknowledged job missing", missing == 0, f"{missing} missing"),
+        Check(MISSING_CHECK, missing == 0, f"{missing} missing"),
         Check("no job left pending or running", unfinished == 0, f"{unfinished} unfinished"),
         Check(
             "every job ended as its kind must",

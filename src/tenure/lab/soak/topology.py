@@ -3,9 +3,11 @@
 - `direct`: the soak's own PostgreSQL (or the one `--dsn` names), workers connect to it;
 - `pgbouncer`: the soak's own PostgreSQL behind a real PgBouncer in transaction mode; workers
   and the producer go through PgBouncer, each worker LISTENs on a direct connection;
-- `failover`: a pg_auto_failover primary with a synchronous standby; everyone connects with the
-  multi-host DSN (`target_session_attrs=read-write`), and the server faults are a planned
-  switchover and a SIGKILL of the primary's postmaster.
+- `failover`: a pg_auto_failover primary with two standbys and `number_sync_standbys = 1`, the
+  topology that keeps every acknowledged commit through back-to-back failures (with two nodes a
+  primary in `wait_primary` acknowledges commits alone: tenure.lab.soak.cluster); everyone
+  connects with the multi-host DSN (`target_session_attrs=read-write`), and the server faults are
+  a planned switchover and a SIGKILL of the primary's postmaster.
 
 Each topology names the server faults it can inject: the rest of the fault schedule is the same
 for all of them.
@@ -32,9 +34,12 @@ TOPOLOGIES = ("direct", "pgbouncer", "failover")
 #: client connections, so they share.
 BOUNCER_POOL_SIZE = 12
 NO_PREPARED_STATEMENTS = "none"
-#: Seconds the cluster has to be a primary and a synchronous standby again before the next
+#: Seconds the cluster has to be a primary and synchronous standbys again before the next
 #: switchover or kill (the killed primary rejoins with pg_rewind).
 HEALTHY_TIMEOUT = 90.0
+#: The failover topology: a primary and two standbys, one of which confirms every commit.
+FAILOVER_NODES = 3
+FAILOVER_SYNC_STANDBYS = 1
 
 
 def _with_host(dsn: str, host: str | None) -> str:
@@ -77,6 +82,14 @@ class Topology:
 
     def maintenance_dsn(self) -> str:
         return self.server.dsn()
+
+    def cluster_states(self) -> dict[str, tuple[str, str]] | None:
+        """Each node's (reported, assigned) state, where an HA monitor has them; None: no monitor."""
+        return None
+
+    def keep_evidence(self, into: Path) -> list[Path]:
+        """Copies what the servers logged into `into`, before they are torn down: the files."""
+        return []
 
     def describe(self) -> str:
         return f"its own PostgreSQL (data in {self.server.data_dir})"
@@ -172,14 +185,17 @@ class BehindPgBouncer(Topology):
 
 
 class Failover(Topology):
-    """A pg_auto_failover primary and synchronous standby; everyone on the multi-host DSN."""
+    """A pg_auto_failover primary and two standbys, one of them confirming every commit
+    (number_sync_standbys = 1); everyone on the multi-host DSN."""
 
     name = "failover"
     server_faults = (FaultKind.SWITCHOVER, FaultKind.PRIMARY_KILL)
 
     def __init__(self, extra_hosts: list[str], run_dir: Path, worker_role: str) -> None:
         super().__init__(extra_hosts, run_dir, worker_role)
-        self.cluster = FailoverCluster(extra_hosts=extra_hosts)
+        self.cluster = FailoverCluster(
+            extra_hosts=extra_hosts, nodes=FAILOVER_NODES, number_sync_standbys=FAILOVER_SYNC_STANDBYS
+        )
 
     def start(self) -> None:
         self.cluster.start()
@@ -190,11 +206,18 @@ class Failover(Topology):
     def maintenance_dsn(self) -> str:
         return self.cluster.dsn("postgres")
 
+    def cluster_states(self) -> dict[str, tuple[str, str]] | None:
+        return self.cluster.states()
+
+    def keep_evidence(self, into: Path) -> list[Path]:
+        return self.cluster.keep_evidence(into)
+
     def describe(self) -> str:
         settings = self.cluster.synchronous_settings()
         return (
-            f"a pg_auto_failover primary and synchronous standby (PostgreSQL 15, "
-            f"synchronous_standby_names {settings['names']!s}), up in {self.cluster.setup_seconds:.0f}s"
+            f"a pg_auto_failover primary and {FAILOVER_NODES - 1} standbys, number_sync_standbys "
+            f"{FAILOVER_SYNC_STANDBYS} (PostgreSQL 15, synchronous_standby_names {settings['names']!s}), "
+            f"up in {self.cluster.setup_seconds:.0f}s"
         )
 
     async def inject(self, kind: FaultKind) -> tuple[str, str, bool]:
@@ -205,13 +228,12 @@ class Failover(Topology):
             await asyncio.to_thread(self.cluster.switchover)
             after = self.cluster.primary()
             return before.name, f"switchover: {after.name} is primary now", False
-        standby = self.cluster.standby()
         old = await asyncio.to_thread(self.cluster.kill_primary)
         try:
-            await asyncio.to_thread(self.cluster.wait_for_states, {standby.name: "wait_primary"}, 60.0)
+            promoted = await asyncio.to_thread(self.cluster.wait_for_promotion, old, 60.0)
         finally:
             self.cluster.thaw(old)  # its keeper rejoins it as a standby (pg_rewind), in the background
-        return old.name, f"postmaster SIGKILLed; {standby.name} promoted", False
+        return old.name, f"postmaster SIGKILLed; {promoted.name} promoted", False
 
 
 def make_topology(

@@ -112,6 +112,11 @@ async def cmd_status(args: argparse.Namespace) -> int:
         f"{w['busy_slots']}/{w['capacity_slots']} slots busy, {w['lease_owners']} holding leases; "
         f"lock waits now: {summary['lock_waits']}"
     )
+    replication = report.snapshot.replication
+    if replication is not None and replication.unprotected:
+        out.print(f"[bold red]replication: {escape(replication.describe())}[/]", highlight=False)
+    elif replication is not None:
+        out.print(f"replication: {escape(replication.describe())}", highlight=False)
     for worker in report.workers:
         for service, health in sorted((worker.failing or {}).items()):
             out.print(
@@ -173,5 +178,12 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         help="most workers allowed to report a failing service (default 0)",
+    )
+    p.add_argument(
+        "--allow-unprotected-commits",
+        action="store_true",
+        help="do not flag a primary that acknowledges commits without a synchronous standby while "
+        "it has standbys, or whose commits wait for one that is absent (flagged by default; a "
+        "single server without replication never is)",
     )
     p.set_defaults(handler=cmd_check)

@@ -73,6 +73,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         oldest_every=args.oldest_every,
         heartbeat_interval=args.heartbeat_interval,
         max_result_bytes=args.max_result_bytes,
+        require_sync_replication=True if args.require_sync_replication else None,
         **({"worker_id": args.worker_id} if args.worker_id else {}),
     )
     worker = app.worker(options)
@@ -160,6 +161,12 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=DEFAULT_MAX_RESULT_BYTES,
         help=f"largest handler result stored, as JSON bytes (default: {DEFAULT_MAX_RESULT_BYTES})",
+    )
+    p.add_argument(
+        "--require-sync-replication",
+        action="store_true",
+        help="report a completion done only once a synchronous standby has it; without one, "
+        "write no completion and claim nothing (default: $TENURE_REQUIRE_SYNC_REPLICATION)",
     )
     p.add_argument("--worker-id", default=None)
     add_worker_options(p)

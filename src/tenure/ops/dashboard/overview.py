@@ -29,6 +29,7 @@ CHECK_DEFAULTS = argparse.Namespace(
     max_stale_workers=None,
     max_failing_workers=0,
     stale_after=60.0,
+    allow_unprotected_commits=False,
 )
 
 

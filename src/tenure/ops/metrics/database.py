@@ -162,6 +162,7 @@ class DatabaseCollector(Collector):
             acts.add_metric([row["queue"], row["event"]], float(row["n"]))
         yield acts
         yield from _schedule_families(snap)
+        yield from _replication_families(snap)
         limited = GaugeMetricFamily(
             "tenure_queue_limit_running",
             "Live leases of a queue with a global limit, against its max_running (label limit)",
@@ -179,6 +180,37 @@ class DatabaseCollector(Collector):
         for row in snap.connections:
             connections.add_metric([row["application"], row["state"]], float(row["connections"]))
         yield connections
+
+
+def _replication_families(snap: Snapshot) -> Iterator[GaugeMetricFamily]:
+    """Whether commits acknowledged now have a synchronous standby behind them: 1 for the state
+    the primary is in (synchronous, asynchronous, waiting, none, standby, unknown), and the
+    synchronous standbys connected (absent when the role cannot see them)."""
+    replication = snap.replication
+    if replication is None:
+        return
+    state = GaugeMetricFamily(
+        "tenure_db_replication",
+        "1 for the primary's replication state: synchronous, asynchronous (standbys, but commits "
+        "acknowledged without them), waiting (commits wait for an absent synchronous standby), "
+        "none (no replication), standby, unknown",
+        labels=["state"],
+    )
+    state.add_metric([replication.verdict.value], 1.0)
+    yield state
+    unprotected = GaugeMetricFamily(
+        "tenure_db_commits_unprotected",
+        "1 while the primary has standbys but acknowledges commits without a synchronous one, or "
+        "makes commits wait for one that is absent; 0 otherwise (a single server is 0)",
+    )
+    unprotected.add_metric([], 1.0 if replication.unprotected else 0.0)
+    yield unprotected
+    if replication.stats_visible:
+        sync = GaugeMetricFamily(
+            "tenure_db_synchronous_standbys", "Standbys counted synchronous by the primary now"
+        )
+        sync.add_metric([], float(replication.synchronous))
+        yield sync
 
 
 def _schedule_families(snap: Snapshot) -> Iterator[GaugeMetricFamily]:

@@ -25,6 +25,7 @@ class Thresholds(Protocol):
     max_stale_workers: int | None
     max_failing_workers: int | None
     stale_after: float
+    allow_unprotected_commits: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +69,7 @@ def queue_summaries(report: Report, stale_after: float) -> dict[str, Any]:
     for q in queues.values():
         q["paused"] = q["queue"] in paused
     w = report.snapshot.workers
+    replication = report.snapshot.replication
     return {
         "db_now": w.db_now,
         "queues": sorted(queues.values(), key=lambda q: q["queue"]),
@@ -87,6 +89,7 @@ def queue_summaries(report: Report, stale_after: float) -> dict[str, Any]:
             "list": report.workers,
         },
         "lock_waits": report.snapshot.lock_waits,
+        "replication": None if replication is None else replication.as_dict(),
     }
 
 
@@ -129,4 +132,7 @@ def problems(report: Report, args: Thresholds) -> list[str]:
             f"{failing} workers report a failing service (limit {args.max_failing_workers}); "
             "`tenure status` names the service and its error"
         )
+    replication = report.snapshot.replication
+    if replication is not None and replication.unprotected and not args.allow_unprotected_commits:
+        found.append(f"replication: {replication.describe()}")
     return found

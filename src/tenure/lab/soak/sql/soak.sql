@@ -39,9 +39,10 @@ ORDER BY 1, 2, 3;
 
 -- name: soak_missing
 -- Acknowledged enqueues whose job is not stored: a lost job.
-SELECT count(*) AS missing
+SELECT acked.id
 FROM unnest(%(ids)s::bigint[]) AS acked(id)
-WHERE NOT EXISTS (SELECT 1 FROM __schema__.jobs j WHERE j.id = acked.id);
+WHERE NOT EXISTS (SELECT 1 FROM __schema__.jobs j WHERE j.id = acked.id)
+ORDER BY acked.id;
 
 -- name: soak_events
 SELECT event, coalesce(error_code, '') AS code, count(*) AS n
