@@ -234,6 +234,7 @@ class Completer(Service):
             "job %s: its completion failed alone (%s); trying it again", pending.job.id, describe_error(exc)
         )
         self._again(pending, min(1.0, BUSY_RETRY * 2 ** min(pending.busy_tries, 5)), final)
+
     def _acknowledged(self, conn: AsyncConnection[Any]) -> AbstractAsyncContextManager[Acknowledgement]:
         """Whether the batch's commit is known to be on a synchronous standby (within half the
         statement bound, which also covers the wait for the standby's confirmation)."""
