@@ -15,6 +15,7 @@ import pytest
 from _inprocess import events, job_row, running, wait_state
 from psycopg import AsyncConnection, conninfo
 
+import tenure
 from tenure import JobContext, Tenure, WorkerOptions
 from tenure.security.roles import Role, grants
 
@@ -63,6 +64,35 @@ async def test_completions_resume_after_the_database_was_read_only(
         completer = worker.services.health.services["completer"]
         assert completer.total_failures >= 1 and not completer.failing
         assert worker.failure is None
+
+
+async def test_a_worker_started_with_no_writable_server_waits_for_one(
+    dsn: str, db: AsyncConnection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker started while its DSN (target_session_attrs=read-write) finds no writable server,
+    as in the middle of a switchover, waits instead of exiting, starts once the server takes
+    writes, and runs jobs; a DSN naming no server at all still fails at once."""
+    await set_read_only(db, True)
+    writable_dsn = conninfo.make_conninfo(dsn, target_session_attrs="read-write")
+    app = sleeper_app(writable_dsn)
+    worker = app.worker(lease_seconds=3.0, service_failure_limit=60)
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.sleep(2.0)
+        assert not task.done() and not worker.started.is_set(), "the worker gave up or started on a standby"
+        await set_read_only(db, False)
+        await asyncio.wait_for(worker.started.wait(), timeout=30)
+        job = await app.enqueue("sleep_sync", {"seconds": 0.01})
+        assert (await wait_state(db, job.id, "succeeded", timeout=20))["state"] == "succeeded"
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, timeout=20)
+        await app.close()
+    caplog.clear()
+    nowhere = Tenure(conninfo.make_conninfo(dsn, port=1))
+    with pytest.raises(tenure.DatabaseUnavailable):
+        await nowhere.worker(service_failure_limit=60).run()
+    assert "cannot start yet" not in caplog.text, "a DSN that reaches no server is reported, not waited on"
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from psycopg import AsyncConnection
 
 from tenure.db.replication_queries import Acknowledgement
 from tenure.model.jobs import ClaimedJob
-from tenure.model.retry import is_infrastructure_error
 from tenure.telemetry.tracing import batch_span, set_batch_size
 from tenure.worker.health import describe_error
 from tenure.worker.service import Service
@@ -30,6 +29,8 @@ PROBE_EVERY = 1.0
 #: SQLSTATE classes of an error that the same completion would meet again: a value the database
 #: refuses (22 data, 23 integrity), a limit it would exceed again (54), a raise in a trigger (P0).
 DETERMINISTIC_SQLSTATE_CLASSES = ("22", "23", "54", "P0")
+#: A row's passing trouble: a lock wait that ran out, a deadlock, a serialization failure.
+ROW_SQLSTATES = ("55P03", "40P01", "40001")
 
 
 class CompletionRejected(Exception):
@@ -79,9 +80,9 @@ class Completer(Service):
     elsewhere is retried alone, without holding up the rest of the batch.
 
     One bad completion costs only itself: a batch that fails for a reason that may belong to one
-    of its rows (anything but the connection, the pool or the server) is split in halves, each
-    written on its own, so the rest lands at once. A row that fails alone for a deterministic
-    reason raises CompletionRejected to its caller, who fails the job with the database's error;
+    of its rows (a value, limit or trigger refusing it, a lock wait run out, a deadlock) is split
+    in halves, each written on its own, so the rest lands at once. A row that fails alone for a
+    deterministic reason raises CompletionRejected to its caller, who fails the job with the database's error;
     one that fails alone for a passing reason (a lock wait that ran out, a deadlock) is tried
     again alone until its lease ends. Neither counts against the completer's health.
     """
@@ -181,7 +182,7 @@ class Completer(Service):
                         },
                     )
         except Exception as exc:
-            if not _whole_write_failed(exc):
+            if _may_be_one_rows(exc):
                 await self._write_apart(batch, exc, final)
                 return
             services.stats.write_errors += 1
@@ -263,12 +264,11 @@ class Completer(Service):
             await services.queries.job_complete_many(conn, owner=services.owner, leases=[])
 
 
-def _whole_write_failed(exc: BaseException) -> bool:
-    """The write path failed (the connection, the pool, the server, the statement bound), which
-    says nothing about any one row: the whole batch is tried again later. A lock wait that ran
-    out (a workflow step's row waits at most 1 s) or a deadlock is a row's, and so is anything
-    that is not the write path's."""
+def _may_be_one_rows(exc: BaseException) -> bool:
+    """An error one row of the batch may have caused alone: a value, limit or trigger that refuses
+    it (DETERMINISTIC_SQLSTATE_CLASSES), a lock wait that ran out (a workflow step's row waits
+    at most 1 s) or a deadlock. Anything else (the connection, the pool, the server, a privilege,
+    the statement bound) is the write path's, and says nothing about any one row: the whole
+    batch is tried again later."""
     sqlstate = getattr(exc, "sqlstate", None) or ""
-    if sqlstate in ("55P03", "40P01", "40001"):
-        return False
-    return is_infrastructure_error(exc) or isinstance(exc, TimeoutError)
+    return sqlstate.startswith(DETERMINISTIC_SQLSTATE_CLASSES) or sqlstate in ROW_SQLSTATES

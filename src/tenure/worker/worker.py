@@ -6,8 +6,10 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import AsyncConnection
@@ -18,6 +20,7 @@ from tenure.db.control_queries import ControlQueries
 from tenure.db.migrate import WORKER_SCHEMA_FLOOR, require_current_schema
 from tenure.db.pool import open_pool
 from tenure.db.queries import Queries
+from tenure.model.errors import DatabaseUnavailable
 from tenure.model.validation import check_schema_name
 from tenure.tasks import TaskPolicy, TaskRegistry
 from tenure.worker.claimer import Claimer
@@ -39,6 +42,24 @@ from tenure.worker.stats import WorkerStats
 from tenure.worker.workflow_pass import WorkflowPass
 
 log = logging.getLogger("tenure.worker")
+
+T = TypeVar("T")
+
+#: What libpq and the server say while a primary is being replaced or restarted: worth waiting
+#: for. Anything else at start (a refused connection, a wrong password, an unknown host) is a
+#: mistake to report at once.
+PASSING_AT_START = ("read-only", "starting up", "shutting down", "in recovery")
+START_ERRORS = (DatabaseUnavailable, psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransaction)
+
+
+def _passing(exc: BaseException) -> bool:
+    """The database is between primaries or restarting, not misconfigured."""
+    if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
+        return True
+    if isinstance(exc, psycopg.OperationalError):
+        return True  # the pool was open: the server answered once, and may again
+    # libpq gives no SQLSTATE when no host of the DSN takes writes: its message says why.
+    return any(marker in str(exc) for marker in PASSING_AT_START)
 
 
 class Worker:
@@ -97,34 +118,43 @@ class Worker:
         service keeps failing (`failure` says why); then shuts down as `stop` says, and returns the
         counters."""
         dsn = resolve_dsn(self._dsn).dsn
-        pool = await open_pool(dsn, min_size=2, max_size=self.options.concurrency + 4, name="tenure-worker")
+        pool = await self._when_available(
+            lambda: open_pool(dsn, min_size=2, max_size=self.options.concurrency + 4, name="tenure-worker")
+        )
         try:
-            await self._declare(pool)
+            await self._when_available(lambda: self._declare(pool))
             return await self._run(pool, dsn, handle_signals)
         finally:
             await pool.close()
 
-    async def _declare(self, pool: AsyncConnectionPool[Any]) -> None:
-        """Checks the schema and writes the app's limits (before any claim) and its task catalog.
-        A database that cannot take the writes yet (read-only during a failover, or restarting)
-        is waited for, as a failing service is, for at most `service_failure_limit` seconds."""
-        waited, pause = 0.0, 0.1
+    async def _when_available(self, start: Callable[[], Awaitable[T]]) -> T:
+        """`start()`, tried again while the database cannot serve it yet (no writable primary
+        during a failover, a server restarting), as a failing service is, for at most
+        `service_failure_limit` seconds: a worker started in the middle of a switchover waits for
+        the new primary instead of exiting."""
+        began, pause = time.monotonic(), 0.1
         while True:
             try:
-                async with pool.connection() as conn:
-                    await require_current_schema(conn, self.schema, floor=WORKER_SCHEMA_FLOOR)
-                    control = ControlQueries(self.schema)
-                    for limit in self.registry.limits.values():
-                        await control.declare_limit(conn, limit, self.options.worker_id)
-                    await self._declare_tasks(conn)
-                return
-            except (psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransaction) as exc:
-                if waited >= self.options.service_failure_limit:
+                return await start()
+            except (
+                DatabaseUnavailable,
+                psycopg.OperationalError,
+                psycopg.errors.ReadOnlySqlTransaction,
+            ) as exc:
+                if not _passing(exc) or time.monotonic() - began >= self.options.service_failure_limit:
                     raise
                 log.warning("cannot start yet, trying again in %.1fs: %s", pause, describe_error(exc))
                 await asyncio.sleep(pause)
-                waited += pause
                 pause = min(5.0, pause * 2)
+
+    async def _declare(self, pool: AsyncConnectionPool[Any]) -> None:
+        """Checks the schema and writes the app's limits (before any claim) and its task catalog."""
+        async with pool.connection() as conn:
+            await require_current_schema(conn, self.schema, floor=WORKER_SCHEMA_FLOOR)
+            control = ControlQueries(self.schema)
+            for limit in self.registry.limits.values():
+                await control.declare_limit(conn, limit, self.options.worker_id)
+            await self._declare_tasks(conn)
 
     async def _declare_tasks(self, conn: AsyncConnection[Any]) -> None:
         """The task catalog is what enqueue() completes jobs from: a worker runs without it."""
