@@ -373,17 +373,15 @@ class WorkflowMachine(RuleBasedStateMachine):
                 assert r["result"] == s.result
 
 
-@pytest.mark.slow
-def test_workflow_state_machine_matches_model(dsn: str) -> None:
-    """Random workflows under claims, fenced and stale completions, failures, expiries,
-    reprocesses and cancels agree with the model at every step: a step is released exactly once,
-    when its last dependency succeeds and not before, with every result; a stale writer releases
-    nothing; a dead step holds or cancels what follows by policy and its reprocess resumes it."""
+def _check(dsn: str, machine: type[WorkflowMachine], *, session: str | None = None) -> None:
+    """Runs `machine` against the model on one connection (`session`: a SET it starts with)."""
     loop = asyncio.new_event_loop()
     conn = loop.run_until_complete(psycopg.AsyncConnection.connect(dsn, autocommit=True))
+    if session is not None:
+        loop.run_until_complete(conn.execute(session))
     try:
         run_state_machine_as_test(
-            lambda: WorkflowMachine(loop, conn),
+            lambda: machine(loop, conn),
             settings=settings(
                 max_examples=EXAMPLES // 2,
                 stateful_step_count=30,
@@ -395,6 +393,15 @@ def test_workflow_state_machine_matches_model(dsn: str) -> None:
     finally:
         loop.run_until_complete(conn.close())
         loop.close()
+
+
+@pytest.mark.slow
+def test_workflow_state_machine_matches_model(dsn: str) -> None:
+    """Random workflows under claims, fenced and stale completions, failures, expiries,
+    reprocesses and cancels agree with the model at every step: a step is released exactly once,
+    when its last dependency succeeds and not before, with every result; a stale writer releases
+    nothing; a dead step holds or cancels what follows by policy and its reprocess resumes it."""
+    _check(dsn, WorkflowMachine)
 
 
 class DeferringWorkflowMachine(WorkflowMachine):
@@ -406,20 +413,4 @@ def test_workflow_work_left_to_the_pass_ends_as_the_model_says(dsn: str) -> None
     """The same random workflows with the inline limit at 1 step (work past it goes to the workflow
     pass, run in chunks of 2 after every statement): once the pass is done, every step's state,
     count, job and inputs agree with the model, as when everything is done inline."""
-    loop = asyncio.new_event_loop()
-    conn = loop.run_until_complete(psycopg.AsyncConnection.connect(dsn, autocommit=True))
-    loop.run_until_complete(conn.execute("SET tenure.workflow_inline_limit = 1"))
-    try:
-        run_state_machine_as_test(
-            lambda: DeferringWorkflowMachine(loop, conn),
-            settings=settings(
-                max_examples=EXAMPLES // 2,
-                stateful_step_count=30,
-                deadline=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-                database=None,
-            ),
-        )
-    finally:
-        loop.run_until_complete(conn.close())
-        loop.close()
+    _check(dsn, DeferringWorkflowMachine, session="SET tenure.workflow_inline_limit = 1")
