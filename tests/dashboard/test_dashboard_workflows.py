@@ -62,7 +62,7 @@ def test_the_pages_show_a_failed_workflow_and_its_held_step(http: TestClient, ds
     assert page.status_code == 200
     assert page.text.count('<rect class="bar ') == 2
     broken = page.text.split('data-step="broken"')[1].split("</tr>")[0]
-    assert "<code>NO_FILE</code>" in broken
+    assert ">NO_FILE</code>" in broken
     held = page.text.split('data-step="after"')[1].split("</tr>")[0]
     assert '<span class="badge held">held</span>' in held and "<td>broken</td>" in held
     assert http.get("/workflows/999999").status_code == 404

@@ -27,7 +27,8 @@ PROBE_EVERY = 1.0
 
 
 #: SQLSTATE classes of an error that the same completion would meet again: a value the database
-#: refuses (22 data, 23 integrity), a limit it would exceed again (54), a raise in a trigger (P0).
+#: refuses (class 22, data) or a constraint (class 23, integrity), a limit it would exceed again
+#: (class 54), a raise in a trigger (class P0).
 DETERMINISTIC_SQLSTATE_CLASSES = ("22", "23", "54", "P0")
 #: A row's passing trouble: a lock wait that ran out, a deadlock, a serialization failure.
 ROW_SQLSTATES = ("55P03", "40P01", "40001")

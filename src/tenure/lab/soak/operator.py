@@ -36,13 +36,19 @@ CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 JOB_LINK = re.compile(r'href="[^"]*/jobs/(\d+)"')
 #: Each page waits at most this long: a restart's pool timeout (5 s) plus rendering.
 REQUEST_TIMEOUT = 30.0
+DASHBOARD_ORIGIN = "http://127.0.0.1"
 
 
 class DashboardOperator:
     def __init__(self, dsn: str, schema: str) -> None:
         self.app = create_app(dsn, schema=schema)
+        # A browser on the dashboard's own pages sends their Origin with every act; the dashboard
+        # refuses an act that carries neither Origin nor Sec-Fetch-Site.
         self.http = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=self.app), base_url="http://127.0.0.1", timeout=REQUEST_TIMEOUT
+            transport=httpx.ASGITransport(app=self.app),
+            base_url=DASHBOARD_ORIGIN,
+            headers={"origin": DASHBOARD_ORIGIN},
+            timeout=REQUEST_TIMEOUT,
         )
         self.answers: Counter[int] = Counter()
         self.unexpected: list[str] = []
