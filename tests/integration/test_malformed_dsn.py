@@ -18,13 +18,16 @@ SECRET = "hunter2secret"
 
 #: A malformed DSN, and what its error must say.
 MALFORMED = [
-    (f"mysql://alice:{SECRET}@db.example.com/shop", "the DSN's scheme is mysql://; Tenure needs postgresql://"),
+    (
+        f"mysql://alice:{SECRET}@db.example.com/shop",
+        "the DSN's scheme is mysql://; Tenure needs postgresql://",
+    ),
     (f"postgresql+psycopg://alice:{SECRET}@127.0.0.1/shop", "without the driver after '+'"),
     (f"host=127.0.0.1 password=hunter2 {SECRET}", "could not be parsed after its password"),
     (f"host=127.0.0.1 password='{SECRET}", "the DSN's password value opens a quote that never closes"),
     ("host=127.0.0.1 dbname", 'could not be parsed near "dbname"'),
     ("host=127.0.0.1 passwrd=x", 'unknown setting "passwrd"'),
-    (f"postgresql://alice:{SECRET}@[::1/shop", f'in URI: "postgresql://alice:***@[::1/shop"'),
+    (f"postgresql://alice:{SECRET}@[::1/shop", 'in URI: "postgresql://alice:***@[::1/shop"'),
     (f"postgresql://alice:hunter2@{SECRET}@127.0.0.1/shop", "the DSN's host contains '@'"),
     (f"postgresql://alice:hunter2/{SECRET}@127.0.0.1/shop", "the DSN's port is not a number"),
     (f"postgresql://alice:{SECRET}@127.0.0.1:notaport/shop", "the DSN's port 'notaport' is not a number"),

@@ -10,6 +10,7 @@ cannot be part of the password.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 import psycopg
 from psycopg import conninfo
@@ -56,7 +57,7 @@ def _wrong_scheme(scheme: str) -> str:
     return said
 
 
-def _value_problem(dsn: str, parts: dict[str, object], *, uri: bool) -> str | None:
+def _value_problem(dsn: str, parts: Mapping[str, object], *, uri: bool) -> str | None:
     """A DSN that parses but that no connection can use, found before the connection attempt
     would quote its pieces back (which may then be pieces of the password)."""
     port = str(parts.get("port") or "")
