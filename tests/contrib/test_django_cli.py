@@ -9,9 +9,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -95,3 +101,67 @@ def test_commands_with_databases_of_their_own_are_refused(dsn: str) -> None:
         "`tenure demo` outside manage.py"
     ]
     assert jobs(dsn) == []
+
+
+def wait_for(condition: Callable[[], Any], process: subprocess.Popen[str], what: str) -> Any:
+    deadline = time.monotonic() + 60
+    while not (value := condition()):
+        assert process.poll() is None, f"exited {process.returncode} before {what}: {process.communicate()}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+    return value
+
+
+def registered(dsn: str) -> list[tuple[object, ...]]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute("SELECT id FROM tenure.workers").fetchall()
+
+
+@pytest.mark.slow
+def test_manage_py_tenure_worker_runs_the_app_of_the_settings(dsn: str) -> None:
+    """manage.py tenure worker, given no app, runs settings.TENURE["APP"] (as tenure_worker does):
+    it registers, announces the app, and stops cleanly on SIGTERM."""
+    env = {**os.environ, "SHOP_DSN": dsn, "PYTHONPATH": os.pathsep.join([str(SRC), str(SHOP)])}
+    env.pop("TENURE_DSN", None)
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    argv = ["manage.py", "tenure", "worker", "--worker-id", "shop-cli-1", "--poll-interval", "0.1"]
+    with subprocess.Popen(
+        [sys.executable, *argv], cwd=SHOP, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as worker:
+        try:
+            wait_for(lambda: registered(dsn), worker, "its registry row")
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            _, err = worker.communicate(timeout=60)
+    assert worker.returncode == 0, err
+    banner = " ".join(err.split())
+    assert "tenure worker shop-cli-1 started" in banner and "app shop.tasks:app" in banner, banner
+
+
+@pytest.mark.slow
+def test_the_shop_runs_on_the_embedded_server_through_tenure_embedded_dsn() -> None:
+    """docs/django.md's embedded steps: `tenure embedded dsn --database shop` starts the embedded
+    server, creates the database and prints its DSN, on which manage.py migrate and manage.py
+    tenure status work; asked again, it prints the same DSN and creates nothing."""
+    from tenure.db.embedded import stop_embedded
+
+    data_dir = Path(tempfile.mkdtemp(prefix="tenure-emb-"))  # short: the socket's path is bounded
+    env = {k: v for k, v in os.environ.items() if k not in ("TENURE_DSN", "DJANGO_SETTINGS_MODULE")}
+    env["TENURE_DATA_DIR"] = str(data_dir)
+    command = [sys.executable, "-m", "tenure", "embedded", "dsn", "--database", "shop"]
+    try:
+        first = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        assert first.returncode == 0, first.stderr
+        shop_dsn = first.stdout.strip()
+        assert "created database shop" in first.stderr
+        again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        assert (again.returncode, again.stdout.strip(), again.stderr) == (0, shop_dsn, "")
+        with psycopg.connect(shop_dsn) as conn:
+            assert conn.execute("SELECT current_database()").fetchone() == ("shop",)
+        migrated = manage(shop_dsn, "migrate")
+        assert migrated.returncode == 0, migrated.stderr
+        status = manage(shop_dsn, "tenure", "status")
+        assert status.returncode == 0, status.stderr
+    finally:
+        stop_embedded(data_dir)
+        shutil.rmtree(data_dir, ignore_errors=True)

@@ -309,3 +309,26 @@ def test_an_operator_follows_a_workflow_and_cancels_it_in_the_browser(dsn: str) 
             (workflow_id,),
         ).fetchall()
     assert states == [("cancelled", 3), ("succeeded", 2)]
+
+
+def test_the_overview_names_jobs_no_live_worker_runs_in_the_browser(dsn: str) -> None:
+    """Jobs of a task no live worker registers (here a typo of the worker's own task) are a
+    problem on the overview, with the fix; the worker's own task's jobs are not."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO tenure.jobs (queue, task) VALUES ('mail', 'shop.tasks.send_recept'), "
+            "('mail', 'shop.tasks.send_recept'), ('mail', 'shop.tasks.send_receipt')"
+        )
+        conn.execute(
+            "INSERT INTO tenure.workers (id, queues, concurrency, tasks) "
+            "VALUES ('w-mail', ARRAY['mail'], 4, ARRAY['shop.tasks.send_receipt'])"
+        )
+    with served(dsn) as base, chromium() as driver:
+        driver.get(base + "/")
+        problems = [li.text for li in driver.find_elements(By.CSS_SELECTOR, "section.problems li")]
+        shoot(driver, "overview-jobs-without-worker", DESKTOP)
+    assert problems == [
+        "2 jobs of task shop.tasks.send_recept wait in queue mail, and no live worker registers "
+        "shop.tasks.send_recept: start a worker that imports the module defining it (a task "
+        "registered in a script run directly is named __main__.send_recept)"
+    ], problems

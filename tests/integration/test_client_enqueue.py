@@ -497,7 +497,7 @@ def test_malformed_dsn_is_reported_without_the_password() -> None:
     with pytest.raises(tenure.DatabaseUnavailable) as info:
         SyncClient("host=127.0.0.1 password=hunter2secret port").enqueue("t", {}, queue="default")
     assert "hunter2secret" not in str(info.value)
-    assert "not valid" in str(info.value) and "postgresql://user@host:5432/dbname" in str(info.value)
+    assert "could not be parsed after its password" in str(info.value)
     with pytest.raises(tenure.DatabaseUnavailable) as port_info:
         SyncClient("postgresql://alice:hunter2secret@127.0.0.1:notaport/db").enqueue("t", {}, queue="default")
     assert "hunter2secret" not in str(port_info.value) and "notaport" in str(port_info.value)

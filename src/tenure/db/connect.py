@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +12,7 @@ import psycopg
 from psycopg import conninfo
 
 from tenure.db.adapters import use_tenure_adapters
+from tenure.db.dsn_check import dsn_problem
 from tenure.db.embedded import default_data_dir, start_embedded
 from tenure.db.pooler import check_prepared_statements
 from tenure.model.errors import ConfigurationError, DatabaseUnavailable
@@ -56,14 +56,9 @@ def resolve_dsn(dsn: str | None = None) -> ResolvedDsn:
     """An explicit DSN, else $TENURE_DSN, else the embedded server (started if needed)."""
     chosen = dsn or os.environ.get(DSN_ENV)
     if chosen:
-        try:
-            conninfo.conninfo_to_dict(chosen)
-        except (psycopg.ProgrammingError, UnicodeError) as exc:
-            # libpq quotes the offending fragment, which may be part of a password: leave it out.
-            reason = re.sub(r'"[^"]*"', '"…"', str(exc).splitlines()[0]) if str(exc) else "unparseable"
-            raise DatabaseUnavailable(
-                f"the DSN is not valid ({reason}); give one like postgresql://user@host:5432/dbname"
-            ) from None
+        problem = dsn_problem(chosen)
+        if problem is not None:
+            raise DatabaseUnavailable(problem if dsn else f"{problem} (in ${DSN_ENV})")
         return ResolvedDsn(chosen, embedded=False)
     data_dir = default_data_dir()
     return ResolvedDsn(start_embedded(data_dir), embedded=True, data_dir=str(data_dir))

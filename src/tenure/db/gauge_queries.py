@@ -8,10 +8,11 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from psycopg import AsyncConnection
 
-from tenure.db.fetch import fetch
-from tenure.db.gauges import SNAPSHOT_QUERIES, Snapshot, snapshot_of, snapshot_params
+from tenure.db.fetch import Row, fetch
+from tenure.db.gauges import NEWER_THAN_WORKER_FLOOR, SNAPSHOT_QUERIES, Snapshot, snapshot_of, snapshot_params
 from tenure.db.sqlfiles import named_queries
 
 ASYNC = True
@@ -40,4 +41,13 @@ class GaugeQueries:
     ) -> Snapshot:
         """The gauges, inside the caller's `snapshot`."""
         params = snapshot_params(near_expiry_seconds, stale_seconds, now)
-        return snapshot_of([await fetch(conn, self._sql[name], params) for name in SNAPSHOT_QUERIES])
+        return snapshot_of([await self._read(conn, name, params) for name in SNAPSHOT_QUERIES])
+
+    async def _read(self, conn: AsyncConnection[Any], name: str, params: dict[str, Any]) -> list[Row]:
+        if name not in NEWER_THAN_WORKER_FLOOR:
+            return await fetch(conn, self._sql[name], params)
+        try:
+            async with conn.transaction():  # a savepoint: the snapshot goes on after a failure
+                return await fetch(conn, self._sql[name], params)
+        except (psycopg.errors.UndefinedColumn, psycopg.errors.UndefinedTable):
+            return []  # a schema before the migration this gauge reads

@@ -12,6 +12,11 @@ from tenure.db.replication import ReplicationState
 
 #: The window of the control-act gauge (tenure_control_acts_recent).
 CONTROL_WINDOW_SECONDS = 900.0
+#: The bounds of the jobs-without-worker gauge: the (task, queue) pairs it reports, first by
+#: name, and how far it counts each one's jobs. Past them it says "at least": the statement
+#: reads at most their product of index entries, whatever the backlog.
+STRANDED_PAIRS_LIMIT = 50
+STRANDED_COUNT_LIMIT = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +74,10 @@ class Snapshot:
     """Schedules: name, paused, declared (by a live worker), since_last_fire_seconds."""
     replication: ReplicationState | None = None
     """Whether commits acknowledged now have a synchronous standby behind them."""
+    without_worker: list[Row] = field(default_factory=list)
+    """Waiting jobs no live worker can run, by task and queue: task, queue, jobs (counted up to
+    STRANDED_COUNT_LIMIT), registered (by a live worker serving other queues), stranded_pairs
+    (how many such pairs there are, of which STRANDED_PAIRS_LIMIT are listed)."""
 
 
 #: The snapshot's statements, in the order `snapshot_of` reads their rows.
@@ -82,7 +91,12 @@ SNAPSHOT_QUERIES = (
     "gauge_schedules",
     "queue_limits_list",
     "gauge_replication",
+    "gauge_jobs_without_worker",
 )
+#: Statements of the snapshot that need a migration a worker may run without (the worker's
+#: metrics endpoint reads the gauges on any schema it runs on): on an older schema they read as
+#: no rows instead of failing the whole scrape.
+NEWER_THAN_WORKER_FLOOR = frozenset({"gauge_jobs_without_worker"})
 
 
 def snapshot_params(near_expiry: float, stale: float, now: datetime | None) -> dict[str, Any]:
@@ -90,13 +104,15 @@ def snapshot_params(near_expiry: float, stale: float, now: datetime | None) -> d
         "near_expiry_seconds": near_expiry,
         "stale_seconds": stale,
         "control_window_seconds": CONTROL_WINDOW_SECONDS,
+        "pairs_limit": STRANDED_PAIRS_LIMIT,
+        "count_limit": STRANDED_COUNT_LIMIT,
         "now": now,
     }
 
 
 def snapshot_of(results: list[list[Row]]) -> Snapshot:
     """The Snapshot of the rows of SNAPSHOT_QUERIES, in their order."""
-    queues, workers, connections, locks, paused, control, schedules, limits, replication = results
+    queues, workers, connections, locks, paused, control, schedules, limits, replication, stranded = results
     return Snapshot(
         queues=[QueueGauges(**r) for r in queues],
         workers=WorkerGauges(**workers[0]),
@@ -108,4 +124,5 @@ def snapshot_of(results: list[list[Row]]) -> Snapshot:
         schedules=schedules,
         limits=limits,
         replication=ReplicationState(**replication[0]),
+        without_worker=stranded,
     )

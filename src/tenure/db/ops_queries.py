@@ -135,7 +135,9 @@ class OpsQueries(GaugeQueries):
         busy: int,
         failing: dict[str, Any] | None = None,
         now: datetime | None = None,
-    ) -> None:
+    ) -> bool:
+        """Writes the worker's row; True when this created it (its first refresh, or its first
+        after the row was deleted as silent), when the tasks are to be recorded again."""
         params = {
             "id": worker_id[:200],
             "queues": list(queues),
@@ -144,7 +146,13 @@ class OpsQueries(GaugeQueries):
             "failing": Jsonb(failing) if failing else None,
             "now": now,
         }
-        await fetch(conn, self._sql["worker_seen"], params)
+        rows = await fetch(conn, self._sql["worker_seen"], params)
+        return bool(rows and rows[0]["inserted"])
+
+    async def worker_tasks_record(
+        self, conn: AsyncConnection[Any], worker_id: str, tasks: Sequence[str]
+    ) -> None:
+        await fetch(conn, self._sql["worker_tasks_record"], {"id": worker_id[:200], "tasks": list(tasks)})
 
     async def worker_forget(self, conn: AsyncConnection[Any], worker_id: str) -> None:
         await fetch(conn, self._sql["worker_forget"], {"id": worker_id[:200]})

@@ -149,6 +149,11 @@ ALTER TABLE __schema__.jobs SET (
     autovacuum_analyze_scale_factor = 0.02
 );
 
+-- Waiting jobs by task and queue (migration 0021): the jobs-without-worker gauge walks its
+-- distinct pairs, one index descent each, and counts only the pairs no live worker runs.
+CREATE INDEX jobs_waiting_task_idx ON __schema__.jobs (task, queue)
+    WHERE state IN ('scheduled', 'pending');
+
 -- Retention deletes the oldest finished jobs first, and `tenure status` counts recent ones.
 CREATE INDEX jobs_finished_idx ON __schema__.jobs (finished_at)
     WHERE state IN ('succeeded', 'cancelled');
@@ -165,6 +170,9 @@ CREATE TABLE __schema__.workers (
     started_at  timestamptz NOT NULL DEFAULT now(),
     seen_at     timestamptz NOT NULL DEFAULT now(),
     failing     jsonb,
+    -- The tasks it registered (migration 0021); NULL: a worker of an earlier version, which
+    -- counts as running every task of its queues.
+    tasks       text[],
     CONSTRAINT workers_id_length CHECK (char_length(id) BETWEEN 1 AND 200),
     CONSTRAINT workers_busy_in_range CHECK (concurrency >= 1 AND busy BETWEEN 0 AND concurrency)
 );

@@ -201,6 +201,7 @@ class Worker:
                 busy=lambda: len(executor.running),
                 connection=services.connection,
                 failing=board.failing,
+                tasks=claimer.tasks,
             ),
         ]
         if self.retention is not None:

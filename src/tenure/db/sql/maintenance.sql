@@ -9,7 +9,14 @@ VALUES (%(id)s, %(queues)s::text[], %(concurrency)s, %(busy)s,
         coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()), %(failing)s::jsonb)
 ON CONFLICT (id) DO UPDATE
 SET queues = excluded.queues, concurrency = excluded.concurrency, busy = excluded.busy,
-    seen_at = excluded.seen_at, failing = excluded.failing;
+    seen_at = excluded.seen_at, failing = excluded.failing
+RETURNING (xmax = 0) AS inserted;
+
+-- name: worker_tasks_record
+-- The tasks a worker registered, written when its row is created rather than at every refresh
+-- (a long list would be a new out-of-line value every few seconds): what the jobs-without-worker
+-- gauge matches waiting jobs against.
+UPDATE __schema__.workers SET tasks = %(tasks)s::text[] WHERE id = %(id)s;
 
 -- name: worker_forget
 DELETE FROM __schema__.workers WHERE id = %(id)s;

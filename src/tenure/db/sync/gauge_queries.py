@@ -11,11 +11,12 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from psycopg import Connection
 
-from tenure.db.gauges import SNAPSHOT_QUERIES, Snapshot, snapshot_of, snapshot_params
+from tenure.db.gauges import NEWER_THAN_WORKER_FLOOR, SNAPSHOT_QUERIES, Snapshot, snapshot_of, snapshot_params
 from tenure.db.sqlfiles import named_queries
-from tenure.db.sync.fetch import fetch
+from tenure.db.sync.fetch import Row, fetch
 
 
 class GaugeQueries:
@@ -41,4 +42,13 @@ class GaugeQueries:
     ) -> Snapshot:
         """The gauges, inside the caller's `snapshot`."""
         params = snapshot_params(near_expiry_seconds, stale_seconds, now)
-        return snapshot_of([fetch(conn, self._sql[name], params) for name in SNAPSHOT_QUERIES])
+        return snapshot_of([self._read(conn, name, params) for name in SNAPSHOT_QUERIES])
+
+    def _read(self, conn: Connection[Any], name: str, params: dict[str, Any]) -> list[Row]:
+        if name not in NEWER_THAN_WORKER_FLOOR:
+            return fetch(conn, self._sql[name], params)
+        try:
+            with conn.transaction():  # a savepoint: the snapshot goes on after a failure
+                return fetch(conn, self._sql[name], params)
+        except (psycopg.errors.UndefinedColumn, psycopg.errors.UndefinedTable):
+            return []  # a schema before the migration this gauge reads

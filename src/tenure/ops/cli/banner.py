@@ -3,6 +3,8 @@ runs, what it serves and where, and what it did."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 
 from rich.console import Console
@@ -32,6 +34,24 @@ def start_banner(console: Console, worker: Worker, app_name: str, dsn: str) -> N
         "  Ctrl-C stops it: running jobs get the grace period, then are given back",
         highlight=False,
     )
+
+
+async def run_announced(console: Console, worker: Worker, app_name: str, dsn: str) -> WorkerStats:
+    """Runs `worker` (stopping on SIGTERM or SIGINT) and prints its start banner once it has
+    connected, checked the schema and declared its tasks: a worker that cannot start says only
+    why, never "started" first."""
+
+    async def announce() -> None:
+        await worker.started.wait()
+        start_banner(console, worker, app_name, dsn)
+
+    announcer = asyncio.create_task(announce())
+    try:
+        return await worker.run(handle_signals=True)
+    finally:
+        announcer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await announcer
 
 
 def stop_summary(console: Console, worker: Worker, stats: WorkerStats, started: float) -> None:

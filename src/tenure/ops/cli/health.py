@@ -11,7 +11,7 @@ from rich.table import Table
 from tenure.db.ops_queries import OpsQueries
 from tenure.ops.cli._common import connected, emit_json, out
 from tenure.ops.views.durations import duration, human
-from tenure.ops.views.health import THROUGHPUT_MINUTES, Report, problems, queue_summaries
+from tenure.ops.views.health import THROUGHPUT_MINUTES, Report, problems, queue_summaries, without_worker
 
 EXIT_THRESHOLD = 1
 
@@ -112,6 +112,8 @@ async def cmd_status(args: argparse.Namespace) -> int:
         f"{w['busy_slots']}/{w['capacity_slots']} slots busy, {w['lease_owners']} holding leases; "
         f"lock waits now: {summary['lock_waits']}"
     )
+    for line in without_worker(report.snapshot):
+        out.print(f"[bold red]{escape(line)}[/]", highlight=False)
     replication = report.snapshot.replication
     if replication is not None and replication.unprotected:
         out.print(f"[bold red]replication: {escape(replication.describe())}[/]", highlight=False)
@@ -178,6 +180,13 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         help="most workers allowed to report a failing service (default 0)",
+    )
+    p.add_argument(
+        "--max-jobs-without-worker",
+        type=int,
+        default=None,
+        help="most waiting jobs allowed whose task no live worker registers with their queue "
+        "(default: no limit; 0 flags any, as the dashboard does)",
     )
     p.add_argument(
         "--allow-unprotected-commits",

@@ -16,7 +16,7 @@ from tenure.model.errors import ConfigurationError, TenureError
 from tenure.model.outcomes import DEFAULT_MAX_RESULT_BYTES
 from tenure.ops.cli._common import emit_json, err, positive_int
 from tenure.ops.cli.apps import connect_app, load_app
-from tenure.ops.cli.banner import start_banner, stop_summary
+from tenure.ops.cli.banner import run_announced, stop_summary
 from tenure.ops.cli.ops import add_worker_options, prepare_worker
 from tenure.worker.options import WorkerOptions
 
@@ -80,11 +80,12 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     metrics = prepare_worker(worker, args, dsn)  # logs, retention, metrics port
     # For people: a JSON log stream stays JSON lines only (its INFO records say the same).
     for_people = not args.json and args.log_format == "text"
-    if for_people:
-        start_banner(err, worker, args.app, dsn)
     started = time.monotonic()
     try:
-        stats = await worker.run(handle_signals=True)
+        if for_people:
+            stats = await run_announced(err, worker, args.app, dsn)
+        else:
+            stats = await worker.run(handle_signals=True)
     finally:
         if metrics is not None:
             metrics.close()

@@ -19,7 +19,8 @@ STATES = [s.value for s in JobState]
 #: (10M succeeded jobs took a second and a half to count, every 5 s for every open tab), while
 #: the other states are read exactly through their partial indexes, as the gauges do.
 RECENT_ONLY = ("succeeded", "cancelled")
-#: The thresholds `tenure check` uses when given no options.
+#: The thresholds `tenure check` uses when given no options, and jobs no live worker can run
+#: (`tenure check --max-jobs-without-worker 0`): a job of a task no worker registers never runs.
 CHECK_DEFAULTS = argparse.Namespace(
     queue=None,
     max_claimable_age=300.0,
@@ -30,6 +31,7 @@ CHECK_DEFAULTS = argparse.Namespace(
     max_failing_workers=0,
     stale_after=60.0,
     allow_unprotected_commits=False,
+    max_jobs_without_worker=0,
 )
 
 

@@ -12,7 +12,7 @@ import psycopg
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from tenure.db.gauges import CONTROL_WINDOW_SECONDS, Snapshot
+from tenure.db.gauges import CONTROL_WINDOW_SECONDS, STRANDED_COUNT_LIMIT, STRANDED_PAIRS_LIMIT, Snapshot
 from tenure.db.sync.gauge_queries import GaugeQueries
 
 log = logging.getLogger("tenure.metrics")
@@ -163,6 +163,7 @@ class DatabaseCollector(Collector):
         yield acts
         yield from _schedule_families(snap)
         yield from _replication_families(snap)
+        yield _without_worker_family(snap, self.stale_seconds)
         limited = GaugeMetricFamily(
             "tenure_queue_limit_running",
             "Live leases of a queue with a global limit, against its max_running (label limit)",
@@ -211,6 +212,20 @@ def _replication_families(snap: Snapshot) -> Iterator[GaugeMetricFamily]:
         )
         sync.add_metric([], float(replication.synchronous))
         yield sync
+
+
+def _without_worker_family(snap: Snapshot, stale_seconds: float) -> GaugeMetricFamily:
+    """Waiting jobs that no live worker can run, by task and queue: absent when there are none."""
+    family = GaugeMetricFamily(
+        "tenure_jobs_without_worker",
+        "Scheduled and pending jobs whose task no worker seen in the last "
+        f"{stale_seconds:g}s registers together with their queue, by queue and task (counted up to "
+        f"{STRANDED_COUNT_LIMIT} each, for the first {STRANDED_PAIRS_LIMIT} tasks and queues by name)",
+        labels=["queue", "task"],
+    )
+    for row in snap.without_worker:
+        family.add_metric([row["queue"], row["task"]], float(row["jobs"]))
+    return family
 
 
 def _schedule_families(snap: Snapshot) -> Iterator[GaugeMetricFamily]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tenure.db.gauges import Snapshot
+from tenure.db.gauges import STRANDED_COUNT_LIMIT, Snapshot
 from tenure.db.ops_rows import FinishedCount, RegisteredWorker
 from tenure.ops.views.durations import human
 
@@ -26,6 +26,7 @@ class Thresholds(Protocol):
     max_failing_workers: int | None
     stale_after: float
     allow_unprotected_commits: bool
+    max_jobs_without_worker: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +91,50 @@ def queue_summaries(report: Report, stale_after: float) -> dict[str, Any]:
         },
         "lock_waits": report.snapshot.lock_waits,
         "replication": None if replication is None else replication.as_dict(),
+        "jobs_without_worker": [
+            {k: row[k] for k in ("task", "queue", "jobs", "registered")}
+            for row in report.snapshot.without_worker
+        ],
+        "jobs_without_worker_pairs": max(
+            (int(row["stranded_pairs"]) for row in report.snapshot.without_worker), default=0
+        ),
     }
+
+
+def without_worker(snapshot: Snapshot, queue: str | None = None) -> list[str]:
+    """One line per task and queue whose waiting jobs no live worker can run, with the fix."""
+    rows = [r for r in snapshot.without_worker if queue is None or r["queue"] == queue]
+    lines = [_stranded(r["task"], r["queue"], int(r["jobs"]), bool(r["registered"])) for r in rows]
+    listed = len(snapshot.without_worker)
+    more = max((int(r["stranded_pairs"]) for r in snapshot.without_worker), default=0) - listed
+    if queue is None and more > 0:
+        lines.append(
+            f"and {more} more tasks and queues whose jobs no live worker runs (the first "
+            f"{listed} by name are listed)"
+        )
+    return lines
+
+
+def _stranded(task: str, queue: str, jobs: int, registered: bool) -> str:
+    count = f"at least {jobs:,} jobs" if jobs >= STRANDED_COUNT_LIMIT else f"{jobs:,} jobs"
+    waits = f"1 job of task {task} waits" if jobs == 1 else f"{count} of task {task} wait"
+    if registered:
+        return (
+            f"{waits} in queue {queue}, and no live worker that registers {task} serves {queue}: "
+            f"start one whose --queues include {queue}"
+        )
+    if task.startswith("__main__."):
+        return (
+            f"{waits} in queue {queue}, and no live worker registers {task}: it was registered in a "
+            "script run directly, which names its tasks __main__.NAME; define it in a module that "
+            "both the script and `tenure worker MODULE` import, or give it a fixed name "
+            "(@app.task(name=...))"
+        )
+    return (
+        f"{waits} in queue {queue}, and no live worker registers {task}: start a worker that "
+        "imports the module defining it (a task registered in a script run directly is named "
+        f"__main__.{task.rpartition('.')[2]})"
+    )
 
 
 def problems(report: Report, args: Thresholds) -> list[str]:
@@ -135,4 +179,7 @@ def problems(report: Report, args: Thresholds) -> list[str]:
     replication = report.snapshot.replication
     if replication is not None and replication.unprotected and not args.allow_unprotected_commits:
         found.append(f"replication: {replication.describe()}")
+    stranded = sum(int(r["jobs"]) for r in report.snapshot.without_worker if args.queue in (None, r["queue"]))
+    if args.max_jobs_without_worker is not None and stranded > args.max_jobs_without_worker:
+        found.extend(without_worker(report.snapshot, args.queue))
     return found

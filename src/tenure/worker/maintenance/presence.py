@@ -24,8 +24,8 @@ log = logging.getLogger("tenure.worker")
 
 class WorkerPresence(Service):
     """Refreshes this worker's registry row every `seen_every` seconds (what `tenure status`
-    shows: its queues, how busy it is, its failing services), and removes the row when the
-    worker stops cleanly."""
+    shows: its queues, how busy it is, its failing services), records the tasks it runs when the
+    row is created, and removes the row when the worker stops cleanly."""
 
     name = "registry refresh"
 
@@ -41,6 +41,7 @@ class WorkerPresence(Service):
         connection: Callable[[], AbstractAsyncContextManager[AsyncConnection[Any]]],
         failing: Callable[[], dict[str, Any]] = dict,
         seen_every: float = 5.0,
+        tasks: Sequence[str] | None = None,
     ) -> None:
         self.ops = OpsQueries(schema)
         self.health = health
@@ -51,10 +52,13 @@ class WorkerPresence(Service):
         self.failing = failing
         self.connection = connection
         self.seen_every = seen_every
+        #: The tasks this worker runs, recorded with its row; None once the schema proved to have
+        #: no column for them (before migration 0021).
+        self.tasks = None if tasks is None else sorted(tasks)
 
     async def run_once(self) -> None:
         async with self.connection() as conn:
-            await self.ops.worker_seen(
+            created = await self.ops.worker_seen(
                 conn,
                 worker_id=self.worker_id,
                 queues=self.queues,
@@ -62,6 +66,17 @@ class WorkerPresence(Service):
                 busy=self.busy(),
                 failing=self.failing() or None,
             )
+            if created and self.tasks is not None:
+                await self._record_tasks(conn, self.tasks)
+
+    async def _record_tasks(self, conn: AsyncConnection[Any], tasks: list[str]) -> None:
+        try:
+            await self.ops.worker_tasks_record(conn, self.worker_id, tasks)
+        except psycopg.errors.UndefinedColumn:
+            # A schema before migration 0021 (workers run on it while an upgrade waits): the row
+            # lists no tasks, and counts as running every task of its queues until the restart.
+            log.info("the worker registry has no task list yet: `tenure migrate` adds it")
+            self.tasks = None
 
     def next_delay(self, result: None) -> float:
         return self.seen_every

@@ -4,6 +4,7 @@ app whose tasks use the ORM can be loaded."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from typing import Any
 
@@ -13,11 +14,12 @@ from django.db import connections
 from tenure.contrib.django.configured import tenure_app, tenure_dsn
 from tenure.contrib.django.settings import tenure_settings
 from tenure.model.errors import TenureError
+from tenure.ops.cli import build_parser
 from tenure.ops.cli import main as tenure_main
 
 #: Commands that build databases and data of their own: run here, they would write into the
 #: project's database.
-NOT_FOR_A_PROJECT = ("demo", "soak", "bench")
+NOT_FOR_A_PROJECT = ("demo", "soak", "bench", "embedded")
 #: Options Django's manage.py reads before any command, which Tenure's parser does not know.
 DJANGO_OPTIONS = ("--settings", "--pythonpath")
 
@@ -70,7 +72,36 @@ def tenure_argv(argv: list[str]) -> list[str]:
         extra += ["--schema", tenure_app().schema]
     if command == "enqueue" and not given(argv, "--app") and not given(argv, "--by-name"):
         extra += ["--app", tenure_settings().app]
+    if command == "worker" and not names_a_positional("worker", argv[argv.index(command) + 1 :]):
+        # `tenure worker MODULE`: the project's app, as manage.py tenure_worker runs it.
+        at = argv.index(command) + 1
+        argv = [*argv[:at], tenure_settings().app, *argv[at:]]
     return argv + extra
+
+
+def names_a_positional(command: str, args: list[str]) -> bool:
+    """Whether `args` (what follows `command`) give the command a positional argument, as
+    Tenure's own parser reads them: an option's value is not one."""
+    options = command_parser(command)._option_string_actions
+    takes_value = False
+    for arg in args:
+        if takes_value:
+            takes_value = False
+        elif arg == "--":
+            return True
+        elif arg.startswith("-") and len(arg) > 1:
+            action = options.get(arg.split("=", 1)[0])
+            takes_value = "=" not in arg and action is not None and action.nargs != 0
+        else:
+            return True
+    return False
+
+
+def command_parser(command: str) -> argparse.ArgumentParser:
+    for action in build_parser()._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices[command]  # type: ignore[no-any-return]
+    raise KeyError(command)
 
 
 class Command(BaseCommand):

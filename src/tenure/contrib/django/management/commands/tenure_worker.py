@@ -13,7 +13,7 @@ from rich.console import Console
 from tenure.contrib.django.configured import tenure_app, tenure_dsn
 from tenure.contrib.django.settings import tenure_settings
 from tenure.model.errors import TenureError
-from tenure.ops.cli.banner import start_banner, stop_summary
+from tenure.ops.cli.banner import run_announced, stop_summary
 from tenure.ops.cli.worker import parse_queues
 from tenure.worker.options import WorkerOptions
 
@@ -64,9 +64,8 @@ class Command(BaseCommand):
             )
         )
         console = Console(stderr=True)
-        start_banner(console, worker, tenure_settings().app, dsn)
         started = time.monotonic()
-        stats = asyncio.run(worker.run(handle_signals=True))
+        stats = asyncio.run(run_announced(console, worker, tenure_settings().app, dsn))
         stop_summary(console, worker, stats, started)
         if worker.failure:
             console.print(f"worker stopped: {worker.failure}", markup=False, highlight=False)
