@@ -149,11 +149,6 @@ ALTER TABLE __schema__.jobs SET (
     autovacuum_analyze_scale_factor = 0.02
 );
 
--- Waiting jobs by task and queue (migration 0021): the jobs-without-worker gauge walks its
--- distinct pairs, one index descent each, and counts only the pairs no live worker runs.
-CREATE INDEX jobs_waiting_task_idx ON __schema__.jobs (task, queue)
-    WHERE state IN ('scheduled', 'pending');
-
 -- Retention deletes the oldest finished jobs first, and `tenure status` counts recent ones.
 CREATE INDEX jobs_finished_idx ON __schema__.jobs (finished_at)
     WHERE state IN ('succeeded', 'cancelled');

@@ -164,56 +164,62 @@ FROM __schema__.schedules s CROSS JOIN clock
 ORDER BY s.name;
 
 -- name: gauge_jobs_without_worker
--- Scheduled and pending jobs that no live worker can run, per task and queue: no worker seen in
--- the last %(stale_seconds)s seconds both serves the job's queue and registered its task (a typo'd
--- task name, a task registered by a script run directly, `__main__.f`, or workers not started).
+-- Due jobs that no live worker can run, per task and queue: no worker seen in the last
+-- %(stale_seconds)s seconds both serves the job's queue and registered its task (a typo'd task
+-- name, a task registered by a script run directly, `__main__.f`, or workers not started).
 -- `registered` says whether a live worker registered the task at all (serving other queues). A
 -- worker whose row lists no tasks (a version before migration 0021) counts as running every task
 -- of its queues.
--- Bounded whatever the backlog: a skip scan of jobs_waiting_task_idx takes the distinct
--- (task, queue) pairs, one index descent each; of the pairs no live worker runs, the first
--- %(pairs_limit)s by name are reported (`stranded_pairs` counts them all), each with its jobs
--- counted up to %(count_limit)s. The jobs workers drain are never read, and the worst case (no
--- worker at all, a large backlog) reads pairs_limit * count_limit index entries.
+-- Bounded whatever the backlog, and through the claim's own indexes (no index of its own, which
+-- every enqueue would pay for): a skip scan takes the queues with due jobs, one index descent
+-- each, and reads the oldest %(count_limit)s due jobs of each queue. A job no worker can claim
+-- stays among its queue's oldest while the others drain past it, so that is where it is found.
+-- Of the pairs no live worker runs, the first %(pairs_limit)s by name are reported
+-- (`stranded_pairs` counts them all), each with its jobs among those read.
 WITH RECURSIVE clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), live AS MATERIALIZED (
     SELECT w.queues, w.tasks
     FROM __schema__.workers w CROSS JOIN clock
     WHERE w.seen_at >= clock.now - make_interval(secs => %(stale_seconds)s)
-), pairs AS (
-    (SELECT j.task, j.queue
+), queues AS (
+    (SELECT j.queue
      FROM __schema__.jobs j
-     WHERE j.state IN ('scheduled', 'pending')
-     ORDER BY j.task, j.queue
+     WHERE j.state = 'pending'
+     ORDER BY j.queue
      LIMIT 1)
     UNION ALL
-    SELECT later.task, later.queue
-    FROM pairs p
+    SELECT later.queue
+    FROM queues q
+    CROSS JOIN LATERAL (
+        SELECT j.queue
+        FROM __schema__.jobs j
+        WHERE j.state = 'pending' AND j.queue > q.queue
+        ORDER BY j.queue
+        LIMIT 1
+    ) later
+), oldest AS (
+    SELECT o.task, o.queue
+    FROM queues q
     CROSS JOIN LATERAL (
         SELECT j.task, j.queue
         FROM __schema__.jobs j
-        WHERE j.state IN ('scheduled', 'pending')
-          AND (j.task, j.queue) > (p.task, p.queue)
-        ORDER BY j.task, j.queue
-        LIMIT 1
-    ) later
+        WHERE j.state = 'pending' AND j.queue = q.queue
+        ORDER BY j.available_at, j.id
+        LIMIT %(count_limit)s
+    ) o
 ), stranded AS (
-    SELECT p.task, p.queue, count(*) OVER () AS stranded_pairs
-    FROM pairs p
+    SELECT o.task, o.queue, count(*) AS jobs, count(*) OVER () AS stranded_pairs
+    FROM oldest o
     WHERE NOT EXISTS (
         SELECT 1 FROM live w
-        WHERE p.queue = ANY (w.queues) AND (w.tasks IS NULL OR p.task = ANY (w.tasks))
+        WHERE o.queue = ANY (w.queues) AND (w.tasks IS NULL OR o.task = ANY (w.tasks))
     )
-    ORDER BY p.task, p.queue
+    GROUP BY o.task, o.queue
+    ORDER BY o.task, o.queue
     LIMIT %(pairs_limit)s
 )
-SELECT s.task, s.queue,
-       (SELECT count(*)
-        FROM (SELECT 1
-              FROM __schema__.jobs j
-              WHERE j.state IN ('scheduled', 'pending') AND j.task = s.task AND j.queue = s.queue
-              LIMIT %(count_limit)s) counted) AS jobs,
+SELECT s.task, s.queue, s.jobs,
        EXISTS (SELECT 1 FROM live w WHERE w.tasks IS NULL OR s.task = ANY (w.tasks)) AS registered,
        s.stranded_pairs
 FROM stranded s
