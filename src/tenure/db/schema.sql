@@ -712,9 +712,13 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT greatest(0, coalesce(nullif(current_setting('tenure.workflow_inline_limit', true), '')::integer, 64))
 $$;
 
--- The largest input a step may receive: its dependencies' results together, as JSON text.
+-- The largest input a step may receive: its dependencies' results together, as JSON text. 32 MiB,
+-- or less where a session sets tenure.workflow_max_input_bytes lower (tests do).
 CREATE FUNCTION __schema__.workflow_max_input_bytes() RETURNS bigint
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 33554432::bigint $$;
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT least(33554432, coalesce(nullif(current_setting('tenure.workflow_max_input_bytes', true), '')::bigint,
+                                    33554432))
+$$;
 
 -- A step whose dependencies have all succeeded (locked by the caller, state 'waiting',
 -- remaining 0) becomes its job, with its input gathered from its dependencies' results. Inline

@@ -131,8 +131,10 @@ class Worker:
         """`start()`, tried again while the database cannot serve it yet (no writable primary
         during a failover, a server restarting), as a failing service is, for at most
         `service_failure_limit` seconds: a worker started in the middle of a switchover waits for
-        the new primary instead of exiting."""
-        began, pause = time.monotonic(), 0.1
+        the new primary instead of exiting. Once the database has said it is between primaries or
+        restarting, a refused connection that follows (the old primary stopped, the new one not
+        up yet) is part of the same passage; a first refusal is a mistake, reported at once."""
+        began, pause, passing = time.monotonic(), 0.1, False
         while True:
             try:
                 return await start()
@@ -141,7 +143,8 @@ class Worker:
                 psycopg.OperationalError,
                 psycopg.errors.ReadOnlySqlTransaction,
             ) as exc:
-                if not _passing(exc) or time.monotonic() - began >= self.options.service_failure_limit:
+                passing = passing or _passing(exc)
+                if not passing or time.monotonic() - began >= self.options.service_failure_limit:
                     raise
                 log.warning("cannot start yet, trying again in %.1fs: %s", pause, describe_error(exc))
                 await asyncio.sleep(pause)
