@@ -178,6 +178,12 @@ class Worker:
             pool=pool, queries=Queries(self.schema), options=self.options, dsn=dsn, events=self.events
         )
         self.services = services
+        if any(not task.is_async for task in self.registry):
+            # The thread handlers' blocking pool is opened now, while the worker waits for its
+            # database anyway. Opened by the first thread handler to need it, in the middle of a
+            # failover, every other handler thread would queue behind that one open, each for
+            # the open's whole timeout, long past their leases.
+            await self._when_available(lambda: asyncio.to_thread(services.sync_pool))
         threads = ThreadPoolExecutor(max_workers=self.options.concurrency, thread_name_prefix="tenure-job")
         completer = Completer(services)
         self.executor = executor = Executor(services, self.registry, completer, threads)

@@ -270,6 +270,7 @@ DECLARE
     bad text;
     t_now timestamptz := now();
     woken text;
+    places jsonb;
 BEGIN
     IF name IS NULL OR char_length(name) NOT BETWEEN 1 AND 200 THEN
         RAISE EXCEPTION 'a workflow needs a name of 1 to 200 characters, got %', coalesce(quote_literal(name), 'NULL')
@@ -309,12 +310,16 @@ BEGIN
         RAISE EXCEPTION 'two steps of the workflow are named %', quote_literal(bad)
             USING ERRCODE = 'invalid_parameter_value', HINT = 'give each step its own name';
     END IF;
+    -- Each step's place, looked up by name in one JSON object: a join of the steps with
+    -- themselves here, under LIMIT 1, can be planned as a nested loop, which a fan-out of
+    -- 100,000 turns into 10^10 comparisons.
+    SELECT jsonb_object_agg(s.value ->> 'name', s.n) INTO places
+    FROM jsonb_array_elements(steps) WITH ORDINALITY s(value, n);
     SELECT format('step %s depends on %s, which is not listed before it', quote_literal(c.value ->> 'name'),
                   quote_literal(a.parent)) INTO bad
     FROM jsonb_array_elements(steps) WITH ORDINALITY c(value, n)
     CROSS JOIN LATERAL jsonb_array_elements_text(coalesce(c.value -> 'after', '[]')) a(parent)
-    LEFT JOIN jsonb_array_elements(steps) WITH ORDINALITY p(value, n) ON p.value ->> 'name' = a.parent
-    WHERE p.n IS NULL OR p.n >= c.n
+    WHERE (places ->> a.parent) IS NULL OR (places ->> a.parent)::bigint >= c.n
     LIMIT 1;
     IF bad IS NOT NULL THEN
         RAISE EXCEPTION '%', bad USING ERRCODE = 'invalid_parameter_value',

@@ -39,7 +39,7 @@ class Sizes:
     producer_connections: int = 10  # connections per producer process, each one job at a time
     workflow_steps: int = 20_000  # plain jobs, and steps of chains, claimed and completed each
     fan_in: int = 10_000  # parallel steps before one fan-in step
-    fan_out: int = 100_000  # children of one root, released by the workflow pass
+    fan_out: int = 99_999  # children of one root (the largest workflow), released by the workflow pass
 
     @property
     def jobs(self) -> int:
