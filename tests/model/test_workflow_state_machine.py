@@ -328,8 +328,8 @@ class WorkflowMachine(RuleBasedStateMachine):
     def complete(self, data: st.DataObject, stale: bool, value: int) -> None:
         """The holder completes with a result; a stale writer (an older token) releases nothing."""
         job_id = self._pick(data, {"running", "pending", "cancelled", "dead"})
-        assert job_id is not None
-        self._complete(job_id, stale, value)
+        if job_id is not None:  # the jobs with a token may all have succeeded (run_one)
+            self._complete(job_id, stale, value)
 
     def _complete(self, job_id: int, stale: bool, value: int) -> None:
         job = self.jobs[job_id]

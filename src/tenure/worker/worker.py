@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, conninfo
 from psycopg_pool import AsyncConnectionPool
 
 from tenure.db.connect import resolve_dsn
@@ -52,9 +52,12 @@ PASSING_AT_START = ("read-only", "starting up", "shutting down", "in recovery")
 START_ERRORS = (DatabaseUnavailable, psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransaction)
 
 
-def _passing(exc: BaseException) -> bool:
+def _passing(exc: BaseException, dsn: str) -> bool:
     """The database is between primaries or restarting, not misconfigured."""
     if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
+        return True
+    if "," in str(conninfo.conninfo_to_dict(dsn).get("host") or ""):
+        # Several hosts: a cluster, whose primary may be down while another is promoted.
         return True
     if isinstance(exc, psycopg.OperationalError):
         return True  # the pool was open: the server answered once, and may again
@@ -77,6 +80,7 @@ class Worker:
         self.schema = check_schema_name(schema)
         self.options = options or WorkerOptions()
         self._dsn = dsn
+        self._resolved_dsn = ""  # the DSN the worker runs on, once run() has resolved it
         self.stopping = asyncio.Event()
         self.started = asyncio.Event()
         self.services: WorkerServices | None = None
@@ -117,7 +121,7 @@ class Worker:
         """Runs until `stop` (with `handle_signals`, SIGTERM or SIGINT too) or until a critical
         service keeps failing (`failure` says why); then shuts down as `stop` says, and returns the
         counters."""
-        dsn = resolve_dsn(self._dsn).dsn
+        dsn = self._resolved_dsn = resolve_dsn(self._dsn).dsn
         pool = await self._when_available(
             lambda: open_pool(dsn, min_size=2, max_size=self.options.concurrency + 4, name="tenure-worker")
         )
@@ -143,7 +147,7 @@ class Worker:
                 psycopg.OperationalError,
                 psycopg.errors.ReadOnlySqlTransaction,
             ) as exc:
-                passing = passing or _passing(exc)
+                passing = passing or _passing(exc, self._resolved_dsn)
                 if not passing or time.monotonic() - began >= self.options.service_failure_limit:
                     raise
                 log.warning("cannot start yet, trying again in %.1fs: %s", pause, describe_error(exc))
