@@ -33,7 +33,7 @@ def test_soak_across_switchovers_and_primary_kills_loses_nothing() -> None:
     completion after each failover are reported. The base soak runs every other fault."""
     report = run_soak("--topology", "failover", "--duration", "75", "--fault-gap", "1",
                       "--faults", "kill,pause,terminate,job_revoke",
-                      "--rate", "15", "--drain-timeout", "90", timeout=480)  # fmt: skip
+                      "--rate", "15", "--drain-timeout", "90", timeout=480, liveness_retry=True)  # fmt: skip
     assert report["setup"]["topology"] == "failover"
     assert report["fault_counts"]["switchover"] > 0 and report["fault_counts"]["primary_kill"] > 0
     assert "restart" not in report["fault_counts"]
