@@ -16,6 +16,7 @@ untouched: the plain path pays nothing for this.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import datetime as dt
 import enum
@@ -37,19 +38,19 @@ class ArgumentMismatch(ValidationError):
     is annotated, what was given and what to give instead; never the value, which may be secret)."""
 
 
-class Converter:
+class Converter(abc.ABC):
     """One annotation's way to JSON and back."""
 
     annotation: str
     """The annotation as a person reads it, for messages."""
 
+    @abc.abstractmethod
     def to_json(self, value: Any, path: str) -> Any:
         """The value as JSON; `value` may be the annotated type or its JSON form, which is checked."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def from_json(self, value: Any, path: str) -> Any:
         """The annotated type from its JSON form."""
-        raise NotImplementedError
 
     def refuse(self, value: Any, path: str, fix: str) -> ArgumentMismatch:
         return ArgumentMismatch(
@@ -177,14 +178,13 @@ class _Mapping(Converter):
         return {k: self.item.from_json(v, f"{path}.{k}") for k, v in value.items()}
 
 
-class _Fields(Converter):
+class _Fields:
     """The named fields of a dataclass, each by its own annotation: the payload's own shape, one
     level down. A field of a JSON type is checked as a handler's argument is."""
 
     def __init__(self, hints: dict[str, Any], required: frozenset[str]) -> None:
         self.hints = hints
         self.required = required
-        self.annotation = "an object"
 
     @functools.cached_property
     def converters(self) -> dict[str, Converter | None]:
