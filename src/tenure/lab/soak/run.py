@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from psycopg import AsyncConnection
+from psycopg import Error as DatabaseError
 
 from tenure import Client, ConfigurationError, EnqueuedJob, JobSpec, NotReplicated, Tenure, TenureError
 from tenure.db.connect import connect
@@ -361,16 +362,20 @@ async def _drain(args: argparse.Namespace, dsn: str, fleet: SoakFleet) -> list[s
     """Waits until every job has finished: what went wrong if they did not."""
     queries = SoakQueries(args.schema)
     deadline = time.monotonic() + args.drain_timeout
-    async with await connect(dsn) as conn:
-        while True:
-            progress = await queries.progress(conn)
-            if progress["unfinished"] == 0:
+    unfinished: int | str = "unknown"
+    while True:
+        # A look that a failover ends mid-way is taken again on a new connection: the cluster
+        # may still be choosing its primary when the load ends.
+        with contextlib.suppress(TenureError, OSError, DatabaseError):
+            async with await connect(dsn) as conn:
+                unfinished = (await queries.progress(conn))["unfinished"]
+            if unfinished == 0:
                 return []
-            if time.monotonic() > deadline:
-                return [f"drain timed out with {progress['unfinished']} jobs unfinished"]
-            if not fleet.live():
-                return ["every worker exited before the queue drained"]
-            await asyncio.sleep(0.5)
+        if time.monotonic() > deadline:
+            return [f"drain timed out with {unfinished} jobs unfinished"]
+        if not fleet.live():
+            return ["every worker exited before the queue drained"]
+        await asyncio.sleep(0.5)
 
 
 async def _produce(
@@ -425,7 +430,9 @@ async def _produce(
                         waiters.watch(job.id)
             if time.monotonic() >= next_report:
                 next_report += args.report_every
-                with contextlib.suppress(TenureError, OSError):
+                # A progress line is only for the reader: a failover that ends its query mid-way
+                # (AdminShutdown) skips one line and must not end the producer.
+                with contextlib.suppress(TenureError, OSError, DatabaseError):
                     async with await connect(dsn) as conn:
                         p = await queries.progress(conn)
                     _say(
