@@ -10,7 +10,12 @@
 -- The fence every write after the claim passes (j: the job; the clock CTE in scope): the job
 -- runs under this worker's lease, and the lease has not run out by the database's clock. Each
 -- write matches the lease's token beside it.
-j.state = 'running'
+-- Every statement that uses it finds its rows by primary key. The state is compared as text so
+-- that no plan can reach the rows through jobs_running_expiry_idx instead: on a table whose
+-- statistics predate the drain (never analyzed, or analyzed when few jobs ran), the planner
+-- took that partial index for small and scanned it for every completion batch, reading every
+-- entry each completed job had left in it (about 100 index tuples per job in a drain of 20,000).
+j.state::text = 'running'
 AND j.lease_owner = %(owner)s
 AND j.lease_expires_at > clock.now
 
