@@ -226,6 +226,10 @@ async def test_schemas_are_independent(empty_dsn: str) -> None:
 # -- upgrading: each migration on its own, one built outside a transaction ----------------------
 
 
+#: The last version whose unique index holds every idempotency key (0023 narrows it to chosen keys).
+BEFORE_CHOSEN_KEYS = 22
+
+
 async def downgrade_to_before_0006(conn: AsyncConnection[Any], schema: str) -> None:
     """Makes a migrated schema look as it did before migration 0006: no unique key index."""
     await conn.execute(f"DROP INDEX {schema}.jobs_idempotency_key_idx")
@@ -246,12 +250,12 @@ async def test_upgrade_builds_the_unique_key_index_concurrently_beside_live_jobs
     """An existing schema with jobs upgrades through 0006 (CREATE UNIQUE INDEX CONCURRENTLY, which
     fails inside a transaction) and then refuses a second job with the same key."""
     async with await AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
-        await migrate(conn, "tenure", fresh_snapshot=False)
+        await migrate(conn, "tenure", fresh_snapshot=False, up_to=BEFORE_CHOSEN_KEYS)
         await downgrade_to_before_0006(conn, "tenure")
         await conn.execute(
             "INSERT INTO tenure.jobs (queue, task) SELECT 'q', 't' FROM generate_series(1, 50)"
         )
-        report = await migrate(conn, "tenure")
+        report = await migrate(conn, "tenure", up_to=BEFORE_CHOSEN_KEYS)
         assert report.applied == [6]
         assert await index_validity(conn, "tenure") == [("jobs_idempotency_key_idx", True, True)]
         with pytest.raises(psycopg.errors.UniqueViolation):
@@ -265,7 +269,7 @@ async def test_duplicate_keys_stop_the_upgrade_with_the_fix_and_a_rerun_finishes
     """Duplicated keys make 0006 fail unrecorded, naming the key and where the fix is written; the
     invalid index left behind is replaced when migrate runs again after the fix."""
     async with await AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
-        await migrate(conn, "tenure", fresh_snapshot=False)
+        await migrate(conn, "tenure", fresh_snapshot=False, up_to=BEFORE_CHOSEN_KEYS)
         await downgrade_to_before_0006(conn, "tenure")
         await conn.execute(
             "INSERT INTO tenure.jobs (queue, task, idempotency_key) VALUES "
@@ -273,7 +277,7 @@ async def test_duplicate_keys_stop_the_upgrade_with_the_fix_and_a_rerun_finishes
             "('q', 'b', '00000000-0000-4000-8000-000000000001')"
         )
         with pytest.raises(tenure.MigrationFailed) as info:
-            await migrate(conn, "tenure")
+            await migrate(conn, "tenure", up_to=BEFORE_CHOSEN_KEYS)
         message = str(info.value)
         assert "migration 0006 (unique_idempotency_key) failed: 23505" in message
         assert "00000000-0000-4000-8000-000000000001" in message and "is duplicated" in message
@@ -285,7 +289,7 @@ async def test_duplicate_keys_stop_the_upgrade_with_the_fix_and_a_rerun_finishes
             "UPDATE tenure.jobs SET idempotency_key = gen_random_uuid() WHERE id = "
             "(SELECT max(id) FROM tenure.jobs)"
         )
-        assert (await migrate(conn, "tenure")).applied == [6]
+        assert (await migrate(conn, "tenure", up_to=BEFORE_CHOSEN_KEYS)).applied == [6]
         assert await index_validity(conn, "tenure") == [("jobs_idempotency_key_idx", True, True)]
 
 
@@ -473,3 +477,40 @@ async def test_workers_run_on_the_oldest_schema_they_accept_and_through_the_upgr
                     break
                 await asyncio.sleep(0.05)
         assert sorted(ran) == list(range(60))
+
+
+async def test_the_upgrade_to_chosen_keys_keeps_every_stored_key_unique_and_skips_generated_ones(
+    empty_dsn: str,
+) -> None:
+    """0022 and 0023 on a schema with jobs: the stored (version 4) keys stay unique, a job inserted
+    without a key gets a generated version 8 key outside the index, and a schedule's key (version
+    5) is refused a second time through the new index."""
+    async with await AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
+        await migrate(conn, "tenure", fresh_snapshot=False, up_to=BEFORE_CHOSEN_KEYS - 1)
+        await conn.execute(
+            "INSERT INTO tenure.jobs (queue, task) SELECT 'q', 't' FROM generate_series(1, 20)"
+        )
+        assert (await migrate(conn, "tenure")).applied == [22, 23]
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            await conn.execute(
+                "INSERT INTO tenure.jobs (queue, task, idempotency_key) "
+                "SELECT 'q', 't', idempotency_key FROM tenure.jobs ORDER BY id LIMIT 1"
+            )
+        fresh = await fetch(
+            conn,
+            "INSERT INTO tenure.jobs (queue, task) VALUES ('q', 't') "
+            "RETURNING substr(idempotency_key::text, 15, 1)",
+        )
+        assert fresh == [("8",)]
+        chosen = "00000000-0000-5000-8000-000000000005"
+        insert = "INSERT INTO tenure.jobs (queue, task, idempotency_key) VALUES ('q', 't', %s)"
+        await conn.execute(insert, (chosen,))
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            await conn.execute(insert, (chosen,))
+        names = await fetch(
+            conn,
+            "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = 'tenure' AND c.relname LIKE '%%idempotency%%' AND i.indisvalid",
+        )
+        assert names == [("jobs_chosen_idempotency_key_idx",)]

@@ -121,6 +121,35 @@ async def test_a_retried_enqueue_with_the_callers_key_returns_the_first_job(
     await app.close()
 
 
+async def test_keys_nobody_chose_are_generated_and_left_out_of_the_unique_index(
+    dsn: str, db: AsyncConnection[Any]
+) -> None:
+    """Jobs enqueued one at a time, in a batch, by COPY and by the database's default get
+    generated version 8 keys, which the unique index leaves out; a caller's own key is in it."""
+    app = Tenure(dsn)
+    lone = await app.enqueue("t.k", {}, queue="q")
+    batch = await app.client.enqueue_many([app.client.builder.spec("t.k", {}, queue="q") for _ in range(3)])
+    await app.client.enqueue_copy([app.client.builder.spec("t.k", {}, queue="q") for _ in range(3)])
+    chosen = await app.enqueue("t.k", {}, queue="q", idempotency_key="mine")
+    await app.close()
+    assert lone.idempotency_key is not None and lone.idempotency_key.version == 8
+    assert all(j.idempotency_key is not None and j.idempotency_key.version == 8 for j in batch)
+    assert chosen.idempotency_key is not None and chosen.idempotency_key.version == 5
+    async with db.cursor() as cur:
+        await cur.execute(
+            "SELECT substr(idempotency_key::text, 15, 1) AS version, count(*) FROM tenure.jobs "
+            "WHERE task = 't.k' GROUP BY 1 ORDER BY 1"
+        )
+        assert await cur.fetchall() == [("5", 1), ("8", 7)]
+        await cur.execute(
+            "SELECT pg_get_indexdef(indexrelid) FROM pg_index WHERE indrelid = 'tenure.jobs'::regclass "
+            "AND pg_get_indexdef(indexrelid) LIKE '%%(idempotency_key)%%'"
+        )
+        assert [r[0].split(" WHERE ")[1] for r in await cur.fetchall()] == [
+            "(substr((idempotency_key)::text, 15, 1) <> '8'::text)"
+        ]
+
+
 async def test_a_unique_enqueue_in_a_rolled_back_transaction_leaves_the_key_free(
     dsn: str, db: AsyncConnection[Any]
 ) -> None:
@@ -152,6 +181,11 @@ async def test_bad_unique_input_is_refused_before_anything_is_written(
         await app.client.enqueue_copy([app.client.builder.spec(by_user, {"user": 1})])
     with pytest.raises(tenure.ValidationError, match="idempotency_key must be a UUID or a string"):
         await app.enqueue(by_user, {"user": 1}, idempotency_key="")
+    generated = uuid.UUID("00000000-0000-8000-8000-000000000001")
+    with pytest.raises(
+        tenure.ValidationError, match="is a version 8 UUID, the form of the keys Tenure generates"
+    ):
+        await app.enqueue(by_user, {"user": 1}, idempotency_key=generated)
     with pytest.raises(tenure.ConfigurationError, match="not a key string"):
         app.task(name="t.bad", unique="one")(by_user)
     assert await count(db, "t.by_user") == 0

@@ -285,6 +285,32 @@ async def test_every_job_a_producer_enqueues_comes_back_with_its_stored_key(
     assert {j.id: j.idempotency_key for j in enqueued} == stored
 
 
+async def test_a_producer_may_not_give_a_job_a_key_the_unique_index_skips(
+    dsn: str, roles: dict[Role, str]
+) -> None:
+    """enqueue() refuses a key of version 8, the form of the generated keys no index checks, so
+    a producer cannot give a job another job's generated key; the keys the client makes for the
+    producer's unkeyed jobs are of version 4, which the unique index holds."""
+    async with Client(dsn, schema=SCHEMA) as client:
+        generated = await client.enqueue("sec.task", queue="sec")
+    assert generated.idempotency_key is not None and generated.idempotency_key.version == 8
+    producer = as_role(dsn, roles[Role.PRODUCER])
+    with psycopg.connect(producer, autocommit=True) as conn:
+        with pytest.raises(errors.InvalidParameterValue, match="is a version 8 UUID") as refused:
+            conn.execute(
+                f"SELECT * FROM {SCHEMA}.enqueue('sec.task', queue => 'sec', idempotency_key => %s)",
+                [generated.idempotency_key],
+            )
+        assert (
+            refused.value.diag.message_hint
+            == "leave it out for a generated key, or give a UUID of another version"
+        )
+    async with Client(producer, schema=SCHEMA) as client:
+        mine = await client.enqueue("sec.task", queue="sec")
+    assert mine.idempotency_key is not None and mine.idempotency_key.version == 4
+    assert _one(dsn, f"SELECT count(*) FROM {SCHEMA}.jobs") == 2
+
+
 async def test_the_upgrade_frees_the_keys_cancelled_jobs_held_and_mends_declared_scopes(
     empty_dsn: str,
 ) -> None:

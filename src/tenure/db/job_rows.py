@@ -20,6 +20,7 @@ from tenure.model.jobs import (
     JobSpec,
     JobState,
 )
+from tenure.model.keys import generated_key
 from tenure.model.unique import held_key, unique_from
 
 
@@ -64,10 +65,18 @@ IDEMPOTENCY_NAMESPACE = uuid.UUID("6f2c1d9e-4b7a-5e8f-9a3b-2d1c0e4f5a6b")
 def idempotency_key_of(spec: JobSpec) -> uuid.UUID:
     given = spec.idempotency_key
     if given is None:
-        return uuid.uuid4()
+        return generated_key()
     if isinstance(given, uuid.UUID):
         return given
     return uuid.uuid5(IDEMPOTENCY_NAMESPACE, given)
+
+
+def indexed_key_of(spec: JobSpec) -> uuid.UUID:
+    """The key of a job sent through the database's enqueue() (the producer role's way in): the
+    caller's own, else a random version 4 key, which the unique index holds as it holds a chosen
+    one. enqueue() refuses a generated key's form: a role that may not insert jobs itself may not
+    give a job a key that no index checks, such as another job's key learned elsewhere."""
+    return uuid.uuid4() if spec.idempotency_key is None else idempotency_key_of(spec)
 
 
 def is_lone(spec: JobSpec) -> bool:

@@ -28,6 +28,7 @@ from tenure.db.job_rows import (
     held_unique_key,
     holder_params,
     idempotency_key_of,
+    indexed_key_of,
     insert_columns,
     is_keyed,
     is_lone,
@@ -132,7 +133,7 @@ class ProducerQueries:
         A role that may not insert jobs itself (the producer role) enqueues through the
         database's enqueue() instead, which checks and completes each job (docs/sql.md)."""
         if not await self.may_insert(conn):
-            keys = [idempotency_key_of(s) for s in specs]
+            keys = [indexed_key_of(s) for s in specs]
             rows = await fetch(conn, self._sql["job_enqueue_call"], self._call_params(specs, keys, wakeups))
             return self._called(rows, specs, keys, wakeups)
         if lone := self._lone_insert(specs, now, wakeups):

@@ -24,7 +24,7 @@ CREATE TABLE __schema__.jobs (
     progress         jsonb,
     last_error_code  text,
     last_error       text,
-    idempotency_key  uuid NOT NULL DEFAULT gen_random_uuid(),
+    idempotency_key  uuid NOT NULL DEFAULT overlay(gen_random_uuid()::text PLACING '8' FROM 15 FOR 1)::uuid,
     created_at       timestamptz NOT NULL DEFAULT now(),
     attempted_at     timestamptz,
     finished_at      timestamptz,
@@ -88,8 +88,11 @@ CREATE INDEX jobs_running_expiry_idx ON __schema__.jobs (lease_expires_at)
     WHERE state = 'running';
 CREATE INDEX jobs_dead_idx ON __schema__.jobs (queue, finished_at)
     WHERE state = 'dead';
--- One job per idempotency key (migration 0006).
-CREATE UNIQUE INDEX jobs_idempotency_key_idx ON __schema__.jobs (idempotency_key);
+-- One job per idempotency key a caller chose (migrations 0006, 0023). Keys Tenure generates are
+-- random UUIDs of version 8 (tenure/model/keys.py), left out, so that a job nobody keyed writes
+-- no entry here at each transition.
+CREATE UNIQUE INDEX jobs_chosen_idempotency_key_idx ON __schema__.jobs (idempotency_key)
+    WHERE substr(idempotency_key::text, 15, 1) <> '8';
 
 -- Append-only history of every transition off the happy path.
 CREATE TABLE __schema__.job_events (
@@ -239,7 +242,8 @@ CREATE UNIQUE INDEX jobs_unique_key_idx ON __schema__.jobs (unique_key)
 CREATE FUNCTION __schema__.job_by_idempotency_key(key uuid)
 RETURNS TABLE (id bigint, available_at timestamptz)
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $$ SELECT j.id, j.available_at FROM __schema__.jobs j WHERE j.idempotency_key = key $$;
+AS $$ SELECT j.id, j.available_at FROM __schema__.jobs j
+      WHERE j.idempotency_key = key AND substr(j.idempotency_key::text, 15, 1) <> '8' $$;
 
 CREATE FUNCTION __schema__.job_holding_unique_key(key text)
 RETURNS TABLE (id bigint, available_at timestamptz)
@@ -503,6 +507,14 @@ BEGIN
         RAISE EXCEPTION 'delay_seconds % is invalid: give seconds from 0 to about 100 years', delay_seconds
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF substr(idempotency_key::text, 15, 1) = '8' THEN
+        -- The form of the keys Tenure generates, which no index keeps unique: a caller who could
+        -- give one could give a job another job's key (docs/security.md).
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('idempotency_key %s is a version 8 UUID, the form of the keys Tenure generates '
+                             'for jobs without one, which the database does not keep unique', idempotency_key),
+            HINT = 'leave it out for a generated key, or give a UUID of another version';
+    END IF;
     at := coalesce(run_at, t_now + make_interval(secs => coalesce(delay_seconds, 0)));
     IF NOT (at >= '1900-01-01 00:00:00+00' AND at < '9000-01-01 00:00:00+00') THEN
         RAISE EXCEPTION 'run_at % is out of range: give a time from 1900 up to 9000', at
@@ -561,7 +573,7 @@ BEGIN
                                      unique_states, trace_context)
         VALUES (queue, task, payload, priority, at,
                 CASE WHEN at > t_now THEN 'scheduled' ELSE 'pending' END::__schema__.job_state,
-                max_attempts, t_now, ordering_key, coalesce(idempotency_key, gen_random_uuid()),
+                max_attempts, t_now, ordering_key, coalesce(idempotency_key, overlay(gen_random_uuid()::text PLACING '8' FROM 15 FOR 1)::uuid),
                 coalesce(result_wanted, false), held, CASE WHEN held IS NOT NULL THEN states END,
                 trace_context)
         ON CONFLICT DO NOTHING
@@ -578,7 +590,7 @@ BEGIN
         -- Kept out by a stored job: the one with this idempotency key, else the one holding the key.
         RETURN QUERY
             SELECT j.id, j.available_at, true, j.state = 'scheduled' FROM __schema__.jobs j
-            WHERE j.idempotency_key = enqueue.idempotency_key
+            WHERE j.idempotency_key = enqueue.idempotency_key AND substr(j.idempotency_key::text, 15, 1) <> '8'
             UNION ALL
             (SELECT j.id, j.available_at, true, j.state = 'scheduled' FROM __schema__.jobs j
              WHERE j.unique_key = held AND j.state = ANY(j.unique_states) LIMIT 1)

@@ -13,6 +13,7 @@ from typing import Any
 from tenure.db.wakeups import Wakeups
 from tenure.model.errors import UnknownTask, ValidationError
 from tenure.model.jobs import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, JobSpec, JobState
+from tenure.model.keys import is_generated
 from tenure.model.secrets import CredentialPolicy, check_credentials, credential_policy_from
 from tenure.model.unique import unique_from
 from tenure.model.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_spec_json
@@ -221,7 +222,15 @@ def refuse_ordering_keys(specs: Sequence[JobSpec]) -> None:
 
 
 def check_idempotency_key(key: object) -> None:
-    if key is None or isinstance(key, uuid.UUID):
+    if key is None:
+        return
+    if isinstance(key, uuid.UUID):
+        if is_generated(key):
+            raise ValidationError(
+                f"idempotency_key {key} is a version 8 UUID, the form of the keys Tenure generates for "
+                "jobs without one, which the database does not keep unique: give a UUID of another "
+                "version (uuid.uuid4()) or a string"
+            )
         return
     if not isinstance(key, str) or not 1 <= len(key) <= 500:
         raise ValidationError(
