@@ -77,9 +77,9 @@ def _starting(found: dict[str, Target], name: str) -> list[Target]:
 def test_a_run_with_no_sections_measures_no_target() -> None:
     """With no section run, every target is listed, every one 'not measured' with the reason."""
     found = targets({"sections": {}})
-    # PgQueuer, raw loop and ceiling drains; end to end 2; latency 4; cost 5; backlog, not yet
-    # due; contention 2; COPY.
-    assert len(found) == 19
+    # PgQueuer, raw loop and ceiling drains; end to end 2; latency 4; CPU against PgQueuer's;
+    # cost 5; index entries; backlog, not yet due; contention 2; COPY.
+    assert len(found) == 21
     assert {t["status"] for t in found} == {NOT_MEASURED}
     assert all(t["note"] for t in found)
 
@@ -157,7 +157,11 @@ def test_cost_per_job_is_reported_beside_the_raw_loops() -> None:
     the raw loop's at claim 100 from the same drain; the index writes say what the counters cannot
     tell. Server CPU of a server elsewhere is not measured."""
     found = _found({"throughput": _throughput(1000, 2000, ceiling=3000)})
-    costs = {t["target"].split(",")[0]: t for t in found.values() if "drain of 50,000 jobs" in t["target"]}
+    costs = {
+        t["target"].split(",")[0]: t
+        for t in found.values()
+        if "drain of 50,000 jobs" in t["target"] and not t["target"].startswith("CPU per job")
+    }
     assert set(costs) == {
         "worker CPU per job",
         "server CPU per job (the workers' backends)",
@@ -173,8 +177,53 @@ def test_cost_per_job_is_reported_beside_the_raw_loops() -> None:
     assert "10 indexes, 8 of them partial" in non_hot["note"]
     elsewhere = _throughput(1000, 2000)
     elsewhere["tenure_n"]["server_cpu_us_per_job"] = None
-    server = _starting(_found({"throughput": elsewhere}), "server CPU per job")
+    server = _starting(_found({"throughput": elsewhere}), "server CPU per job (the workers' backends)")
     assert [(t["status"], t["note"]) for t in server] == [(NOT_MEASURED, "the server is not on this machine")]
+
+
+def test_cpu_per_job_is_held_to_077x_pgqueuers_and_each_side_shown_beside_it() -> None:
+    """Worker and server CPU together against PgQueuer's at its best batch in the same size of
+    drain: 0.77x meets, more does not; each side is reported beside PgQueuer's; without the
+    peers section the target is not measured, naming it."""
+
+    def with_pgqueuer(worker: float, server: float) -> dict[str, Any]:
+        pgq = _pgqueuer(1000)
+        for drained in pgq["by_size"].values():
+            drained["best"] = dict(
+                drained["best"], worker_cpu_us_per_job=worker, server_cpu_us_per_job=server
+            )
+        return pgq
+
+    throughput = _throughput(1000, 2000)
+    throughput["tenure_n"] = _drain(1000, worker_cpu_us_per_job=40.0, server_cpu_us_per_job=37.0)
+    name = "CPU per job, worker + server, vs pgqueuer at its best batch"
+    met = _starting(_found({"throughput": throughput, "peers": {"pgqueuer": with_pgqueuer(50, 50)}}), name)
+    assert [(t["status"], t["value"], t["ratio"], t["threshold"]) for t in met] == [
+        (MET, 77.0, 0.77, "<= 0.77x")
+    ]
+    short = _starting(_found({"throughput": throughput, "peers": {"pgqueuer": with_pgqueuer(40, 40)}}), name)
+    assert [t["status"] for t in short] == [NOT_MET]
+    sides = _found({"throughput": throughput, "peers": {"pgqueuer": with_pgqueuer(30, 20)}})
+    worker = sides["worker CPU per job vs pgqueuer, 50,000 jobs"]
+    assert (worker["status"], worker["value"], worker["ratio"]) == (REPORTED, 40.0, 1.333)
+    (alone,) = _starting(_found({"throughput": throughput}), name)
+    assert alone["status"] == NOT_MEASURED and "peers" in alone["note"]
+
+
+def test_index_entries_per_job_name_each_step_and_index() -> None:
+    """The index entries a job's path writes, counted on the schema, with each step's indexes."""
+    throughput = _throughput(1000, 2000)
+    throughput["jobs_table"] |= {
+        "per_job": 7,
+        "by_step": {
+            "enqueue": ["a", "b", "pkey"],
+            "claim": ["pkey", "expiry"],
+            "completion": ["pkey", "done"],
+        },
+    }
+    (row,) = _starting(_found({"throughput": throughput}), "index entries per job")
+    assert (row["status"], row["value"]) == (REPORTED, 7)
+    assert row["note"] == "enqueue 3 (a, b, pkey), claim 2 (pkey, expiry), completion 2 (pkey, done)"
 
 
 def test_contention_drains_are_reported_against_the_runs_process_count() -> None:

@@ -222,6 +222,6 @@ def test_every_fenced_write_holds_the_one_lease_fence() -> None:
     """The writes after a claim all carry the same fence (running, this owner, lease not run
     out by the database's clock), written once as a part, so no statement can drift from it."""
     queries = named_queries("tenure")
-    fence = "j.state = 'running'\nAND j.lease_owner = %(owner)s\nAND j.lease_expires_at > clock.now"
+    fence = "j.state::text = 'running'\nAND j.lease_owner = %(owner)s\nAND j.lease_expires_at > clock.now"
     for name in FENCED_WRITES:
         assert fence in queries[name], name

@@ -70,10 +70,3 @@ async def counted(dsn: str, table: str, drained: Callable[[], Awaitable[DrainRes
         non_hot_updates_per_job=(updates - hot) / jobs,
         hot_updates_per_job=hot / jobs,
     )
-
-
-async def indexes(dsn: str, table: str) -> dict[str, int]:
-    """How many indexes `table` has, and how many of them are partial."""
-    async with await connect(dsn) as conn:
-        row = (await fetch(conn, SCHEMA, "bench_table_indexes", table=table))[0]
-    return {"indexes": int(row["indexes"]), "partial_indexes": int(row["partial_indexes"])}

@@ -10,7 +10,8 @@ the reference claim size (RAW_REFERENCE_BATCH), which the drain target compares 
 one-process pair (Tenure, and the raw loop at the ceiling's claim size) runs at the largest size.
 
 Every drain of Tenure and of the raw loop also counts its row writes to the jobs table
-(table_writes.py); the table's indexes are counted once, beside them."""
+(table_writes.py); the index entries a job writes at each step are counted once, on the schema
+itself (index_entries.py)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,10 @@ from functools import partial
 from typing import Any
 
 from tenure.lab.bench.contenders import RAW_REFERENCE_BATCH, loops_for
-from tenure.lab.bench.drain import TENURE_WATCH, DrainResult
+from tenure.lab.bench.drain import DrainResult
+from tenure.lab.bench.index_entries import index_entries
 from tenure.lab.bench.rounds import Drain, DrainRounds, best_of, median_run
 from tenure.lab.bench.sections import raw_drain, tenure_drain
-from tenure.lab.bench.table_writes import indexes
 
 
 def startup_summary(runs: dict[str, list[DrainResult]]) -> dict[str, float | None]:
@@ -84,5 +85,5 @@ async def throughput(dsn: str, rounds: DrainRounds, batches: tuple[int, ...]) ->
         "tenure_1": median_run(single["tenure_1"]),
         "raw_1": median_run(single["raw_1"]) | {"batch": ceiling_batch},
         "startup_seconds": startup_summary(startups),
-        "jobs_table": await indexes(dsn, TENURE_WATCH.table),
+        "jobs_table": await index_entries(dsn),
     }

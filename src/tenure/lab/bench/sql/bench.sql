@@ -250,3 +250,30 @@ SELECT pg_stat_force_next_flush();
 SELECT count(*) AS indexes, count(*) FILTER (WHERE indpred IS NOT NULL) AS partial_indexes
 FROM pg_index
 WHERE indrelid = %(table)s::regclass;
+
+-- name: bench_indexes_admitting
+-- Each index of the jobs table, and whether the job's current row version is in it: every
+-- version is in a non-partial index; a partial one holds the versions its predicate admits, which
+-- is evaluated here on the row from the catalog's own text of it (query_to_xml runs a query given
+-- as text: dynamic SQL without a function of our own).
+SELECT c.relname AS name,
+       i.indpred IS NULL
+       OR coalesce((xpath('/row/admits/text()', query_to_xml(
+              'SELECT (' || pg_get_expr(i.indpred, i.indrelid) || ') AS admits FROM __schema__.jobs WHERE id = '
+              || %(id)s::bigint, false, true, '')))[1]::text = 'true', false) AS admits
+FROM pg_index i
+JOIN pg_class c ON c.oid = i.indexrelid
+WHERE i.indrelid = '__schema__.jobs'::regclass
+ORDER BY c.relname;
+
+-- name: bench_xact_hot_updates
+-- The HOT updates of jobs in this transaction so far.
+SELECT n_tup_hot_upd AS hot
+FROM pg_stat_xact_user_tables
+WHERE relid = '__schema__.jobs'::regclass;
+
+-- name: bench_sample_insert
+-- One no-op job as the drain's load stores it (the columns' defaults for everything else).
+INSERT INTO __schema__.jobs (queue, task, payload, priority, available_at, state, max_attempts)
+VALUES (%(queue)s, 'noop', '{}'::jsonb, 0, statement_timestamp(), 'pending', 20)
+RETURNING id;
