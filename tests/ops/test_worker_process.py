@@ -85,6 +85,61 @@ def test_worker_process_serves_metrics_logs_json_and_registers_itself(dsn: str, 
 
 
 @pytest.mark.crash
+def test_a_worker_chosen_onto_uvloop_runs_its_jobs_there_and_a_bad_choice_is_refused(
+    dsn: str, tmp_path: Path
+) -> None:
+    """TENURE_EVENT_LOOP=uvloop runs the worker on uvloop (its start line says so) and it finishes
+    its jobs and stops cleanly on SIGTERM; an unknown loop exits 2 before connecting, naming the
+    choices."""
+    env = {k: v for k, v in os.environ.items() if k != "TENURE_DSN"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS_DIR), env.get("PYTHONPATH")) if p)
+    cmd = [sys.executable, "-m", "tenure.ops.cli", "-v", "worker", "apps.ops_app", "--dsn", dsn,
+           "--log-format", "json", "--poll-interval", "0.1"]  # fmt: skip
+    log_path = tmp_path / "worker.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            env=env | {"TENURE_EVENT_LOOP": "uvloop"},
+            cwd=str(TESTS_DIR),
+        )
+    try:
+        sql(dsn, "INSERT INTO tenure.jobs (queue, task) SELECT 'ops', 'ops.noop' FROM generate_series(1, 20)")
+        wait_for(
+            lambda: sql(dsn, "SELECT count(*) FROM tenure.jobs WHERE state = 'succeeded'") == [(20,)],
+            "the worker on uvloop to finish 20 jobs",
+        )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    assert proc.returncode == 0
+    lines = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+    assert any("started" in line["msg"] and "event loop=uvloop" in line["msg"] for line in lines)
+    refused = subprocess.run(
+        [*cmd, "--event-loop", "trio"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(TESTS_DIR),
+        timeout=60,
+    )
+    assert refused.returncode == 2 and "invalid choice: 'trio'" in refused.stderr
+    from_env = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        env=env | {"TENURE_EVENT_LOOP": "trio"},
+        cwd=str(TESTS_DIR),
+        timeout=60,
+    )
+    assert from_env.returncode != 0
+    assert "$TENURE_EVENT_LOOP 'trio' is not an event loop Tenure runs on: give one of asyncio, uvloop" in (
+        from_env.stderr
+    )
+
+
+@pytest.mark.crash
 def test_standalone_exporter_serves_the_cluster_gauges_until_sigterm(dsn: str) -> None:
     """`tenure metrics serve` answers /metrics with every queue's database gauges; SIGTERM exits 0."""
     port = free_port()

@@ -246,11 +246,12 @@ class Worker:
         if handle_signals:
             self._install_signal_handlers()
         log.info(
-            "worker %s started: queues=%s concurrency=%s lease=%ss",
+            "worker %s started: queues=%s concurrency=%s lease=%ss event loop=%s",
             services.owner,
             ",".join(self.queues),
             self.options.concurrency,
             self.options.lease_seconds,
+            type(asyncio.get_running_loop()).__module__.split(".")[0],
         )
         self.started.set()
         try:

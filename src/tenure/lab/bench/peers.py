@@ -11,7 +11,6 @@ needs as many connections as the concurrency, plus one; the listening connection
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import importlib.util
 import logging
@@ -24,6 +23,7 @@ from psycopg import conninfo
 from tenure.lab.bench import probe
 from tenure.lab.bench.procs import process_dsn
 from tenure.lab.bench.tenure_worker import QUEUE
+from tenure.worker.event_loop import run_on
 
 PEERS = ("pgqueuer", "procrastinate")
 ENQUEUE_CHUNK = 5000
@@ -193,7 +193,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=100)
     parser.add_argument("--batch", type=int, default=20)
     args = parser.parse_args()
-    asyncio.run(WORKERS[args.peer](args.dsn, args.concurrency, args.batch))
+    run_on(None, WORKERS[args.peer](args.dsn, args.concurrency, args.batch))
 
 
 if __name__ == "__main__":

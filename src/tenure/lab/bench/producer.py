@@ -29,6 +29,7 @@ from tenure.lab.bench.procs import PROCESS_NAME_ENV, process_dsn
 from tenure.lab.bench.queries import bench_queries, fetch
 from tenure.lab.bench.server import SCHEMA
 from tenure.lab.bench.tenure_worker import QUEUE
+from tenure.worker.event_loop import run_on
 
 KINDS = ("tenure", "raw", "pgqueuer")
 #: A directory where each producer writes, on its way out, the CPU it and its server backends
@@ -118,7 +119,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, required=True)
     parser.add_argument("--connections", type=int, default=10)
     args = parser.parse_args()
-    asyncio.run(run(args.kind, args.dsn, args.jobs, args.connections))
+    run_on(None, run(args.kind, args.dsn, args.jobs, args.connections))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from tenure.lab.bench.procs import process_dsn
 from tenure.lab.bench.queries import bench_queries
 from tenure.lab.bench.server import SCHEMA
 from tenure.lab.bench.tenure_worker import QUEUE
+from tenure.worker.event_loop import run_on
 
 
 async def loop(dsn: str, batch: int, owner: str, stopping: asyncio.Event) -> None:
@@ -47,7 +48,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=20)
     parser.add_argument("--loops", type=int, default=1)
     args = parser.parse_args()
-    asyncio.run(run(args.dsn, args.batch, args.loops))
+    run_on(None, run(args.dsn, args.batch, args.loops))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import time
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from tenure.lab.bench.rounds import DrainRounds
 from tenure.lab.bench.server import Databases, check_server, server_settings
 from tenure.lab.bench.sizes import SIZES
 from tenure.lab.bench.targets import targets
+from tenure.worker.event_loop import EVENT_LOOP_ENV
 
 NOT_INSTALLED = "not installed (pip install 'tenure[bench]')"
 SECTIONS = (
@@ -62,10 +64,14 @@ class BenchOptions:
     out_dir: Path = Path("bench-results")
     embedded: bool = False
     show_table: bool = True
+    #: The event loop of every process the benchmark starts (contenders alike).
+    event_loop: str = "asyncio"
 
 
 async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
     sizes = SIZES[options.size]
+    # Inherited by every worker, raw loop, peer and producer process started from here on.
+    os.environ[EVENT_LOOP_ENV] = options.event_loop
     await check_server(options.server_dsn)
     options.out_dir.mkdir(parents=True, exist_ok=True)
     contenders = sections.Contenders(options.concurrency, options.claim_batch)
@@ -81,6 +87,7 @@ async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
             "claim_batch": options.claim_batch,
             "raw_loops_per_process": contenders.raw_loops,
             "worker_kind": "separate OS processes (python -m tenure.lab.bench.tenure_worker: Worker.run)",
+            "event_loop": options.event_loop,
             "server": "embedded" if options.embedded else "given --dsn",
             "server_settings": await server_settings(options.server_dsn),
             "machine": {"cpus": _cpus(), "python": platform.python_version(), "load_avg": _load()},

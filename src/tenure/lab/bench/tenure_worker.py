@@ -8,7 +8,6 @@ sends the signal when the start gate opens, so that start-up is left out)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import cProfile
 import signal
 import time
@@ -16,6 +15,7 @@ import time
 from tenure import JobContext, Tenure, WorkerOptions
 from tenure.lab.bench import probe
 from tenure.lab.bench.procs import process_dsn
+from tenure.worker.event_loop import run_on
 
 QUEUE = "bench"
 app = Tenure(schema="tenure")
@@ -45,7 +45,7 @@ def main() -> None:
     profiler = cProfile.Profile(time.process_time) if args.profile else None
     if profiler is not None:
         signal.signal(signal.SIGUSR1, lambda _signum, _frame: profiler.enable())
-    asyncio.run(app.worker(options).run(handle_signals=True))
+    run_on(None, app.worker(options).run(handle_signals=True))
     if profiler is not None:
         profiler.disable()
         profiler.dump_stats(args.profile)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import inspect
 import sys
 
@@ -40,6 +39,7 @@ from tenure.ops.cli._common import (
     privilege_refused,
 )
 from tenure.telemetry.logging_context import configure_logging
+from tenure.worker.event_loop import run_on
 
 __all__ = ["EXIT_NOT_MIGRATED", "EXIT_UNAVAILABLE", "EXIT_USAGE", "build_parser", "main"]
 
@@ -87,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = args.handler(args)
         if inspect.iscoroutine(result):
-            result = asyncio.run(result)
+            # Only `tenure worker` chooses its loop (args.event_loop); every other command runs on
+            # asyncio's own.
+            result = run_on(args.event_loop if "event_loop" in args else "asyncio", result)
         return int(result)
     except DatabaseUnavailable as exc:
         err.print(f"error: {exc}", markup=False)

@@ -12,6 +12,7 @@ from rich.markup import escape
 from tenure.lab.bench.runner import SECTIONS, BenchOptions, run
 from tenure.lab.bench.sizes import SIZES
 from tenure.ops.cli._common import EXIT_USAGE, emit_json, err, positive_int, resolve
+from tenure.worker.event_loop import EVENT_LOOP_ENV, EVENT_LOOPS, chosen_event_loop
 from tenure.worker.options import WorkerOptions
 
 
@@ -33,6 +34,7 @@ async def cmd_bench(args: argparse.Namespace) -> int:
         out_dir=Path(args.out),
         embedded=resolved.embedded,
         show_table=not args.json,
+        event_loop=chosen_event_loop(args.event_loop),
     )
 
     started = time.monotonic()
@@ -81,4 +83,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         help="skip PgQueuer and Procrastinate (their drains and latency, and PgQueuer's end-to-end run)",
     )
     p.add_argument("--out", default="bench-results", help="results directory (default: bench-results)")
+    p.add_argument(
+        "--event-loop",
+        choices=EVENT_LOOPS,
+        default=None,
+        help="the event loop of every process the benchmark starts, Tenure's and its baselines' alike "
+        f"(default: ${EVENT_LOOP_ENV}, else asyncio)",
+    )
     p.set_defaults(handler=cmd_bench)

@@ -18,6 +18,7 @@ from tenure.ops.cli._common import emit_json, err, positive_int
 from tenure.ops.cli.apps import connect_app, load_app
 from tenure.ops.cli.banner import run_announced, stop_summary
 from tenure.ops.cli.ops import add_worker_options, prepare_worker
+from tenure.worker.event_loop import EVENT_LOOP_ENV, EVENT_LOOPS
 from tenure.worker.options import WorkerOptions
 
 
@@ -168,6 +169,13 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="report a completion done only once a synchronous standby has it; without one, "
         "write no completion and claim nothing (default: $TENURE_REQUIRE_SYNC_REPLICATION)",
+    )
+    p.add_argument(
+        "--event-loop",
+        choices=EVENT_LOOPS,
+        default=None,
+        help=f"the event loop to run on: uvloop, where installed, costs less CPU per job "
+        f"(default: ${EVENT_LOOP_ENV}, else asyncio)",
     )
     p.add_argument("--worker-id", default=None)
     add_worker_options(p)
