@@ -54,6 +54,8 @@ RETURNING j.id, j.lease_token;
 
 -- name: bench_raw_complete
 -- The ceiling's completion: fenced by id, owner, token and unexpired lease, batched via unnest.
+-- The state compared as text, as Tenure's fence does, so that the rows are reached by primary key
+-- and never through jobs_running_expiry_idx, whose dead entries a drain piles up.
 UPDATE __schema__.jobs j
 SET state = 'succeeded',
     finished_at = statement_timestamp(),
@@ -62,7 +64,7 @@ SET state = 'succeeded',
     lease_deadline = NULL
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS i(id, token)
 WHERE j.id = i.id
-  AND j.state = 'running'
+  AND j.state::text = 'running'
   AND j.lease_owner = %(owner)s
   AND j.lease_token = i.token
   AND j.lease_expires_at > statement_timestamp();
