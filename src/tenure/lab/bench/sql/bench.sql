@@ -280,3 +280,9 @@ WHERE relid = '__schema__.jobs'::regclass;
 INSERT INTO __schema__.jobs (queue, task, payload, priority, available_at, state, max_attempts)
 VALUES (%(queue)s, 'noop', '{}'::jsonb, 0, statement_timestamp(), 'pending', 20)
 RETURNING id;
+
+-- name: bench_index_reads
+-- The index tuples each index of the jobs table has given to scans so far.
+SELECT indexrelname AS name, idx_tup_read AS tuples_read
+FROM pg_stat_user_indexes
+WHERE relid = '__schema__.jobs'::regclass;
