@@ -18,7 +18,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from tenure import Client, JobContext, JobSpec, SyncClient, Tenure, Worker
 from tenure.db import wakeups
-from tenure.db.channels import notify_channel
+from tenure.db.channels import SCHEDULED_PREFIX, notify_channel
 from tenure.db.queries import Queries
 from tenure.db.wakeups import Wakeups
 
@@ -162,7 +162,8 @@ async def test_a_failed_wakeup_after_commit_returns_the_job_and_warns(
     dsn: str, db: AsyncConnection[Any], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The jobs are stored when their notification fails: enqueue returns them (raising would
-    invite a second enqueue) and warns that workers find them at their next poll."""
+    invite a second enqueue) and warns that workers find them at their next poll. (A job that may
+    go in scheduled: its hint always follows its commit.)"""
     async with Client(dsn) as client:
 
         async def broken(*args: Any, **kwargs: Any) -> None:
@@ -170,16 +171,42 @@ async def test_a_failed_wakeup_after_commit_returns_the_job_and_warns(
 
         monkeypatch.setattr(client.queries, "notify_wakeups", broken)
         with caplog.at_level(logging.WARNING, logger="tenure.client"):
-            job = await client.enqueue("t", {}, queue="q")
+            job = await client.enqueue("t", {}, queue="q", delay=60)
         row = await (await db.execute("SELECT count(*) FROM tenure.jobs WHERE id = %s", (job.id,))).fetchone()
         assert row == (1,)
         assert "next poll" in caplog.text and "connection was closed" in caplog.text
 
 
+async def test_an_idle_lone_enqueue_notifies_inside_its_own_commit(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lone job due now, on a commit of its own, with no notification of its queue in the last
+    cooldown: its insert notifies inside that commit (delivered with it), and no wake-up is sent
+    after it; one more within the cooldown sends none at all."""
+    listener = await listen(dsn)
+    try:
+        async with Client(dsn) as client:
+            after_commit: list[Any] = []
+
+            async def counted(*args: Any, **kwargs: Any) -> None:
+                after_commit.append(args)
+
+            monkeypatch.setattr(client.queries, "notify_wakeups", counted)
+            monkeypatch.setattr(wakeups, "NOTIFY_COOLDOWN", 5.0)
+            await client.enqueue("t", {}, queue="inline")
+            await client.enqueue("t", {}, queue="inline")
+            assert [n for n in await heard(listener, 0.5) if n == "inline"] == ["inline"]
+            await asyncio.sleep(0.2)  # a background sender would have run by now
+            assert after_commit == []
+    finally:
+        await listener.close()
+
+
 async def test_commits_made_while_a_wakeup_waits_for_a_connection_share_the_next_one(dsn: str) -> None:
-    """Fifty enqueues, each owning its commit, while the client's pool has no connection to lend:
-    once one is free, the queue is notified at most twice (the notification that was waiting, then
-    one for every commit made meanwhile), not once per commit, each one waiting for a connection."""
+    """Fifty enqueues of jobs that may go in scheduled (whose hints follow their commits), each
+    owning its commit, while the client's pool has no connection to lend: once one is free, the
+    promoters are told at most twice (the notification that was waiting, then one for every commit
+    made meanwhile), not once per commit, each one waiting for a connection."""
     listener = await listen(dsn)
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
         dsn, min_size=1, max_size=1, open=False, kwargs={"autocommit": True}
@@ -192,9 +219,9 @@ async def test_commits_made_while_a_wakeup_waits_for_a_connection_share_the_next
         ):
             async with pool.connection():  # the pool's one connection: no wake-up can go out
                 for _ in range(50):
-                    await client.enqueue("t", {}, queue="burst", conn=conn)
+                    await client.enqueue("t", {}, queue="burst", conn=conn, delay=60)
                 assert await heard(listener, 0.3) == []
-            notified = [n for n in await heard(listener, 1.5) if n == "burst"]
+            notified = [n for n in await heard(listener, 1.5) if n.startswith(SCHEDULED_PREFIX)]
             assert 1 <= len(notified) <= 2, notified
     finally:
         await listener.close()

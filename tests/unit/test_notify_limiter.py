@@ -79,3 +79,20 @@ def test_wakeups_keep_the_earliest_scheduled_time_and_only_due_queues() -> None:
     w.add("later", now + timedelta(minutes=1), scheduled=True)
     w.add("now", now, scheduled=False)
     assert w.queues == {"now"} and w.first_scheduled == now + timedelta(minutes=1)
+
+
+def test_a_longer_quiet_is_asked_of_a_queue_before_an_insert_notifies_inside_its_commit(clock: Clock) -> None:
+    """`quiet_for` (INLINE_QUIET, for a notification inside the insert's own commit) admits a
+    queue only once it has gone that long without a confirmed notification, though the cooldown
+    alone would admit it sooner; a queue never notified is admitted at once."""
+    limiter = NotifyLimiter()
+    quiet = wakeups.INLINE_QUIET
+    assert quiet > wakeups.NOTIFY_COOLDOWN
+    first = limiter.admit(Wakeups({"a"}), quiet_for=quiet)
+    assert first.wakeups.queues == {"a"}
+    limiter.sent(first)
+    clock.now += wakeups.NOTIFY_COOLDOWN * 1.5
+    assert limiter.admit(Wakeups({"a"})).wakeups.queues == {"a"}
+    assert limiter.admit(Wakeups({"a"}), quiet_for=quiet).wakeups.queues == set()
+    clock.now += quiet
+    assert limiter.admit(Wakeups({"a"}), quiet_for=quiet).wakeups.queues == {"a"}

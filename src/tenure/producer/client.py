@@ -29,7 +29,7 @@ from tenure.db.producer_queries import ProducerQueries
 from tenure.db.replication import sync_required
 from tenure.db.replication_queries import ReplicationQueries
 from tenure.db.sqlfiles import named_queries
-from tenure.db.wakeups import Admitted, NotifyLimiter, Wakeups, owns_commit
+from tenure.db.wakeups import INLINE_QUIET, Admitted, NotifyLimiter, Wakeups, owns_commit
 from tenure.db.workflow_queries import WorkflowQueries
 from tenure.model.actor import default_actor
 from tenure.model.errors import ValidationError
@@ -220,8 +220,10 @@ class Client:
         with enqueue_span(checked) as traced:
             async with self._joined(conn) as joined, self._conn(joined) as c:
                 # Inside the caller's transaction the insert notifies, delivered at its commit;
-                # a commit of the enqueue's own notifies after it (tenure.db.wakeups).
-                wakeups = Wakeups() if owns_commit(c) else None
+                # a commit of the enqueue's own notifies after it (tenure.db.wakeups), unless it
+                # is a lone job the limiter admits now: that one notifies in its own commit.
+                inline = self._admit_inline(traced, c)
+                wakeups = Wakeups() if owns_commit(c) and inline is None else None
                 async with self.replication.acknowledged(c, strict=self.require_sync_replication) as ack:
                     if len(traced) == 1:
                         jobs = await self.queries.job_insert_many(c, traced, wakeups=wakeups)
@@ -229,6 +231,8 @@ class Client:
                         async with c.transaction():  # several statements when keyed jobs are among them
                             jobs = await self.queries.job_insert_many(c, traced, wakeups=wakeups)
                     ack.job_ids = [j.id for j in jobs]
+                if inline is not None:
+                    self._notify_limiter.sent(inline)  # committed, so delivered
                 if not ASYNC:
                     self._wake(c, wakeups)
             if ASYNC:
@@ -236,6 +240,20 @@ class Client:
             # After the wake-up: the jobs are committed on this primary, and run if it stays one.
             ack.raise_if_not_replicated()
             return jobs
+
+    def _admit_inline(self, checked: list[JobSpec], conn: AsyncConnection[Any]) -> Admitted | None:
+        """What a lone job due now, committed on its own, notifies inside that commit: its queue,
+        when this client has not notified it for INLINE_QUIET (a queue at rest). The notification
+        then reaches the workers at the commit instead of a round trip after it (the idle
+        enqueue's latency). Such a commit holds PostgreSQL's notify lock through its WAL flush, so
+        a queue under load is notified after its commits instead (tenure.db.wakeups)."""
+        if len(checked) != 1 or not owns_commit(conn):
+            return None
+        spec = checked[0]
+        if spec.run_at is not None or spec.delay:
+            return None  # may go in scheduled: its hint names its run time, after the commit
+        admitted = self._notify_limiter.admit(Wakeups({spec.queue or "default"}), quiet_for=INLINE_QUIET)
+        return admitted if admitted.wakeups.queues else None
 
     def _wake(self, conn: AsyncConnection[Any] | None, wakeups: Wakeups | None) -> None:
         """Notifies for committed jobs, as far as the limiter admits (tenure.db.wakeups).

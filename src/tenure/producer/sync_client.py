@@ -31,7 +31,7 @@ from tenure.db.sync.pool import open_pool
 from tenure.db.sync.producer_queries import ProducerQueries
 from tenure.db.sync.replication_queries import ReplicationQueries
 from tenure.db.sync.workflow_queries import WorkflowQueries
-from tenure.db.wakeups import NotifyLimiter, Wakeups, owns_commit
+from tenure.db.wakeups import INLINE_QUIET, Admitted, NotifyLimiter, Wakeups, owns_commit
 from tenure.model.actor import default_actor
 from tenure.model.errors import ValidationError
 from tenure.model.jobs import EnqueuedJob, Job, JobEvent, JobSpec
@@ -197,8 +197,10 @@ class SyncClient:
         with enqueue_span(checked) as traced:
             with self._joined(conn) as joined, self._conn(joined) as c:
                 # Inside the caller's transaction the insert notifies, delivered at its commit;
-                # a commit of the enqueue's own notifies after it (tenure.db.wakeups).
-                wakeups = Wakeups() if owns_commit(c) else None
+                # a commit of the enqueue's own notifies after it (tenure.db.wakeups), unless it
+                # is a lone job the limiter admits now: that one notifies in its own commit.
+                inline = self._admit_inline(traced, c)
+                wakeups = Wakeups() if owns_commit(c) and inline is None else None
                 with self.replication.acknowledged(c, strict=self.require_sync_replication) as ack:
                     if len(traced) == 1:
                         jobs = self.queries.job_insert_many(c, traced, wakeups=wakeups)
@@ -206,10 +208,26 @@ class SyncClient:
                         with c.transaction():  # several statements when keyed jobs are among them
                             jobs = self.queries.job_insert_many(c, traced, wakeups=wakeups)
                     ack.job_ids = [j.id for j in jobs]
+                if inline is not None:
+                    self._notify_limiter.sent(inline)  # committed, so delivered
                 self._wake(c, wakeups)
             # After the wake-up: the jobs are committed on this primary, and run if it stays one.
             ack.raise_if_not_replicated()
             return jobs
+
+    def _admit_inline(self, checked: list[JobSpec], conn: Connection[Any]) -> Admitted | None:
+        """What a lone job due now, committed on its own, notifies inside that commit: its queue,
+        when this client has not notified it for INLINE_QUIET (a queue at rest). The notification
+        then reaches the workers at the commit instead of a round trip after it (the idle
+        enqueue's latency). Such a commit holds PostgreSQL's notify lock through its WAL flush, so
+        a queue under load is notified after its commits instead (tenure.db.wakeups)."""
+        if len(checked) != 1 or not owns_commit(conn):
+            return None
+        spec = checked[0]
+        if spec.run_at is not None or spec.delay:
+            return None  # may go in scheduled: its hint names its run time, after the commit
+        admitted = self._notify_limiter.admit(Wakeups({spec.queue or "default"}), quiet_for=INLINE_QUIET)
+        return admitted if admitted.wakeups.queues else None
 
     def _wake(self, conn: Connection[Any] | None, wakeups: Wakeups | None) -> None:
         """Notifies for committed jobs, as far as the limiter admits (tenure.db.wakeups).
