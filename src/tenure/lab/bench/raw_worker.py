@@ -11,6 +11,9 @@ import argparse
 import asyncio
 import os
 import signal
+from typing import Any
+
+from psycopg import AsyncConnection
 
 from tenure.db.connect import connect
 from tenure.lab.bench.procs import process_dsn
@@ -20,18 +23,30 @@ from tenure.lab.bench.tenure_worker import QUEUE
 from tenure.worker.event_loop import run_on
 
 
+class RawStatements:
+    """The raw loop's claim and fenced completion, prepared on first use."""
+
+    def __init__(self) -> None:
+        queries = bench_queries(SCHEMA)
+        self.claim = queries["bench_raw_claim"].encode()
+        self.complete = queries["bench_raw_complete"].encode()
+
+    async def batch(self, conn: AsyncConnection[Any], size: int, owner: str) -> int:
+        """Claims up to `size` jobs and completes them: how many it took."""
+        cur = await conn.execute(self.claim, {"queue": QUEUE, "limit": size, "owner": owner}, prepare=True)
+        rows = await cur.fetchall()
+        if rows:
+            params = {"ids": [r[0] for r in rows], "tokens": [r[1] for r in rows], "owner": owner}
+            await conn.execute(self.complete, params, prepare=True)
+        return len(rows)
+
+
 async def loop(dsn: str, batch: int, owner: str, stopping: asyncio.Event) -> None:
-    queries = bench_queries(SCHEMA)
-    claim, complete = queries["bench_raw_claim"].encode(), queries["bench_raw_complete"].encode()
+    statements = RawStatements()
     async with await connect(dsn) as conn:
         while not stopping.is_set():
-            cur = await conn.execute(claim, {"queue": QUEUE, "limit": batch, "owner": owner}, prepare=True)
-            rows = await cur.fetchall()
-            if not rows:
+            if not await statements.batch(conn, batch, owner):
                 await asyncio.sleep(0.01)
-                continue
-            ids, tokens = [r[0] for r in rows], [r[1] for r in rows]
-            await conn.execute(complete, {"ids": ids, "tokens": tokens, "owner": owner}, prepare=True)
 
 
 async def run(dsn: str, batch: int, loops: int) -> None:

@@ -30,7 +30,8 @@ from tenure import Tenure
 from tenure.db.connect import connect
 from tenure.db.queries import Queries
 from tenure.lab.bench.cpu import cpu_seconds
-from tenure.lab.bench.queries import bench_queries, fetch
+from tenure.lab.bench.queries import fetch
+from tenure.lab.bench.raw_worker import RawStatements
 from tenure.lab.bench.sections import load, reset
 from tenure.lab.bench.server import SCHEMA, Databases, check_server
 from tenure.lab.bench.tenure_worker import QUEUE
@@ -53,15 +54,6 @@ async def _tenure_batch(conn: AsyncConnection[Any], queries: Queries) -> int:
     return len(jobs)
 
 
-async def _raw_batch(conn: AsyncConnection[Any], sql: dict[str, bytes]) -> int:
-    cur = await conn.execute(sql["claim"], {"queue": QUEUE, "limit": BATCH, "owner": OWNER}, prepare=True)
-    rows = await cur.fetchall()
-    if rows:
-        params = {"ids": [r[0] for r in rows], "tokens": [r[1] for r in rows], "owner": OWNER}
-        await conn.execute(sql["complete"], params, prepare=True)
-    return len(rows)
-
-
 async def _drain(dsn: str, jobs: int, raw: bool) -> dict[str, Any]:
     await reset(dsn)
     await load(dsn, jobs)
@@ -69,16 +61,14 @@ async def _drain(dsn: str, jobs: int, raw: bool) -> dict[str, Any]:
     async with await connect(dsn) as conn:
         await conn.set_autocommit(True)
         before = await _index_reads(conn)
-    queries = Queries(SCHEMA)
-    named = bench_queries(SCHEMA)
-    sql = {"claim": named["bench_raw_claim"].encode(), "complete": named["bench_raw_complete"].encode()}
+    queries, raw_statements = Queries(SCHEMA), RawStatements()
     async with await connect(dsn) as conn:
         await conn.set_autocommit(True)
         backend = conn.info.backend_pid
         server_before, client_before = cpu_seconds(backend), time.process_time()
         started, done = time.perf_counter(), 0
         while True:
-            n = await (_raw_batch(conn, sql) if raw else _tenure_batch(conn, queries))
+            n = await (raw_statements.batch(conn, BATCH, OWNER) if raw else _tenure_batch(conn, queries))
             if not n:
                 break
             done += n
