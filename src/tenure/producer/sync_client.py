@@ -199,8 +199,9 @@ class SyncClient:
                 # Inside the caller's transaction the insert notifies, delivered at its commit;
                 # a commit of the enqueue's own notifies after it (tenure.db.wakeups), unless it
                 # is a lone job the limiter admits now: that one notifies in its own commit.
-                inline = self._admit_inline(traced, c)
-                wakeups = Wakeups() if owns_commit(c) and inline is None else None
+                own = owns_commit(c)
+                inline = self._admit_inline(traced) if own else None
+                wakeups = Wakeups() if own and inline is None else None
                 with self.replication.acknowledged(c, strict=self.require_sync_replication) as ack:
                     if len(traced) == 1:
                         jobs = self.queries.job_insert_many(c, traced, wakeups=wakeups)
@@ -215,13 +216,13 @@ class SyncClient:
             ack.raise_if_not_replicated()
             return jobs
 
-    def _admit_inline(self, checked: list[JobSpec], conn: Connection[Any]) -> Admitted | None:
+    def _admit_inline(self, checked: list[JobSpec]) -> Admitted | None:
         """What a lone job due now, committed on its own, notifies inside that commit: its queue,
         when this client has not notified it for INLINE_QUIET (a queue at rest). The notification
         then reaches the workers at the commit instead of a round trip after it (the idle
         enqueue's latency). Such a commit holds PostgreSQL's notify lock through its WAL flush, so
         a queue under load is notified after its commits instead (tenure.db.wakeups)."""
-        if len(checked) != 1 or not owns_commit(conn):
+        if len(checked) != 1:
             return None
         spec = checked[0]
         if spec.run_at is not None or spec.delay:

@@ -1,9 +1,9 @@
 """The event loop a worker process runs on: asyncio's own (the default), or uvloop's, chosen with
 `tenure worker --event-loop uvloop` or TENURE_EVENT_LOOP=uvloop where uvloop is installed.
 
-uvloop runs the same worker with less CPU per job (docs/performance.md, fifth round: about a fifth
-of a worker's CPU in a drain of no-op jobs); it is not the default because a handler's own
-libraries meet the loop too, and a few assume asyncio's."""
+uvloop runs the same worker; the fifth round (docs/performance.md) measured its worker CPU per
+no-op job between 8 us lower and 2 us higher than asyncio's, too close to the noise to make it the
+default, and a handler's own libraries meet the loop too, some of which assume asyncio's."""
 
 from __future__ import annotations
 

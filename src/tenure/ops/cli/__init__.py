@@ -87,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = args.handler(args)
         if inspect.iscoroutine(result):
-            # Only `tenure worker` chooses its loop (args.event_loop); every other command runs on
-            # asyncio's own.
+            # The commands with --event-loop (worker, bench) run on the loop chosen; every other
+            # one on asyncio's own.
             result = run_on(args.event_loop if "event_loop" in args else "asyncio", result)
         return int(result)
     except DatabaseUnavailable as exc:
