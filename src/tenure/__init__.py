@@ -38,6 +38,7 @@ from tenure.model.secrets import (
     secret,
 )
 from tenure.model.unique import Unique
+from tenure.model.waits import SignalSent, Waiting, WaitRecord, WaitResult, WaitStarted
 from tenure.model.workflows import EnqueuedWorkflow, WorkflowStep, WorkflowSummary
 from tenure.producer.client import Client
 from tenure.producer.control import CancelReport, ControlRefused, NothingMatched, QueuePause, TooManyMatched
@@ -71,6 +72,7 @@ for _error in (
     Transient,
     UnknownTask,
     ValidationError,
+    WaitStarted,
 ):
     _error.__module__ = "tenure"
 del _error
@@ -136,6 +138,7 @@ __all__ = [
     "RetryLater",
     "SchemaNotMigrated",
     "SecretValue",
+    "SignalSent",
     "Snooze",
     "Step",
     "SyncClient",
@@ -152,6 +155,10 @@ __all__ = [
     "Unique",
     "UnknownTask",
     "ValidationError",
+    "WaitRecord",
+    "WaitResult",
+    "WaitStarted",
+    "Waiting",
     "Worker",
     "WorkerOptions",
     "Workflow",

@@ -248,6 +248,10 @@ class Tenure:
     workflow_steps, workflow_steps_sync = _verbs(Client.workflow_steps, SyncClient.workflow_steps)
     cancel_workflow, cancel_workflow_sync = _verbs(Client.cancel_workflow, SyncClient.cancel_workflow)
     retry_workflow, retry_workflow_sync = _verbs(Client.retry_workflow, SyncClient.retry_workflow)
+    signal, signal_sync = _verbs(Client.signal, SyncClient.signal)
+    end_wait, end_wait_sync = _verbs(Client.end_wait, SyncClient.end_wait)
+    list_waiting, list_waiting_sync = _verbs(Client.list_waiting, SyncClient.list_waiting)
+    job_waits, job_waits_sync = _verbs(Client.job_waits, SyncClient.job_waits)
 
     async def migrate(self) -> MigrationReport:
         """Creates or upgrades the app's schema, as `tenure migrate` does."""

@@ -16,7 +16,7 @@ from tenure.db.channels import REVOKE_PREFIX, notify_channel, results_channel
 from tenure.db.control_rows import (
     CANCELLABLE,
     NO_FILTER,
-    WAITING,
+    QUEUED,
     CancelFilter,
     ControlRows,
     JobResultRow,
@@ -63,7 +63,7 @@ class ControlQueries:
         elif ids is not None:
             accept = CANCELLABLE
         else:
-            accept = (*WAITING, JobState.RUNNING) if where.running else WAITING
+            accept = (*QUEUED, JobState.RUNNING) if where.running else QUEUED
         return {
             "keyed": False,
             "event_code": None,
@@ -111,7 +111,7 @@ class ControlQueries:
             [job_id], NO_FILTER, requeue=False, max_jobs=1, actor=actor, reason=reason, now=now
         )
         params.update(
-            accept=[s.value for s in (*WAITING, JobState.DEAD)], keyed=True, event_code=ORDERING_SKIP
+            accept=[s.value for s in (*QUEUED, JobState.DEAD)], keyed=True, event_code=ORDERING_SKIP
         )
         rows = await fetch(conn, self._sql["job_cancel_many"], params)
         skipped = [SkippedJob(r["id"], r["ordering_key"]) for r in rows if r["outcome"] == "moved"]

@@ -10,11 +10,12 @@ from typing import Any
 from tenure.db.fetch import Row
 from tenure.model.jobs import JobState
 
-#: States a cancel by filter takes, and those an id may be in to be cancelled.
-WAITING = (JobState.SCHEDULED, JobState.PENDING)
+#: States a cancel by filter takes (jobs not yet running, and jobs waiting for a signal or a
+#: time), and those an id may be in to be cancelled.
+QUEUED = (JobState.SCHEDULED, JobState.PENDING, JobState.WAITING)
 
 
-CANCELLABLE = (JobState.SCHEDULED, JobState.PENDING, JobState.RUNNING, JobState.DEAD)
+CANCELLABLE = (JobState.SCHEDULED, JobState.PENDING, JobState.RUNNING, JobState.WAITING, JobState.DEAD)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from tenure.handler.atomic import run_atomic
@@ -16,8 +17,10 @@ from tenure.handler.sync.atomic import run_atomic_sync
 from tenure.handler.sync_transaction import SyncTransaction
 from tenure.handler.transaction import AsyncTransaction
 from tenure.handler.txn import TransactionPolicy
+from tenure.handler.waits import default_wait_name, run_wait, run_wait_sync
 from tenure.model.errors import LeaseLost
 from tenure.model.jobs import ClaimedJob
+from tenure.model.waits import WaitResult
 
 T = TypeVar("T")
 
@@ -41,6 +44,9 @@ class JobContext:
         #: counted from before the claim or its last renewal was sent, so never later than the
         #: database's expiry. The worker sets it; a context outside a worker never expires.
         self.local_expiry = math.inf
+        #: The wait this attempt ended in (the job left running for waiting), by name.
+        self.waiting_on: str | None = None
+        self._wait_counts: dict[str, int] = {}
 
     # -- identity ---------------------------------------------------------------------------
 
@@ -146,6 +152,49 @@ class JobContext:
         from tenure.handler.effects import run_effect_sync
 
         return run_effect_sync(self, self._services, name, perform, reconcile)
+
+    # -- waits: for a signal, or for a time -----------------------------------------------
+
+    async def wait_for(
+        self, key: str, *, timeout: float | timedelta | None = None, name: str | None = None
+    ) -> WaitResult:
+        """Waits for a signal to `key` (`app.signal(key, payload)`), at most `timeout` (seconds or
+        a timedelta; None: for as long as it takes), holding no slot and no lease meanwhile.
+
+        A signal already sent to `key` and kept for a waiter is returned at once. Otherwise the
+        job leaves running for waiting and this attempt ends here (WaitStarted, which the worker
+        handles: do not catch it); the handler runs again from the top when the signal arrives,
+        the timeout passes or an operator ends the wait, and this call then returns how it ended:
+        `result.signalled` with `result.payload`, `result.timed_out`, or `result.ended`. Work
+        before the wait runs again then: keep it repeatable (docs/waits.md). `name` tells this
+        wait apart from the job's others (default: the key, `key#2` for the second in a run)."""
+        return await run_wait(self, self._services, key, timeout, name)
+
+    def wait_for_sync(
+        self, key: str, *, timeout: float | timedelta | None = None, name: str | None = None
+    ) -> WaitResult:
+        """`wait_for` for plain-function handlers, which run in worker threads."""
+        return run_wait_sync(self, self._services, key, timeout, name)
+
+    async def sleep(self, duration: float | timedelta, *, name: str | None = None) -> None:
+        """Sleeps `duration` (seconds or a timedelta) holding no slot and no lease: the deadline
+        is kept in the database, so a worker's restart does not start the sleep over. As with
+        `wait_for`, this attempt ends here and the handler runs again from the top when the
+        time has come; the sleep, reached again, then returns at once."""
+        await run_wait(self, self._services, None, duration, name)
+
+    def sleep_sync(self, duration: float | timedelta, *, name: str | None = None) -> None:
+        """`sleep` for plain-function handlers, which run in worker threads."""
+        run_wait_sync(self, self._services, None, duration, name)
+
+    def wait_name(self, key: str | None, name: str | None) -> str:
+        """The name of the next wait on `key` (None: a sleep) of this run: `name` when given."""
+        return name if name is not None else default_wait_name(self._wait_counts, key)
+
+    def began_wait(self, name: str) -> None:
+        """The job has left running for waiting: nothing this attempt writes after it lands."""
+        self.waiting_on = name
+        self.mark_lost(f"the job is waiting ({name})")
 
     # -- transactional completion ------------------------------------------------------
 

@@ -25,6 +25,11 @@ class JobState(enum.StrEnum):
     """In: a claim, which sets owner, token and lease expiry.
     Out: the lease holder's fenced completion or failure, or recovery once the lease expired."""
 
+    WAITING = "waiting"
+    """Its handler waits for a signal or a time (docs/waits.md), holding no lease and no slot,
+    outside the claim indexes. In: the lease holder's fenced wait. Out: a signal delivered to it,
+    its wait's deadline, or an operator's end of the wait (-> pending), or an operator's cancel."""
+
     SUCCEEDED = "succeeded"
     """In: the lease holder's fenced completion. Out: none (terminal)."""
 
@@ -33,7 +38,7 @@ class JobState(enum.StrEnum):
     Out: an operator's reprocess (-> pending) or cancel. Dead jobs are kept, never deleted."""
 
     CANCELLED = "cancelled"
-    """In: an operator's cancel of a scheduled, pending or dead job. Out: reprocess."""
+    """In: an operator's cancel of a scheduled, pending, waiting or dead job. Out: reprocess."""
 
     @property
     def is_terminal(self) -> bool:

@@ -30,6 +30,7 @@ from tenure.db.sync.control_queries import ControlQueries
 from tenure.db.sync.pool import open_pool
 from tenure.db.sync.producer_queries import ProducerQueries
 from tenure.db.sync.replication_queries import ReplicationQueries
+from tenure.db.sync.wait_queries import WaitQueries
 from tenure.db.sync.workflow_queries import WorkflowQueries
 from tenure.db.wakeups import INLINE_QUIET, Admitted, NotifyLimiter, Wakeups, owns_commit
 from tenure.model.actor import default_actor
@@ -37,6 +38,17 @@ from tenure.model.errors import ValidationError
 from tenure.model.jobs import EnqueuedJob, Job, JobEvent, JobSpec
 from tenure.model.secrets import CredentialPolicy
 from tenure.model.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_queue, check_schema_name
+from tenure.model.waits import (
+    DEFAULT_SIGNAL_KEEP,
+    MAX_SIGNAL_KEEP,
+    SignalSent,
+    Waiting,
+    WaitRecord,
+    check_idempotency_key,
+    check_signal_key,
+    seconds_of,
+    signal_payload_json,
+)
 from tenure.model.workflows import (
     EnqueuedWorkflow,
     WorkflowCancel,
@@ -103,6 +115,7 @@ class SyncClient:
         self.queries = ProducerQueries(schema)
         self.control = ControlQueries(schema)
         self.workflows = WorkflowQueries(schema)
+        self.waits = WaitQueries(schema)
         self.builder = JobBuilder(registry, max_payload_bytes, credential_policy)
         self._dsn = dsn
         self._pool = pool
@@ -363,6 +376,59 @@ class SyncClient:
         return retry_report(rows)
 
     # -- workflows ------------------------------------------------------------------
+
+    def signal(
+        self,
+        key: str,
+        payload: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        keep: float | timedelta | None = None,
+        conn: Connection[Any] | None = None,
+    ) -> SignalSent:
+        """Sends a signal to `key`: the job waiting longest for it (`ctx.wait_for(key)`) runs again
+        with `payload` (JSON, at most 64 KiB); with none waiting, the signal is kept for the next
+        waiter for `keep` (seconds or a timedelta; 7 days by default, at most 90), then dropped and
+        counted. One signal wakes one waiter. With `conn`, inside that connection's transaction:
+        a signal rolled back was never sent. A second signal to the key with the same
+        `idempotency_key`, while the first is kept, writes nothing ('duplicate')."""
+        checked = check_signal_key(key)
+        text = signal_payload_json(payload)
+        idempotency = check_idempotency_key(idempotency_key)
+        seconds = seconds_of(
+            DEFAULT_SIGNAL_KEEP if keep is None else keep,
+            "a signal's keeping time",
+            MAX_SIGNAL_KEEP,
+            optional=False,
+        )
+        assert seconds is not None
+        with self._joined(conn) as joined, self._conn(joined) as c:
+            return self.waits.signal(
+                c, key=checked, payload_json=text, idempotency_key=idempotency, keep_seconds=seconds
+            )
+
+    def end_wait(self, job_id: int, *, reason: str, actor: str | None = None) -> str:
+        """Ends job `job_id`'s wait: it runs again at once, and its wait returns `ended`. Returns
+        the wait's name; raises ValidationError, changing nothing, when the job does not wait."""
+        text = check_reason(reason, "end a wait")
+        with self._conn(None) as c:
+            name = self.waits.end_wait(c, job_id=job_id, actor=actor or default_actor(), reason=text)
+        if name is None:
+            raise ValidationError(
+                f"job {job_id} is not waiting for a signal or a time: nothing to end "
+                "(`tenure waits list` shows the jobs that are)"
+            )
+        return name
+
+    def list_waiting(self, *, queue: str | None = None, limit: int = 100) -> list[Waiting]:
+        """Jobs waiting now for a signal or a time, longest first."""
+        with self._conn(None) as c:
+            return self.waits.waiting(c, queue=queue, limit=limit)
+
+    def job_waits(self, job_id: int) -> list[WaitRecord]:
+        """Every wait job `job_id` began, oldest first: what for, and how it ended."""
+        with self._conn(None) as c:
+            return self.waits.waits_of(c, job_id)
 
     def enqueue_workflow(
         self, workflow: Workflow, *, conn: Connection[Any] | None = None

@@ -29,6 +29,7 @@ class Outcome(enum.StrEnum):
     DEAD = "dead"
     FENCED = "fenced"  # the fence refused our completion or failure write
     SNOOZED = "snoozed"  # back to wait, the attempt not spent
+    WAITING = "waiting"  # waits for a signal or a time (ctx.wait_for, ctx.sleep), the attempt not spent
     #: Succeeded on the primary, but not known to be on a synchronous standby: a failover now
     #: can bring the job back (docs/guarantees.md, "Across a failover").
     NOT_REPLICATED = "not_replicated"

@@ -26,6 +26,7 @@ from tenure.model.outcomes import ResultRefused, Snooze, encode_result
 from tenure.model.registration import register_once
 from tenure.model.retry import FailureClass, FailurePolicy, error_code
 from tenure.model.secrets import has_secret_refs, redact, resolve_secrets, resolved_values
+from tenure.model.waits import WaitStarted
 from tenure.tasks import AnyTask, TaskRegistry
 from tenure.telemetry.logging_context import bind_job, job_fields
 from tenure.telemetry.tracing import record_outcome, run_span
@@ -308,6 +309,8 @@ class Executor:
         except asyncio.CancelledError:
             if execution.cancel_reason is None:
                 raise
+        except WaitStarted:
+            pass  # the job is waiting: ctx.waiting_on says for what
         except Exception as exc:
             error = exc
         record_outcome(
@@ -353,6 +356,12 @@ class Executor:
         """Writes the attempt's outcome, if it is still this worker's to write: `error` raised,
         or `value` returned (a result, or a Snooze)."""
         job, ctx = execution.job, execution.ctx
+        if ctx.waiting_on is not None:
+            # The wait's own statement ended the attempt and wrote its outcome; whatever the
+            # handler did after it (caught WaitStarted, raised) cannot land.
+            self.services.stats.waited += 1
+            self._finished(execution, Outcome.WAITING, None)
+            return
         if execution.cancel_reason == MAX_RUNTIME:
             runtime = (job.lease.deadline - job.db_now).total_seconds()
             await self._fail(

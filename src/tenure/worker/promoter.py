@@ -1,5 +1,6 @@
-"""Promotion: scheduled jobs become pending when due. Every worker runs it; many at once is safe
-(SKIP LOCKED), and whoever promotes a job notifies its queue."""
+"""Promotion: scheduled jobs become pending when due, and waiting jobs when their wait's deadline
+passes. Every worker runs it; many at once is safe (SKIP LOCKED), and whoever promotes a job
+notifies its queue."""
 
 from __future__ import annotations
 
@@ -40,20 +41,23 @@ class Promoter(Service):
         self.health = services.health.service(self.name)
 
     async def run_once(self, *, now: datetime | None = None) -> Promotion:
-        """Promotes every job due at `now` (database time by default), in batches."""
+        """Promotes every job due at `now` (database time by default), and wakes every waiting job
+        whose deadline passed by then, in batches."""
         self._expected = None
         services, batch = self.services, self.services.options.promotion_batch
-        total = 0
+        total = timed_out = 0
         while True:
             async with services.connection() as conn:
                 result = await services.queries.job_promote_due(conn, limit=batch, now=now)
             total += result.promoted
-            if result.promoted < batch:
+            timed_out += result.waits_timed_out
+            if result.promoted < batch and result.waits_timed_out < batch:
                 break
         services.stats.promoted += total
-        if total:
+        services.stats.waits_timed_out += timed_out
+        if total or timed_out:
             self.wake_claimer()
-        return Promotion(total, result.next_due, result.db_now)
+        return Promotion(total, result.next_due, result.db_now, timed_out)
 
     def expect(self, due: datetime) -> None:
         """A job was scheduled for `due` (database time): wake by then if that is sooner."""

@@ -1,4 +1,5 @@
-"""Expired-lease recovery, safe to run in every worker at once."""
+"""Expired-lease recovery, safe to run in every worker at once; and the signals a race left
+undelivered (a send and a wait on one key, each committed without seeing the other), matched."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import logging
 from datetime import datetime
 
 from tenure.db.queries import RecoveredLease, TaskBackoffPolicy
+from tenure.db.wait_queries import WaitQueries
 from tenure.model.jobs import JobState
 from tenure.tasks import TaskRegistry
 from tenure.worker.service import Service
@@ -23,6 +25,7 @@ class Recovery(Service):
     def __init__(self, services: WorkerServices, registry: TaskRegistry | None = None) -> None:
         self.services = services
         self.health = services.health.service(self.name)
+        self.waits = WaitQueries(services.queries.schema)
         self.policies = [
             TaskBackoffPolicy(t.name, t.policy.backoff.base, t.policy.backoff.cap, t.policy.backoff.jitter)
             for t in (registry or [])
@@ -57,7 +60,21 @@ class Recovery(Service):
                 break
         if recovered:
             log.info("recovered %s expired leases", len(recovered))
+        await self.sweep_signals()
         return recovered
+
+    async def sweep_signals(self) -> None:
+        """Delivers what a send racing a wait left in the mailbox, and drops signals kept past
+        their time (docs/waits.md)."""
+        async with self.services.connection() as conn:
+            swept = await self.waits.sweep(conn, batch=self.services.options.recovery_batch)
+        self.services.stats.signals_swept += swept.delivered
+        if swept.delivered or swept.expired:
+            log.info(
+                "signals: %s delivered after a send raced a wait, %s dropped unread past their keeping time",
+                swept.delivered,
+                swept.expired,
+            )
 
     def next_delay(self, result: list[RecoveredLease]) -> float:
         return self.services.options.recovery_every

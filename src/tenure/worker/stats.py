@@ -25,6 +25,9 @@ class WorkerStats:
     snoozed: int = 0
     revoked: int = 0  # running jobs of this worker an operator revoked
     promoted: int = 0  # scheduled jobs this worker's promotion passes made pending
+    waited: int = 0  # attempts that ended in a wait (the job left running for waiting)
+    waits_timed_out: int = 0  # waiting jobs this worker's promotion passes woke at their deadline
+    signals_swept: int = 0  # signals its recovery passes delivered after a send raced a wait
     #: Completions committed on the primary that no synchronous standby is known to have.
     not_replicated: int = 0
     failures_by_code: Counter[str] = field(default_factory=Counter)

@@ -18,6 +18,9 @@ GRANT EXECUTE ON FUNCTION {schema}.enqueue(text, jsonb, text, timestamptz, float
     TO {role};
 -- Workflows come in through enqueue_workflow() alone, a SECURITY DEFINER function as enqueue().
 GRANT EXECUTE ON FUNCTION {schema}.enqueue_workflow(text, jsonb, text) TO {role};
+-- Signals come in through signal() alone, a SECURITY DEFINER function: the role cannot read the
+-- mailbox, nor what any job was sent, nor end a wait but by a signal to its key.
+GRANT EXECUTE ON FUNCTION {schema}.signal(text, jsonb, text, float8) TO {role};
 GRANT SELECT ON {schema}.schema_migrations TO {role};
 
 -- name: worker
@@ -32,8 +35,16 @@ GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.jobs TO {role};
 GRANT UPDATE (state, available_at, attempt_count, lease_owner, lease_token, lease_expires_at,
               lease_deadline, progress, last_error_code, last_error, attempted_at, finished_at,
-              result, snoozes)
+              result, snoozes, unique_states)
     ON {schema}.jobs TO {role};
+-- Waits: a handler's wait records itself and takes a signal kept in the mailbox for its key; the
+-- promotion pass ends waits at their deadline; the recovery pass runs signals_sweep. A handler
+-- may signal another job, as a producer does. (unique_states above: a job enqueued before waits
+-- existed holds its unique key while waiting too, which its wait writes.)
+GRANT SELECT, INSERT, UPDATE ON {schema}.job_waits TO {role};
+GRANT SELECT, UPDATE (job_id, delivered_at, swept) ON {schema}.signals TO {role};
+GRANT EXECUTE ON FUNCTION {schema}.signal(text, jsonb, text, float8) TO {role};
+GRANT EXECUTE ON FUNCTION {schema}.signals_sweep(integer) TO {role};
 GRANT SELECT, INSERT ON {schema}.job_events TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.job_effects TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.workers TO {role};

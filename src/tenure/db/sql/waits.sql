@@ -1,0 +1,181 @@
+-- Waits and signals (docs/waits.md): a handler's wait for a signal or a time, with no slot and no
+-- lease held while it waits. Sending a signal is the signal() function (migration 0025), the one
+-- way in for every role; its delivery, and the sweep that matches what a race left unmatched,
+-- live there too. Timeouts are promoted with scheduled jobs (job_promote_due).
+
+-- name: job_wait
+-- A handler's wait, named %(name)s within its job: one statement for each of its endings.
+-- - 'resolved': an earlier attempt of this job began this wait and it has ended (signalled, timed
+--   out, or ended by an operator): how, and the signal delivered, if any. Nothing is written.
+-- - 'signalled': a signal to %(key)s was in the mailbox: it is this job's from now on (every later
+--   attempt finds it here), and the handler goes on without leaving `running`.
+-- - 'waiting': the job leaves `running` for `waiting` under the fence, its lease ended and its
+--   attempt not counted (as a snooze), until a signal to %(key)s, or %(timeout)s seconds (NULL:
+--   no deadline; a sleep has no key and only a deadline). A job unique while running holds its
+--   key while waiting too.
+-- - 'busy' (the job's row is locked elsewhere: try again) or 'lost' (the fence does not hold).
+-- A wait a cancelled earlier run left behind (the job was reprocessed) begins again.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+), earlier AS (
+    SELECT w.state, w.since, w.resolved_at, w.signal_id, w.ended_by
+    FROM __schema__.job_waits w
+    WHERE w.job_id = %(id)s AND w.name = %(name)s AND w.state IN ('signalled', 'timed_out', 'ended')
+), lease AS (
+    SELECT j.id, j.queue
+    FROM __schema__.jobs j CROSS JOIN clock
+    WHERE j.id = %(id)s
+      AND j.lease_token = %(token)s AND __part_lease_live__
+      AND NOT EXISTS (SELECT 1 FROM earlier)
+    FOR UPDATE OF j SKIP LOCKED
+), mail AS (
+    SELECT s.id, s.payload, s.sent_at
+    FROM __schema__.signals s CROSS JOIN clock
+    WHERE %(key)s::text IS NOT NULL AND s.key = %(key)s AND s.job_id IS NULL AND s.expires_at > clock.now
+      AND EXISTS (SELECT 1 FROM lease)
+    ORDER BY s.id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), taken AS (
+    UPDATE __schema__.signals s
+    SET job_id = %(id)s, delivered_at = clock.now, swept = true
+    FROM mail m CROSS JOIN clock
+    WHERE s.id = m.id
+    RETURNING s.id
+), recorded AS (
+    INSERT INTO __schema__.job_waits AS w (job_id, name, key, state, since, deadline, token, signal_id,
+                                           resolved_at, swept)
+    SELECT l.id, %(name)s, %(key)s, CASE WHEN m.id IS NULL THEN 'waiting' ELSE 'signalled' END, clock.now,
+           clock.now + make_interval(secs => %(timeout)s::float8), %(token)s, m.id,
+           CASE WHEN m.id IS NOT NULL THEN clock.now END, m.id IS NOT NULL
+    FROM lease l CROSS JOIN clock LEFT JOIN mail m ON true
+    ON CONFLICT (job_id, name) DO UPDATE
+    SET key = excluded.key, state = excluded.state, since = excluded.since, deadline = excluded.deadline,
+        token = excluded.token, signal_id = excluded.signal_id, resolved_at = excluded.resolved_at,
+        ended_by = NULL, swept = excluded.swept
+    RETURNING w.state
+), moved AS (
+    UPDATE __schema__.jobs j
+    SET state = 'waiting',
+        attempt_count = j.attempt_count - 1,
+        lease_owner = NULL,
+        lease_expires_at = NULL,
+        lease_deadline = NULL,
+        -- Jobs enqueued before waits existed name running but not waiting among the states they
+        -- hold their unique key in; a wait is part of running.
+        unique_states = CASE WHEN j.unique_states @> ARRAY['running']::__schema__.job_state[]
+                                  AND NOT j.unique_states @> ARRAY['waiting']::__schema__.job_state[]
+                             THEN j.unique_states || 'waiting'::__schema__.job_state
+                             ELSE j.unique_states END
+    FROM lease l
+    WHERE j.id = l.id
+      AND NOT EXISTS (SELECT 1 FROM mail)
+    RETURNING j.id
+), logged AS (
+    INSERT INTO __schema__.job_events (job_id, event, from_state, to_state, token, worker, error, at)
+    SELECT m.id, 'wait', 'running', 'waiting', %(token)s, %(owner)s,
+           left(CASE WHEN %(key)s::text IS NULL THEN format('sleep %%s until %%s', %(name)s,
+                                                            clock.now + make_interval(secs => %(timeout)s::float8))
+                     ELSE format('wait %%s for a signal to %%s%%s', %(name)s, %(key)s,
+                                 CASE WHEN %(timeout)s::float8 IS NULL THEN ''
+                                      ELSE format(' until %%s', clock.now + make_interval(secs => %(timeout)s::float8)) END)
+                END, 2000),
+           clock.now
+    FROM moved m CROSS JOIN clock
+), verdict AS (
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM earlier) THEN 'resolved'
+                WHEN EXISTS (SELECT 1 FROM taken) THEN 'signalled'
+                WHEN EXISTS (SELECT 1 FROM moved) THEN 'waiting'
+                WHEN EXISTS (
+                    SELECT 1 FROM __schema__.jobs j CROSS JOIN clock
+                    WHERE j.id = %(id)s AND j.lease_token = %(token)s AND __part_lease_live__) THEN 'busy'
+                ELSE 'lost' END AS outcome
+), lost AS (
+    INSERT INTO __schema__.job_events (job_id, event, from_state, token, worker, error_code, at)
+    SELECT %(id)s, 'fencing_lost', 'running', %(token)s, %(owner)s, 'FENCED_WAIT', clock.now
+    FROM clock CROSS JOIN verdict
+    WHERE verdict.outcome = 'lost'
+)
+SELECT v.outcome,
+       coalesce(e.state, CASE WHEN m.id IS NOT NULL THEN 'signalled' END) AS state,
+       coalesce(e.signal_id, m.id) AS signal_id,
+       coalesce(s.payload, m.payload) AS payload,
+       coalesce(s.sent_at, m.sent_at) AS sent_at,
+       e.ended_by
+FROM verdict v
+CROSS JOIN (SELECT count(*) FROM recorded) r
+LEFT JOIN earlier e ON true
+LEFT JOIN mail m ON true
+LEFT JOIN __schema__.signals s ON s.id = e.signal_id;
+
+-- name: wait_end
+-- An operator ends job %(id)s's wait: the job goes pending at once, and its handler's wait
+-- returns as ended (not signalled, not timed out), by %(actor)s for %(reason)s. Nothing happens
+-- to a job that is not waiting (no row).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+), target AS (
+    SELECT w.job_id, w.name, w.token, j.queue
+    FROM __schema__.job_waits w JOIN __schema__.jobs j ON j.id = w.job_id
+    WHERE w.job_id = %(id)s AND w.state = 'waiting' AND j.state = 'waiting'
+    FOR UPDATE OF w, j
+), ended AS (
+    UPDATE __schema__.job_waits w
+    SET state = 'ended', resolved_at = clock.now, ended_by = left(%(actor)s::text, 200), swept = true
+    FROM target t CROSS JOIN clock
+    WHERE w.job_id = t.job_id AND w.name = t.name
+    RETURNING w.job_id
+), woken AS (
+    UPDATE __schema__.jobs j
+    SET state = 'pending', available_at = clock.now
+    FROM target t CROSS JOIN clock
+    WHERE j.id = t.job_id
+    RETURNING j.id, j.queue
+), logged AS (
+    INSERT INTO __schema__.job_events (job_id, event, from_state, to_state, token, worker, error, at)
+    SELECT t.job_id, 'wait_ended', 'waiting', 'pending', t.token, %(actor)s,
+           left(format('wait %%s ended: %%s', t.name, %(reason)s::text), 2000), clock.now
+    FROM target t CROSS JOIN clock
+), notified AS (
+    SELECT count(pg_notify(%(channel)s, w.queue)) AS n FROM woken w
+)
+SELECT t.job_id, t.name FROM target t CROSS JOIN notified CROSS JOIN (SELECT count(*) FROM ended) e;
+
+-- name: job_waits_of
+-- Every wait job %(id)s began, oldest first, with the signal delivered to each.
+SELECT w.name, w.key, w.state, w.since, w.deadline, w.token, w.resolved_at, w.ended_by,
+       w.signal_id, s.payload, s.sent_at, s.sent_by
+FROM __schema__.job_waits w
+LEFT JOIN __schema__.signals s ON s.id = w.signal_id
+WHERE w.job_id = %(id)s
+ORDER BY w.since, w.name;
+
+-- name: waits_list
+-- Jobs waiting now, longest first: what each waits for and until when (at most %(limit)s), of
+-- %(queue)s when given.
+SELECT w.job_id, j.queue, j.task, w.name, w.key, w.since, w.deadline,
+       coalesce(%(now)s::timestamptz, statement_timestamp()) AS db_now
+FROM __schema__.job_waits w
+JOIN __schema__.jobs j ON j.id = w.job_id
+WHERE w.state = 'waiting' AND j.state = 'waiting'
+  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+ORDER BY w.since, w.job_id
+LIMIT %(limit)s;
+
+-- name: signal_send
+-- One signal through signal(), in the caller's transaction.
+SELECT signal_id, outcome, job_id
+FROM __schema__.signal(%(key)s, %(payload)s::jsonb, %(idempotency_key)s, %(keep_seconds)s::float8);
+
+-- name: signals_sweep_run
+-- The recovery pass's part for signals (signals_sweep in migration 0025).
+SELECT delivered, expired FROM __schema__.signals_sweep(%(batch)s);
+
+-- name: signals_summary
+-- The mailbox at a glance: signals kept for a waiter, the oldest of them, those delivered, and
+-- those dropped undelivered since the schema was made.
+SELECT (SELECT count(*) FROM __schema__.signals WHERE job_id IS NULL) AS kept,
+       (SELECT min(sent_at) FROM __schema__.signals WHERE job_id IS NULL) AS oldest_kept_at,
+       (SELECT count(*) FROM __schema__.signals WHERE job_id IS NOT NULL) AS delivered,
+       (SELECT expired FROM __schema__.signal_totals) AS expired,
+       (SELECT count(*) FROM __schema__.job_waits WHERE state = 'waiting') AS waiting;

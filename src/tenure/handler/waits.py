@@ -1,0 +1,146 @@
+"""A handler's waits: for a signal to a key, or for a time, without holding a slot or a lease.
+
+`await ctx.wait_for(key, timeout=...)` runs one fenced statement (job_wait, waits.sql):
+- a wait of this name that an earlier attempt began and that has ended: how it ended is returned
+  (the signal's payload, or timed out, or ended by an operator);
+- a signal to `key` already in the mailbox: it becomes the job's, and is returned at once;
+- otherwise the job leaves `running` for `waiting` (its lease ended, its attempt not counted) and
+  WaitStarted ends the attempt. When a signal arrives, the deadline passes or an operator ends the
+  wait, the job is pending again and its handler runs again from the top: each wait it reaches
+  again returns how it ended, so the handler goes on past it.
+
+What the handler did before a wait is done again when it runs again, unless it made it safe to
+repeat: put external calls in `ctx.effect` (done once, whatever the number of runs) and keep
+computation cheap or deterministic before the wait. Waits are told apart by name; the default name
+is the key (the sleep's place among the handler's sleeps), with `#2`, `#3` for later waits on the
+same key in one run, so a handler that waits in the same order every run needs no names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+from typing import Protocol
+
+from tenure.db.sync.wait_queries import WaitQueries as SyncWaitQueries
+from tenure.db.wait_queries import WaitQueries
+from tenure.db.wait_rows import WaitStep
+from tenure.handler.job_services import JobServices
+from tenure.model.errors import LeaseLost
+from tenure.model.waits import (
+    MAX_WAIT,
+    WaitResult,
+    WaitStarted,
+    check_signal_key,
+    check_wait_name,
+    seconds_of,
+)
+
+#: How long a wait keeps trying while the job's row is locked elsewhere ('busy'), at most.
+BUSY_PAUSE = 0.05
+
+
+class WaitContext(Protocol):
+    """What a wait needs of a running job's context (tenure.JobContext is one)."""
+
+    @property
+    def job_id(self) -> int: ...
+    @property
+    def token(self) -> int: ...
+    def check(self) -> None: ...
+    def mark_lost(self, reason: str) -> None: ...
+    def wait_name(self, key: str | None, name: str | None) -> str: ...
+    def began_wait(self, name: str) -> None: ...
+
+    @property
+    def local_expiry(self) -> float: ...
+
+
+def wait_request(
+    ctx: WaitContext, key: str | None, timeout: float | timedelta | None, name: str | None
+) -> tuple[str, str | None, float | None]:
+    """The wait's name, key and deadline in seconds, checked before anything is written."""
+    if key is not None:
+        check_signal_key(key, "key to wait for")
+    seconds = seconds_of(
+        timeout, "a wait's timeout" if key else "a sleep", MAX_WAIT, optional=key is not None
+    )
+    chosen = ctx.wait_name(key, None if name is None else check_wait_name(name))
+    return chosen, key, seconds
+
+
+def settle(ctx: WaitContext, name: str, step: WaitStep) -> WaitResult:
+    """The handler's answer for one answered wait statement: a result, or the end of the attempt."""
+    if step.outcome in ("resolved", "signalled") and step.state is not None:
+        return WaitResult(name, step.state, step.payload, step.signal_id, step.sent_at, step.ended_by)
+    if step.outcome == "waiting":
+        ctx.began_wait(name)
+        raise WaitStarted(ctx.job_id, name)
+    ctx.mark_lost("fence refused the wait")
+    raise LeaseLost(ctx.job_id, ctx.token, "fence refused the wait")
+
+
+async def run_wait(
+    ctx: WaitContext,
+    services: JobServices,
+    key: str | None,
+    timeout: float | timedelta | None,
+    name: str | None,
+) -> WaitResult:
+    name, key, seconds = wait_request(ctx, key, timeout, name)
+    queries = WaitQueries(services.queries.schema)
+    while True:
+        ctx.check()
+        async with services.pool.connection() as conn:
+            step = await queries.job_wait(
+                conn,
+                job_id=ctx.job_id,
+                owner=services.owner,
+                token=ctx.token,
+                name=name,
+                key=key,
+                timeout=seconds,
+            )
+        if step.outcome != "busy" or time.monotonic() + BUSY_PAUSE >= ctx.local_expiry:
+            return settle(ctx, name, step)
+        await asyncio.sleep(BUSY_PAUSE)
+
+
+def run_wait_sync(
+    ctx: WaitContext,
+    services: JobServices,
+    key: str | None,
+    timeout: float | timedelta | None,
+    name: str | None,
+) -> WaitResult:
+    """`run_wait` for plain-function handlers, in their own thread, on the blocking pool."""
+    name, key, seconds = wait_request(ctx, key, timeout, name)
+    queries = SyncWaitQueries(services.queries.schema)
+    while True:
+        ctx.check()
+        with services.sync_pool().connection() as conn:
+            step = queries.job_wait(
+                conn,
+                job_id=ctx.job_id,
+                owner=services.owner,
+                token=ctx.token,
+                name=name,
+                key=key,
+                timeout=seconds,
+            )
+        if step.outcome != "busy" or time.monotonic() + BUSY_PAUSE >= ctx.local_expiry:
+            return settle(ctx, name, step)
+        time.sleep(BUSY_PAUSE)
+
+
+def default_wait_name(counts: dict[str, int], key: str | None) -> str:
+    """The n-th wait on `key` in this run is named `key` (n = 1) or `key#n`; the n-th sleep,
+    `sleep#n`."""
+    base = key if key is not None else "sleep"
+    counts[base] = counts.get(base, 0) + 1
+    n = counts[base]
+    if key is not None and n == 1:
+        return key[:200]
+    suffix = f"#{n}"
+    return base[: 200 - len(suffix)] + suffix
