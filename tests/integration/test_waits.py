@@ -19,7 +19,8 @@ from tenure.lab.passes import worker_passes
 
 async def waits(db: AsyncConnection[Any], job_id: int) -> list[tuple[Any, ...]]:
     cur = await db.execute(
-        "SELECT name, key, state, signal_id IS NOT NULL FROM tenure.job_waits WHERE job_id = %s ORDER BY since",
+        "SELECT name, key, state, signal_id IS NOT NULL FROM tenure.job_waits "
+        "WHERE job_id = %s ORDER BY since",
         (job_id,),
     )
     return await cur.fetchall()
@@ -213,7 +214,9 @@ async def test_an_operator_ends_a_wait_and_the_handler_sees_it_ended(
     assert await cur.fetchall() == [("ops", "wait approve:12 ended: approved by phone")]
 
 
-async def test_a_signal_racing_the_deadline_has_exactly_one_outcome(dsn: str, db: AsyncConnection[Any]) -> None:
+async def test_a_signal_racing_the_deadline_has_exactly_one_outcome(
+    dsn: str, db: AsyncConnection[Any]
+) -> None:
     """Twenty jobs past their deadline, each raced by a signal on its own connection against a
     promotion pass: every job ends its wait once, signalled or timed out, and a signal that
     lost the race is kept, never delivered twice nor lost."""
@@ -229,9 +232,7 @@ async def test_a_signal_racing_the_deadline_has_exactly_one_outcome(dsn: str, db
         return (await app.signal(f"approve:{100 + i}", i)).outcome
 
     async with worker_passes(dsn, "tenure", name="test-race") as passes:
-        results = await asyncio.gather(
-            passes.promoter.run_once(now=past), *(send(i) for i in range(20))
-        )
+        results = await asyncio.gather(passes.promoter.run_once(now=past), *(send(i) for i in range(20)))
     outcomes = results[1:]
     cur = await db.execute(
         "SELECT w.state, s.id IS NOT NULL FROM tenure.job_waits w "
@@ -240,7 +241,10 @@ async def test_a_signal_racing_the_deadline_has_exactly_one_outcome(dsn: str, db
     )
     rows = await cur.fetchall()
     for (state, has_signal), outcome in zip(rows, outcomes, strict=True):
-        assert (state, has_signal, outcome) in {("signalled", True, "delivered"), ("timed_out", False, "kept")}
+        assert (state, has_signal, outcome) in {
+            ("signalled", True, "delivered"),
+            ("timed_out", False, "kept"),
+        }
     cur = await db.execute("SELECT count(*) FROM tenure.signals WHERE job_id IS NULL")
     assert await cur.fetchone() == (outcomes.count("kept"),)
     for job in jobs:
