@@ -13,7 +13,7 @@ import pytest
 from _inprocess import events, job_row, running, wait_state
 from psycopg import AsyncConnection
 
-from tenure import JobContext, Tenure, ValidationError, WaitResult
+from tenure import JobContext, Tenure, Unique, ValidationError, WaitResult
 from tenure.lab.passes import worker_passes
 
 
@@ -350,3 +350,23 @@ def test_wait_results_say_how_the_wait_ended() -> None:
     """WaitResult's flags follow its outcome."""
     got = WaitResult("w", "timed_out")
     assert (got.signalled, got.timed_out, got.ended) == (False, True, False)
+
+
+async def test_a_unique_job_holds_its_key_while_it_waits(dsn: str, db: AsyncConnection[Any]) -> None:
+    """A waiting job is still running for uniqueness: enqueuing its twin finds it, and the key
+    is free again once it has finished."""
+    app = Tenure(dsn)
+
+    @app.task(name="t.sync_account", unique=Unique(fields=("account",)))
+    async def sync_account(ctx: JobContext, account: int) -> None:
+        await ctx.wait_for(f"synced:{account}", timeout=60)
+
+    job = await app.enqueue("t.sync_account", {"account": 1})
+    async with running(app):
+        await wait_state(db, job.id, "waiting")
+        twin = await app.enqueue("t.sync_account", {"account": 1})
+        assert (twin.id, twin.existing) == (job.id, True)
+        await app.signal("synced:1")
+        await wait_state(db, job.id, "succeeded")
+        again = await app.enqueue("t.sync_account", {"account": 1})
+        assert not again.existing and again.id != job.id

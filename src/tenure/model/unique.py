@@ -23,18 +23,18 @@ from tenure.model.jobs import JobState
 #: Named scopes: the states in which a job holds its key.
 SCOPES: dict[str, frozenset[JobState]] = {
     # Queued or running: a new job is allowed once the last one finished, however it ended.
-    "active": frozenset({JobState.SCHEDULED, JobState.PENDING, JobState.RUNNING, JobState.WAITING}),
+    "active": frozenset({JobState.SCHEDULED, JobState.PENDING, JobState.RUNNING}),
     # Until it succeeds (or is cancelled): a dead job still holds its key, for someone to look at.
-    "unfinished": frozenset(
-        {JobState.SCHEDULED, JobState.PENDING, JobState.RUNNING, JobState.WAITING, JobState.DEAD}
-    ),
+    "unfinished": frozenset({JobState.SCHEDULED, JobState.PENDING, JobState.RUNNING, JobState.DEAD}),
     # Ever, until retention deletes the finished job.
-    "ever": frozenset(JobState) - {JobState.CANCELLED},
+    "ever": frozenset(JobState) - {JobState.CANCELLED, JobState.WAITING},
 }
+# No scope names waiting: a job that waits (for a signal or a time) adds it to the states it holds
+# its key in as it begins to wait, as every scope holds the key while running. Producers and
+# workers of versions before waits then agree on every scope.
 #: Every scope holds the key from enqueue until the job stops running: a job that goes back to
-#: the queue (a retry, a lease recovered, a snooze, a graceful release) must never meet another
-#: job holding its key, which it would if running did not hold it. A wait (for a signal or a
-#: time) is part of running.
+#: waiting (a retry, a lease recovered, a snooze, a graceful release) must never meet another
+#: job holding its key, which it would if running did not hold it.
 _REQUIRED = SCOPES["active"]
 #: Longer keys are stored as a digest, to keep the index's entries small.
 MAX_PLAIN_KEY = 400
@@ -94,8 +94,8 @@ class Unique:
             )
         if not states >= _REQUIRED:
             raise ConfigurationError(
-                "a unique scope must include scheduled, pending, running and waiting (a job holds its key "
-                "from enqueue until it stops running, so a retry never meets another job holding it), "
+                "a unique scope must include scheduled, pending and running (a job holds its key from "
+                "enqueue until it stops running, so a retry never meets another job holding it), "
                 f"got {sorted(s.value for s in states)}"
             )
         return states
