@@ -370,3 +370,42 @@ async def test_a_unique_job_holds_its_key_while_it_waits(dsn: str, db: AsyncConn
         await wait_state(db, job.id, "succeeded")
         again = await app.enqueue("t.sync_account", {"account": 1})
         assert not again.existing and again.id != job.id
+
+
+async def test_a_job_with_an_ordering_key_may_not_wait(dsn: str, db: AsyncConnection[Any]) -> None:
+    """A keyed job's wait is refused (its key's next job would run meanwhile): the job is dead
+    with WAIT_WITH_ORDERING_KEY and nothing of a wait is written; as any dead head, it holds its
+    key's next job back until an operator decides."""
+    app = Tenure(dsn)
+
+    @app.task(name="t.keyed", max_attempts=3)
+    async def keyed(ctx: JobContext, n: int) -> int:
+        if n == 1:
+            await ctx.wait_for("never", timeout=60)
+        return n
+
+    first = await app.enqueue("t.keyed", {"n": 1}, ordering_key="customer-1")
+    second = await app.enqueue("t.keyed", {"n": 2}, ordering_key="customer-1")
+    async with running(app):
+        row = await wait_state(db, first.id, "dead")
+        assert row["last_error_code"] == "WAIT_WITH_ORDERING_KEY"
+        await asyncio.sleep(0.3)
+        assert (await job_row(db, second.id))["state"] == "pending"
+    assert await waits(db, first.id) == []
+
+
+async def test_the_gauges_count_waiting_jobs_by_queue(dsn: str, db: AsyncConnection[Any]) -> None:
+    """The metrics snapshot reports a queue whose only jobs wait, with their number."""
+    from tenure.ops.metrics.database import DatabaseCollector
+
+    runs: list[str] = []
+    app = approval_app(dsn, runs)
+    job = await app.enqueue("t.order", {"order_id": 14}, queue="approvals")
+    async with running(app, queues=["approvals"]):
+        await wait_state(db, job.id, "waiting")
+    collector = DatabaseCollector(dsn)
+    try:
+        snapshot = await asyncio.to_thread(collector.read)
+    finally:
+        collector.close()
+    assert [(q.queue, q.waiting, q.pending) for q in snapshot.queues] == [("approvals", 1, 0)]

@@ -32,6 +32,8 @@ class QueueGauges:
     dead: int
     oldest_dead_at: datetime | None
     db_now: datetime
+    #: Jobs waiting for a signal or a time (gauge_waiting).
+    waiting: int = 0
 
     @property
     def oldest_claimable_age(self) -> float:
@@ -92,11 +94,12 @@ SNAPSHOT_QUERIES = (
     "queue_limits_list",
     "gauge_replication",
     "gauge_jobs_without_worker",
+    "gauge_waiting",
 )
 #: Statements of the snapshot that need a migration a worker may run without (the worker's
 #: metrics endpoint reads the gauges on any schema it runs on): on an older schema they read as
 #: no rows instead of failing the whole scrape.
-NEWER_THAN_WORKER_FLOOR = frozenset({"gauge_jobs_without_worker"})
+NEWER_THAN_WORKER_FLOOR = frozenset({"gauge_jobs_without_worker", "gauge_waiting"})
 
 
 def snapshot_params(near_expiry: float, stale: float, now: datetime | None) -> dict[str, Any]:
@@ -112,9 +115,21 @@ def snapshot_params(near_expiry: float, stale: float, now: datetime | None) -> d
 
 def snapshot_of(results: list[list[Row]]) -> Snapshot:
     """The Snapshot of the rows of SNAPSHOT_QUERIES, in their order."""
-    queues, workers, connections, locks, paused, control, schedules, limits, replication, stranded = results
+    queues, workers, connections, locks, paused, control, schedules, limits, replication, stranded, waits = (
+        results
+    )
+    waiting = {r["queue"]: int(r["waiting"]) for r in waits}
+    db_now = workers[0]["db_now"]
+    # A queue whose only jobs wait has no row of its own in gauge_queues.
+    rows = queues + [
+        {"queue": q, "scheduled": 0, "pending": 0, "oldest_claimable_at": None, "running": 0,
+         "leases_near_expiry": 0, "dead": 0, "oldest_dead_at": None, "db_now": db_now}
+        for q in sorted(set(waiting) - {r["queue"] for r in queues})
+    ]  # fmt: skip
     return Snapshot(
-        queues=[QueueGauges(**r) for r in queues],
+        queues=sorted(
+            (QueueGauges(**r, waiting=waiting.get(r["queue"], 0)) for r in rows), key=lambda g: g.queue
+        ),
         workers=WorkerGauges(**workers[0]),
         connections=connections,
         lock_waits=int(locks[0]["waiting"]),

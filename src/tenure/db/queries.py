@@ -69,7 +69,7 @@ class Promotion:
     promoted: int
     next_due: datetime | None
     db_now: datetime
-    #: Waiting jobs whose wait reached its deadline, woken by the same statement.
+    #: Waiting jobs whose wait reached its deadline in the same pass (waits_expire_due).
     waits_timed_out: int = 0
 
 
@@ -482,8 +482,7 @@ class Queries(ProducerQueries, HandlerQueries):
     async def job_promote_due(
         self, conn: AsyncConnection[Any], *, limit: int, now: datetime | None = None
     ) -> Promotion:
-        """Moves up to `limit` due scheduled jobs to pending, and up to `limit` waiting jobs whose
-        wait reached its deadline, notifying their queues."""
+        """Moves up to `limit` due scheduled jobs to pending, notifying their queues."""
         params = {"limit": limit, "channel": self.channel, "now": now}
         [row] = await fetch(conn, self._sql["job_promote_due"], params)
-        return Promotion(int(row["promoted"]), row["next_due"], row["db_now"], int(row["waits_timed_out"]))
+        return Promotion(int(row["promoted"]), row["next_due"], row["db_now"])

@@ -14,7 +14,7 @@ from tenure.db.channels import notify_channel
 from tenure.db.fetch import fetch, fetch_as
 from tenure.db.sqlfiles import named_queries
 from tenure.db.text import storable_text
-from tenure.db.wait_rows import SignalsSummary, SignalsSwept, WaitStep
+from tenure.db.wait_rows import SignalsSummary, SignalsSwept, WaitsExpired, WaitStep
 from tenure.model.waits import SignalSent, Waiting, WaitRecord
 
 ASYNC = True
@@ -102,6 +102,14 @@ class WaitQueries:
 
     async def summary(self, conn: AsyncConnection[Any]) -> SignalsSummary:
         [row] = await fetch_as(conn, SignalsSummary, self._sql["signals_summary"], {})
+        return row
+
+    async def expire_due(
+        self, conn: AsyncConnection[Any], *, limit: int, now: datetime | None = None
+    ) -> WaitsExpired:
+        """Ends up to `limit` waits whose deadline passed by `now` (database time by default)."""
+        params = {"limit": limit, "channel": self.channel, "now": now}
+        [row] = await fetch_as(conn, WaitsExpired, self._sql["waits_expire_due"], params)
         return row
 
     async def sweep(self, conn: AsyncConnection[Any], *, batch: int) -> SignalsSwept:

@@ -22,6 +22,16 @@ class WaitStep:
 
 
 @dataclass(frozen=True, slots=True)
+class WaitsExpired:
+    """One pass over due deadlines: how many waits timed out, and when the next is due."""
+
+    timed_out: int
+    queues_notified: int
+    next_due: datetime | None
+    db_now: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class SignalsSummary:
     """The mailbox at a glance."""
 

@@ -27,7 +27,7 @@ from tenure.db.sync.wait_queries import WaitQueries as SyncWaitQueries
 from tenure.db.wait_queries import WaitQueries
 from tenure.db.wait_rows import WaitStep
 from tenure.handler.job_services import JobServices
-from tenure.model.errors import LeaseLost
+from tenure.model.errors import LeaseLost, Permanent
 from tenure.model.waits import (
     MAX_WAIT,
     WaitResult,
@@ -77,6 +77,13 @@ def settle(ctx: WaitContext, name: str, step: WaitStep) -> WaitResult:
     if step.outcome == "waiting":
         ctx.began_wait(name)
         raise WaitStarted(ctx.job_id, name)
+    if step.outcome == "keyed":
+        raise Permanent(
+            f"job {ctx.job_id} has an ordering key, and a job with one cannot wait for a signal or a "
+            "time yet: the next job of its key would run while it waits. Wait in a job without an "
+            "ordering key, and enqueue the ordered work once the wait is over",
+            code="WAIT_WITH_ORDERING_KEY",
+        )
     ctx.mark_lost("fence refused the wait")
     raise LeaseLost(ctx.job_id, ctx.token, "fence refused the wait")
 

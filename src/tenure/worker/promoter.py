@@ -10,7 +10,10 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
+import psycopg
+
 from tenure.db.queries import Promotion
+from tenure.db.wait_queries import WaitQueries
 from tenure.worker.service import Service
 from tenure.worker.services import WorkerServices
 
@@ -39,6 +42,7 @@ class Promoter(Service):
         # The earliest due time announced while a pass ran: its statement may not have seen it.
         self._expected: datetime | None = None
         self.health = services.health.service(self.name)
+        self.waits = WaitQueries(services.queries.schema)
 
     async def run_once(self, *, now: datetime | None = None) -> Promotion:
         """Promotes every job due at `now` (database time by default), and wakes every waiting job
@@ -50,14 +54,25 @@ class Promoter(Service):
             async with services.connection() as conn:
                 result = await services.queries.job_promote_due(conn, limit=batch, now=now)
             total += result.promoted
-            timed_out += result.waits_timed_out
-            if result.promoted < batch and result.waits_timed_out < batch:
+            if result.promoted < batch:
                 break
+        next_due = result.next_due
+        try:
+            while True:
+                async with services.connection() as conn:
+                    expired = await self.waits.expire_due(conn, limit=batch, now=now)
+                timed_out += expired.timed_out
+                if expired.timed_out < batch:
+                    break
+            if expired.next_due is not None and (next_due is None or expired.next_due < next_due):
+                next_due = expired.next_due
+        except psycopg.errors.UndefinedTable:
+            pass  # a schema before waits (a worker runs on older ones while `tenure migrate` runs)
         services.stats.promoted += total
         services.stats.waits_timed_out += timed_out
         if total or timed_out:
             self.wake_claimer()
-        return Promotion(total, result.next_due, result.db_now, timed_out)
+        return Promotion(total, next_due, result.db_now, timed_out)
 
     def expect(self, due: datetime) -> None:
         """A job was scheduled for `due` (database time): wake by then if that is sooner."""

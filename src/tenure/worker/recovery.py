@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
+import psycopg
+
 from tenure.db.queries import RecoveredLease, TaskBackoffPolicy
 from tenure.db.wait_queries import WaitQueries
 from tenure.model.jobs import JobState
@@ -66,8 +68,11 @@ class Recovery(Service):
     async def sweep_signals(self) -> None:
         """Delivers what a send racing a wait left in the mailbox, and drops signals kept past
         their time (docs/waits.md)."""
-        async with self.services.connection() as conn:
-            swept = await self.waits.sweep(conn, batch=self.services.options.recovery_batch)
+        try:
+            async with self.services.connection() as conn:
+                swept = await self.waits.sweep(conn, batch=self.services.options.recovery_batch)
+        except (psycopg.errors.UndefinedFunction, psycopg.errors.UndefinedTable):
+            return  # a schema before waits (a worker runs on older ones while `tenure migrate` runs)
         self.services.stats.signals_swept += swept.delivered
         if swept.delivered or swept.expired:
             log.info(

@@ -57,6 +57,8 @@ CREATE INDEX signals_job_idx ON __schema__.signals (job_id) WHERE job_id IS NOT 
 CREATE TABLE __schema__.job_waits (
     job_id      bigint NOT NULL REFERENCES __schema__.jobs (id) ON DELETE CASCADE,
     name        text NOT NULL,
+    -- The job's queue (which never changes): the gauges count waiting jobs from here.
+    queue       text NOT NULL,
     -- The signal key waited for; NULL for a sleep, which only its deadline ends.
     key         text,
     state       text NOT NULL DEFAULT 'waiting',
@@ -83,6 +85,27 @@ CREATE INDEX job_waits_key_idx ON __schema__.job_waits (key, since) WHERE state 
 CREATE INDEX job_waits_deadline_idx ON __schema__.job_waits (deadline)
     WHERE state = 'waiting' AND deadline IS NOT NULL;
 CREATE INDEX job_waits_unswept_idx ON __schema__.job_waits (job_id) WHERE NOT swept;
+CREATE INDEX job_waits_queue_idx ON __schema__.job_waits (queue) WHERE state = 'waiting';
+
+-- A cancel ends a waiting job's wait with it (no signal is delivered to it, no deadline wakes it):
+-- the cancel guard, which fires on that one transition only, does it, so no statement that
+-- cancels needs to know about waits.
+CREATE OR REPLACE FUNCTION __schema__.jobs_cancel_guard() RETURNS trigger LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF NOT pg_catalog.has_table_privilege(pg_catalog.format('%I.queue_pauses', TG_TABLE_SCHEMA), 'INSERT') THEN
+        RAISE EXCEPTION 'role % may not cancel jobs', current_user
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'cancel and revoke as the admin role (see tenure roles)';
+    END IF;
+    IF OLD.state = 'waiting' THEN
+        UPDATE __schema__.job_waits
+        SET state = 'cancelled', resolved_at = pg_catalog.statement_timestamp(), swept = true
+        WHERE job_id = OLD.id AND state = 'waiting';
+    END IF;
+    RETURN NEW;
+END
+$$;
 
 -- Signals dropped undelivered when their keeping time ended, since this schema was made.
 CREATE TABLE __schema__.signal_totals (

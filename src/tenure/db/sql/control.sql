@@ -55,12 +55,6 @@ WITH clock AS (
     RETURNING j.id, j.queue, t.state AS from_state, j.state AS to_state, j.lease_token,
               t.lease_owner AS previous_owner, t.lease_token AS previous_token, t.result_wanted,
               t.ordering_key
-), waits_cancelled AS (
-    -- A waiting job's wait ends with it: no signal is delivered to it, no deadline wakes it.
-    UPDATE __schema__.job_waits w
-    SET state = 'cancelled', resolved_at = clock.now, swept = true
-    FROM moved m CROSS JOIN clock
-    WHERE w.job_id = m.id AND m.from_state = 'waiting' AND w.state = 'waiting'
 ), logged AS (
     INSERT INTO __schema__.job_events (job_id, event, from_state, to_state, token, worker, error_code, error, at)
     SELECT m.id, CASE WHEN m.from_state = 'running' THEN 'revoke' ELSE 'cancel' END, m.from_state,
@@ -104,7 +98,7 @@ WITH clock AS (
     WHERE o.ordering_key IN (SELECT k.ordering_key FROM __schema__.jobs k
                              WHERE k.id = ANY(%(ids)s::bigint[]) AND k.ordering_key IS NOT NULL
                                AND k.state IN ('dead', 'cancelled'))
-      AND (o.id = ANY(%(ids)s::bigint[]) OR o.state IN ('scheduled', 'pending', 'running', 'waiting'))
+      AND (o.id = ANY(%(ids)s::bigint[]) OR o.state IN ('scheduled', 'pending', 'running'))
     ORDER BY o.id
     FOR UPDATE
 ), target AS (

@@ -23,8 +23,8 @@ AND j.lease_expires_at > clock.now
 -- A job the claim may take (c: the candidate; the clock and paused CTEs in scope): pending in
 -- the queue and due, of a task the worker runs (%(tasks)s, NULL: any), one of %(only)s when
 -- given (tenure.testing runs one chosen job), its queue not paused, and the head of its ordering
--- key: nothing of its key is running or waiting for a signal or a time, and nothing earlier is
--- queued (scheduled or pending) or dead. Unkeyed rows skip the probe.
+-- key: nothing of its key is running, and nothing earlier is waiting (scheduled or pending) or
+-- dead. Unkeyed rows skip the probe.
 -- The due test is written so that it cannot be an index condition: only due jobs are pending, so
 -- it filters next to nothing, and as a condition on jobs_claimable_by_age_idx it made that index
 -- look the more selective one on some statistics, where the priority lane then read every pending
@@ -37,9 +37,9 @@ AND (%(only)s::bigint[] IS NULL OR c.id = ANY(%(only)s::bigint[]))
 AND (c.ordering_key IS NULL OR NOT EXISTS (
       SELECT 1 FROM __schema__.jobs o
       WHERE o.ordering_key = c.ordering_key
-        AND o.state IN ('scheduled', 'pending', 'running', 'waiting', 'dead')
+        AND o.state IN ('scheduled', 'pending', 'running', 'dead')
         AND o.id <> c.id
-        AND (o.state IN ('running', 'waiting') OR o.id < c.id)))
+        AND (o.state = 'running' OR o.id < c.id)))
 AND NOT (SELECT yes FROM paused)
 
 -- part: lease_policy

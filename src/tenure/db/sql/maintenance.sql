@@ -92,7 +92,7 @@ WITH doomed AS (
     WHERE e.at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(seconds)s)
       AND NOT EXISTS (
           SELECT 1 FROM __schema__.jobs j
-          WHERE j.id = e.job_id AND j.state IN ('scheduled', 'pending', 'running', 'waiting', 'dead')
+          WHERE j.id = e.job_id AND j.state NOT IN ('succeeded', 'cancelled')
       )
     ORDER BY e.at
     LIMIT %(limit)s

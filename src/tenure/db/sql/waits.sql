@@ -1,7 +1,7 @@
 -- Waits and signals (docs/waits.md): a handler's wait for a signal or a time, with no slot and no
 -- lease held while it waits. Sending a signal is the signal() function (migration 0025), the one
 -- way in for every role; its delivery, and the sweep that matches what a race left unmatched,
--- live there too. Timeouts are promoted with scheduled jobs (job_promote_due).
+-- live there too. The promotion pass ends waits at their deadline (waits_expire_due).
 
 -- name: job_wait
 -- A handler's wait, named %(name)s within its job: one statement for each of its endings.
@@ -13,6 +13,8 @@
 --   attempt not counted (as a snooze), until a signal to %(key)s, or %(timeout)s seconds (NULL:
 --   no deadline; a sleep has no key and only a deadline). A job unique while running holds its
 --   key while waiting too.
+-- - 'keyed': the job has an ordering key, and a keyed job may not wait: the claim's look at a key's
+--   jobs does not read waiting ones, so the key's next job would run meanwhile. Nothing written.
 -- - 'busy' (the job's row is locked elsewhere: try again) or 'lost' (the fence does not hold).
 -- A wait a cancelled earlier run left behind (the job was reprocessed) begins again.
 WITH clock AS (
@@ -22,7 +24,7 @@ WITH clock AS (
     FROM __schema__.job_waits w
     WHERE w.job_id = %(id)s AND w.name = %(name)s AND w.state IN ('signalled', 'timed_out', 'ended')
 ), lease AS (
-    SELECT j.id, j.queue
+    SELECT j.id, j.queue, j.ordering_key IS NOT NULL AS keyed
     FROM __schema__.jobs j CROSS JOIN clock
     WHERE j.id = %(id)s
       AND j.lease_token = %(token)s AND __part_lease_live__
@@ -32,7 +34,7 @@ WITH clock AS (
     SELECT s.id, s.payload, s.sent_at
     FROM __schema__.signals s CROSS JOIN clock
     WHERE %(key)s::text IS NOT NULL AND s.key = %(key)s AND s.job_id IS NULL AND s.expires_at > clock.now
-      AND EXISTS (SELECT 1 FROM lease)
+      AND EXISTS (SELECT 1 FROM lease WHERE NOT keyed)
     ORDER BY s.id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -43,12 +45,13 @@ WITH clock AS (
     WHERE s.id = m.id
     RETURNING s.id
 ), recorded AS (
-    INSERT INTO __schema__.job_waits AS w (job_id, name, key, state, since, deadline, token, signal_id,
+    INSERT INTO __schema__.job_waits AS w (job_id, name, queue, key, state, since, deadline, token, signal_id,
                                            resolved_at, swept)
-    SELECT l.id, %(name)s, %(key)s, CASE WHEN m.id IS NULL THEN 'waiting' ELSE 'signalled' END, clock.now,
+    SELECT l.id, %(name)s, l.queue, %(key)s, CASE WHEN m.id IS NULL THEN 'waiting' ELSE 'signalled' END, clock.now,
            clock.now + make_interval(secs => %(timeout)s::float8), %(token)s, m.id,
            CASE WHEN m.id IS NOT NULL THEN clock.now END, m.id IS NOT NULL
     FROM lease l CROSS JOIN clock LEFT JOIN mail m ON true
+    WHERE NOT l.keyed
     ON CONFLICT (job_id, name) DO UPDATE
     SET key = excluded.key, state = excluded.state, since = excluded.since, deadline = excluded.deadline,
         token = excluded.token, signal_id = excluded.signal_id, resolved_at = excluded.resolved_at,
@@ -69,6 +72,7 @@ WITH clock AS (
                              ELSE j.unique_states END
     FROM lease l
     WHERE j.id = l.id
+      AND NOT l.keyed
       AND NOT EXISTS (SELECT 1 FROM mail)
     RETURNING j.id
 ), logged AS (
@@ -84,6 +88,7 @@ WITH clock AS (
     FROM moved m CROSS JOIN clock
 ), verdict AS (
     SELECT CASE WHEN EXISTS (SELECT 1 FROM earlier) THEN 'resolved'
+                WHEN EXISTS (SELECT 1 FROM lease WHERE keyed) THEN 'keyed'
                 WHEN EXISTS (SELECT 1 FROM taken) THEN 'signalled'
                 WHEN EXISTS (SELECT 1 FROM moved) THEN 'waiting'
                 WHEN EXISTS (
@@ -179,3 +184,55 @@ SELECT (SELECT count(*) FROM __schema__.signals WHERE job_id IS NULL) AS kept,
        (SELECT count(*) FROM __schema__.signals WHERE job_id IS NOT NULL) AS delivered,
        (SELECT expired FROM __schema__.signal_totals) AS expired,
        (SELECT count(*) FROM __schema__.job_waits WHERE state = 'waiting') AS waiting;
+
+-- name: waits_expire_due
+-- Ends up to %(limit)s waits whose deadline has passed, earliest first: each wait times out, its
+-- job goes pending (due from its deadline, never later than now) and its queue is told once. A
+-- wait and its job are locked together, so a signal delivered meanwhile (which locks both) and
+-- this timeout cannot both end the wait. Also returns when the next deadline is due, so the
+-- promotion pass can sleep until then. SKIP LOCKED: safe in every worker at once.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+), expired AS (
+    SELECT w.job_id, w.name, w.token, w.deadline
+    FROM __schema__.job_waits w
+    JOIN __schema__.jobs j ON j.id = w.job_id
+    WHERE w.state = 'waiting'
+      AND w.deadline <= (SELECT now FROM clock)
+      AND j.state = 'waiting'
+    ORDER BY w.deadline
+    LIMIT %(limit)s
+    FOR UPDATE OF w, j SKIP LOCKED
+), timed_out AS (
+    UPDATE __schema__.job_waits w
+    SET state = 'timed_out', resolved_at = clock.now, swept = true
+    FROM expired e CROSS JOIN clock
+    WHERE w.job_id = e.job_id AND w.name = e.name
+    RETURNING w.job_id
+), woken AS (
+    UPDATE __schema__.jobs j
+    SET state = 'pending', available_at = least(e.deadline, statement_timestamp())
+    FROM expired e
+    WHERE j.id = e.job_id
+    RETURNING j.queue
+), logged AS (
+    INSERT INTO __schema__.job_events (job_id, event, from_state, to_state, token, error, at)
+    SELECT e.job_id, 'wait_timeout', 'waiting', 'pending', e.token,
+           left(format('wait %%s reached its deadline', e.name), 2000), clock.now
+    FROM expired e CROSS JOIN clock
+), notified AS (
+    SELECT count(pg_notify(%(channel)s, q.queue)) AS n FROM (SELECT DISTINCT queue FROM woken) q
+)
+SELECT (SELECT count(*) FROM timed_out) AS timed_out,
+       (SELECT n FROM notified) AS queues_notified,
+       (SELECT min(deadline) FROM __schema__.job_waits
+        WHERE state = 'waiting' AND deadline > (SELECT now FROM clock)) AS next_due,
+       (SELECT now FROM clock) AS db_now;
+
+-- name: gauge_waiting
+-- Per queue, the jobs waiting for a signal or a time (from the waits: jobs has no index on its
+-- waiting rows), for the gauges.
+SELECT queue, count(*) AS waiting
+FROM __schema__.job_waits
+WHERE state = 'waiting'
+GROUP BY queue;

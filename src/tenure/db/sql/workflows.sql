@@ -115,7 +115,8 @@ SELECT j.id
 FROM __schema__.workflow_steps s
 JOIN __schema__.jobs j ON j.id = s.job_id
 WHERE s.workflow_id = %(id)s AND s.state = 'released'
-  AND j.state IN ('scheduled', 'pending', 'running', 'waiting')
+  -- Not finished: queued, running or waiting for a signal or a time.
+  AND j.state NOT IN ('succeeded', 'dead', 'cancelled')
 ORDER BY j.id
 FOR UPDATE OF j;
 

@@ -17,7 +17,7 @@ from tenure.db.channels import notify_channel
 from tenure.db.sqlfiles import named_queries
 from tenure.db.sync.fetch import fetch, fetch_as
 from tenure.db.text import storable_text
-from tenure.db.wait_rows import SignalsSummary, SignalsSwept, WaitStep
+from tenure.db.wait_rows import SignalsSummary, SignalsSwept, WaitsExpired, WaitStep
 from tenure.model.waits import SignalSent, Waiting, WaitRecord
 
 
@@ -103,6 +103,12 @@ class WaitQueries:
 
     def summary(self, conn: Connection[Any]) -> SignalsSummary:
         [row] = fetch_as(conn, SignalsSummary, self._sql["signals_summary"], {})
+        return row
+
+    def expire_due(self, conn: Connection[Any], *, limit: int, now: datetime | None = None) -> WaitsExpired:
+        """Ends up to `limit` waits whose deadline passed by `now` (database time by default)."""
+        params = {"limit": limit, "channel": self.channel, "now": now}
+        [row] = fetch_as(conn, WaitsExpired, self._sql["waits_expire_due"], params)
         return row
 
     def sweep(self, conn: Connection[Any], *, batch: int) -> SignalsSwept:

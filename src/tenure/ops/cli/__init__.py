@@ -25,6 +25,7 @@ from tenure.ops.cli import (
     roles,
     schedules,
     soak,
+    waits,
     worker,
     workflows,
 )
@@ -52,6 +53,7 @@ COMMAND_MODULES = [
     control,
     schedules,
     workflows,
+    waits,
     ops,
     ordering,
     effects,

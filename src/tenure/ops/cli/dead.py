@@ -13,8 +13,10 @@ from tenure.db.control_queries import ControlQueries
 from tenure.db.ops_queries import OpsQueries
 from tenure.db.ops_rows import DeadFilter
 from tenure.db.queries import Queries
+from tenure.db.wait_queries import WaitQueries
 from tenure.ops.cli._common import EXIT_USAGE, connected, emit_json, err, out, positive_int
 from tenure.ops.cli._render import error_line, history_table, job_panel
+from tenure.ops.cli.waits import waits_table
 from tenure.ops.views.durations import duration, human
 from tenure.producer.control import key_held
 
@@ -59,10 +61,15 @@ async def cmd_show(args: argparse.Namespace, conn: Any) -> int:
         return 1
     events = await queries.job_events_list(conn, args.id)
     if args.json:
-        emit_json({"job": job, "history": events})
+        emit_json(
+            {"job": job, "history": events, "waits": await WaitQueries(args.schema).waits_of(conn, args.id)}
+        )
         return 0
     now = await ControlQueries(args.schema).db_now(conn)
     out.print(job_panel(job, now))
+    waits = await WaitQueries(args.schema).waits_of(conn, args.id)
+    if waits:
+        out.print(waits_table(waits, now))
     if events:
         out.print(history_table(events, title=f"history of job {args.id}"))
     else:

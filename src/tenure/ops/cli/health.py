@@ -43,13 +43,25 @@ def sparkline(counts: list[int]) -> str:
 
 def _queue_table(queues: list[dict[str, Any]], schema: str, *, compact: bool) -> Table:
     if compact:
-        columns = ("queue", "sched", "pend", "run", "dead", "waits", "dead for", "expiring", "done/min")
+        columns = (
+            "queue",
+            "sched",
+            "pend",
+            "run",
+            "wait",
+            "dead",
+            "oldest",
+            "dead for",
+            "expiring",
+            "done/min",
+        )
     else:
         columns = (
             "queue",
             "scheduled",
             "pending",
             "running",
+            "waiting",
             "dead",
             "oldest claimable",
             "oldest dead",
@@ -69,6 +81,7 @@ def _queue_table(queues: list[dict[str, Any]], schema: str, *, compact: bool) ->
             str(q["scheduled"]),
             str(q["pending"]),
             str(q["running"]),
+            str(q["waiting"]),
             str(q["dead"]),
             human(q["oldest_claimable_age_s"]),
             human(q["oldest_dead_age_s"]),
@@ -76,7 +89,10 @@ def _queue_table(queues: list[dict[str, Any]], schema: str, *, compact: bool) ->
             f"{oldest_first[-1]} {sparkline(oldest_first)}" if compact else " ".join(map(str, oldest_first)),
         )
     if compact:
-        table.caption = f"waits: the oldest claimable's; done/min: last minute, then {THROUGHPUT_MINUTES} ▸"
+        table.caption = (
+            f"wait: jobs waiting for a signal or a time; oldest: the oldest claimable job's wait; "
+            f"done/min: last minute, then {THROUGHPUT_MINUTES} ▸"
+        )
     return table
 
 

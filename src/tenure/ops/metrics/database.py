@@ -104,7 +104,7 @@ class DatabaseCollector(Collector):
             "tenure_jobs", "Jobs in a live or dead state, by queue and state", labels=["queue", "state"]
         )
         for q in snap.queues:
-            for state in ("scheduled", "pending", "running", "dead"):
+            for state in ("scheduled", "pending", "running", "waiting", "dead"):
                 jobs.add_metric([q.queue, state], float(getattr(q, state)))
         yield jobs
         yield per_queue(
