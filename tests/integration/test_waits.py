@@ -409,3 +409,42 @@ async def test_the_gauges_count_waiting_jobs_by_queue(dsn: str, db: AsyncConnect
     finally:
         collector.close()
     assert [(q.queue, q.waiting, q.pending) for q in snapshot.queues] == [("approvals", 1, 0)]
+
+
+async def test_tenure_testing_drives_waits_and_signals_without_a_worker(dsn: str) -> None:
+    """Inline runs a job to its wait, a signal makes it pending, run_job finishes it; pass_time
+    ends a sleep's wait at once, without sleeping."""
+    from tenure.testing import Inline
+
+    runs: list[str] = []
+    app = approval_app(dsn, runs)
+
+    @app.task(name="t.later")
+    async def later(ctx: JobContext) -> str:
+        await ctx.sleep(timedelta(days=1))
+        return "woke"
+
+    async with Inline(app) as t:
+        ran = await t.perform(app.registry.get("t.order"), order_id=15)  # type: ignore[arg-type]
+        assert ran.state == "waiting"
+        await app.signal("approve:15", {"by": "cy"})
+        assert (await t.run_job(ran.job.id)).result == {"outcome": "signalled", "payload": {"by": "cy"}}
+        slept = await t.perform(later)
+        assert slept.state == "waiting"
+        assert await t.pass_time(timedelta(hours=23)) == 0
+        assert await t.pass_time(timedelta(days=1, minutes=1)) == 1
+        assert (await t.run_job(slept.job.id)).result == "woke"
+
+
+def test_the_blocking_testing_face_drives_a_wait_too(dsn: str) -> None:
+    """SyncInline, for tests without an event loop, runs the same steps."""
+    from tenure.testing import SyncInline
+
+    runs: list[str] = []
+    app = approval_app(dsn, runs, "thread")
+    with SyncInline(app) as t:
+        ran = t.perform(app.registry.get("t.order"), order_id=16)  # type: ignore[arg-type]
+        assert ran.state == "waiting"
+        app.signal_sync("approve:16", "ok")
+        assert t.run_job(ran.job.id).result == {"outcome": "signalled", "payload": "ok"}
+    app.close_sync()

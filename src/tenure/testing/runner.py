@@ -11,7 +11,7 @@ import asyncio
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from psycopg_pool import AsyncConnectionPool
@@ -20,6 +20,7 @@ from tenure.db.connect import resolve_dsn
 from tenure.db.control_queries import ControlQueries
 from tenure.db.pool import open_pool
 from tenure.db.queries import Queries
+from tenure.db.wait_queries import WaitQueries
 from tenure.model.errors import ValidationError
 from tenure.model.jobs import Job
 from tenure.testing.outcome import Ran
@@ -64,6 +65,7 @@ class JobRunner:
         self.queries = Queries(schema)
         self.control = ControlQueries(schema)
         self.testing = TestingQueries(schema)
+        self.waits = WaitQueries(schema)
         self._pool = await open_pool(dsn, min_size=1, max_size=4, name="tenure-testing")
         self._threads = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tenure-testing")
         services = WorkerServices(pool=self._pool, queries=self.queries, options=self.options, dsn=dsn)
@@ -100,6 +102,17 @@ class JobRunner:
             if work is None or work.outcome == "busy":
                 return chunks
             chunks += 1
+
+    async def end_waits_within(self, after: timedelta) -> int:
+        """Ends, timed out, every wait whose deadline falls within `after` from now (database
+        time), as the promotion pass would once that time had passed: how many."""
+        pool, _ = self._opened()
+        ended = 0
+        async with pool.connection() as conn:
+            at = await self.control.db_now(conn) + after
+            while (batch := await self.waits.expire_due(conn, limit=1000, now=at)).timed_out:
+                ended += batch.timed_out
+        return ended
 
     async def due_queues(self, queue: str | None) -> list[str]:
         """The queues with a due job of the app's tasks (`queue` alone, when given)."""

@@ -246,7 +246,8 @@ BEGIN
     )
     SELECT count(*) INTO n_expired FROM dropped;
     IF n_expired > 0 THEN
-        UPDATE __schema__.signal_totals SET expired = expired + n_expired;
+        INSERT INTO __schema__.signal_totals AS t (one, expired) VALUES (true, n_expired)
+        ON CONFLICT (one) DO UPDATE SET expired = t.expired + excluded.expired;
     END IF;
 
     FOR s IN

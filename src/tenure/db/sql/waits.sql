@@ -182,7 +182,7 @@ SELECT delivered, expired FROM __schema__.signals_sweep(%(batch)s);
 SELECT (SELECT count(*) FROM __schema__.signals WHERE job_id IS NULL) AS kept,
        (SELECT min(sent_at) FROM __schema__.signals WHERE job_id IS NULL) AS oldest_kept_at,
        (SELECT count(*) FROM __schema__.signals WHERE job_id IS NOT NULL) AS delivered,
-       (SELECT expired FROM __schema__.signal_totals) AS expired,
+       coalesce((SELECT expired FROM __schema__.signal_totals), 0) AS expired,
        (SELECT count(*) FROM __schema__.job_waits WHERE state = 'waiting') AS waiting;
 
 -- name: waits_expire_due

@@ -171,6 +171,13 @@ class SyncInline:
                 break
         return runs
 
+    def pass_time(self, after: timedelta) -> int:
+        """Ends, timed out, every wait (`ctx.wait_for`'s timeout, `ctx.sleep`) whose deadline falls
+        within `after` from now, as if that time had passed: the jobs are pending, to run with
+        `run_job` or `drain`. Nothing sleeps. Returns how many waits it ended. A signal needs no
+        helper: send it with `app.signal` and run the job."""
+        return self._step(self._runner.end_waits_within(after))
+
     def run_workflow(self, workflow_id: int, *, steps: int | None = None) -> list[Ran]:
         """Runs the workflow's released steps that are due, each once, and the steps they release
         in turn, until none is left to run or `steps` have run (one at a time: steps=1 is one
