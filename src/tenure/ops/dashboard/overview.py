@@ -65,7 +65,11 @@ async def overview_context(board: Dashboard) -> dict[str, Any]:
         counts = {s: recent.get(name, {}).get(s, 0) for s in RECENT_ONLY}
         if gauge is not None:
             counts.update(
-                scheduled=gauge.scheduled, pending=gauge.pending, running=gauge.running, dead=gauge.dead
+                scheduled=gauge.scheduled,
+                pending=gauge.pending,
+                running=gauge.running,
+                waiting=gauge.waiting,
+                dead=gauge.dead,
             )
         rows.append(
             QueueRow(
