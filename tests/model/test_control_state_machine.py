@@ -1,6 +1,7 @@
-"""Job control, unique jobs and limits, model-checked: Hypothesis drives the real SQL (cancel
-and revoke, requeue, retry, the dead-job reprocess, pause, snooze, results, unique enqueue, the
-limited claim) with an injected clock and compares every job row with a Python model after every
+"""Job control, unique jobs, limits, waits and signals, model-checked: Hypothesis drives the real
+SQL (cancel and revoke, requeue, retry, the dead-job reprocess, pause, snooze, results, unique
+enqueue, the limited claim, a wait, a signal, a deadline, an operator's end of a wait) with an
+injected clock and compares every job row, wait and signal with a Python model after every
 step."""
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from psycopg.types.json import Jsonb
 from tenure.db.control_queries import ControlQueries
 from tenure.db.ops_queries import OpsQueries
 from tenure.db.queries import Queries
+from tenure.db.wait_queries import WaitQueries
 from tenure.model.jobs import JobSpec
 from tenure.model.unique import Unique
 
@@ -36,7 +38,8 @@ LIMITED, FREE = "limited", "free"  # LIMITED may run LIMIT jobs at once; FREE ma
 LIMIT = 2
 MAX_SNOOZES = 2
 EPOCH = datetime(2031, 1, 1, tzinfo=UTC)
-ACTIVE = {"scheduled", "pending", "running"}
+ACTIVE = {"scheduled", "pending", "running", "waiting"}
+SIGNAL_KEYS = ["k1", "k2"]
 EXAMPLES = int(os.environ.get("TENURE_MODEL_EXAMPLES", "200"))
 
 
@@ -53,6 +56,11 @@ class M:
     snoozes: int = 0
     key: str | None = None
     result: Any = None
+    #: The wait going on (state waiting): its name, the signal key (None: a sleep), its deadline.
+    wait: tuple[str, str | None, datetime | None] | None = None
+    #: How each wait the job began ended, by name: 'signalled' (with the signal id), 'timed_out',
+    #: 'ended' or 'cancelled'.
+    waits_ended: tuple[tuple[str, str, int | None], ...] = ()
 
     def live(self, now: datetime) -> bool:
         return self.state == "running" and self.expires_at is not None and self.expires_at > now
@@ -63,6 +71,12 @@ class ControlMachine(RuleBasedStateMachine):
         super().__init__()
         self.loop, self.conn = loop, conn
         self.q, self.c, self.ops = Queries(SCHEMA), ControlQueries(SCHEMA), OpsQueries(SCHEMA)
+        self.w = WaitQueries(SCHEMA)
+        #: Signals by id: their key, idempotency key, and the job each was delivered to (None: kept).
+        self.signals: dict[int, tuple[str, str | None, int | None]] = {}
+        #: When each waiting job began to wait (the order signals are delivered in).
+        self.since: dict[int, int] = {}
+        self.steps = 0
         self.now = EPOCH
         self.jobs: dict[int, M] = {}
         self.paused = False
@@ -73,7 +87,8 @@ class ControlMachine(RuleBasedStateMachine):
         return self.loop.run_until_complete(coro)
 
     async def _reset(self) -> None:
-        for table in ("job_events", "job_effects", "queue_pauses", "queue_events", "queue_limits", "jobs"):
+        tables = ("job_events", "job_effects", "job_waits", "signals", "queue_pauses", "queue_events")
+        for table in (*tables, "queue_limits", "jobs"):
             await self.conn.execute(f"DELETE FROM {SCHEMA}.{table}")
         await self.conn.execute(
             f"INSERT INTO {SCHEMA}.queue_limits (queue, max_running, declared_by) VALUES (%s, %s, 'model')",
@@ -130,7 +145,7 @@ class ControlMachine(RuleBasedStateMachine):
                 self.conn, [job_id], requeue=requeue, max_jobs=1, actor="m", reason="model", now=self.now
             )
         )
-        allowed = {"running"} if requeue else {"scheduled", "pending", "running", "dead"}
+        allowed = {"running"} if requeue else {"scheduled", "pending", "running", "waiting", "dead"}
         if job.state not in allowed:
             assert [r.id for r in rows.refused] == [job_id] and not rows.moved
             return
@@ -147,8 +162,17 @@ class ControlMachine(RuleBasedStateMachine):
                 available_at=self.now,
             )
         else:
+            ended = job.waits_ended
+            if job.wait is not None:  # the cancel ends the wait with the job
+                ended = (*ended, (job.wait[0], "cancelled", None))
             self.jobs[job_id] = replace(
-                job, state="cancelled", token=job.token + bump, owner=None, expires_at=None
+                job,
+                state="cancelled",
+                token=job.token + bump,
+                owner=None,
+                expires_at=None,
+                wait=None,
+                waits_ended=ended,
             )
 
     @rule(data=st.data())
@@ -227,6 +251,15 @@ class ControlMachine(RuleBasedStateMachine):
         for i, j in self.jobs.items():
             if j.state == "scheduled" and j.available_at <= self.now:
                 self.jobs[i] = replace(j, state="pending")
+        expired = self.run(self.w.expire_due(self.conn, limit=100, now=self.now))
+        due_waits = [
+            i
+            for i, j in self.jobs.items()
+            if j.state == "waiting" and j.wait is not None and j.wait[2] is not None and j.wait[2] <= self.now
+        ]
+        assert expired.timed_out == len(due_waits)
+        for i in due_waits:
+            self._wake(i, "timed_out", None)
         recovered = self.run(
             self.q.lease_recover_expired(
                 self.conn, limit=100, backoff_base=0.0, backoff_cap=0.0, jitter=0.0, now=self.now
@@ -360,6 +393,147 @@ class ControlMachine(RuleBasedStateMachine):
             )
         assert out.state is not None and out.state.value == self.jobs[job_id].state
 
+    # -- waits and signals ------------------------------------------------------------------------
+
+    def _wake(self, job_id: int, how: str, signal_id: int | None) -> None:
+        """A waiting job's wait ended `how`: it is pending again, due at once (the database sets
+        its due time by its own clock, read back: the model's clock is years ahead of it)."""
+        job = self.jobs[job_id]
+        assert job.wait is not None
+        due = self.run(self._available_at(job_id))
+        self.jobs[job_id] = replace(
+            job,
+            state="pending",
+            available_at=due,
+            wait=None,
+            waits_ended=(*job.waits_ended, (job.wait[0], how, signal_id)),
+        )
+        self.since.pop(job_id, None)
+
+    async def _available_at(self, job_id: int) -> datetime:
+        cur = await self.conn.execute(f"SELECT available_at FROM {SCHEMA}.jobs WHERE id = %s", (job_id,))
+        row = await cur.fetchone()
+        assert row is not None and row[0] <= self.now
+        return row[0]  # type: ignore[no-any-return]
+
+    @precondition(lambda self: any(j.state == "running" for j in self.jobs.values()))
+    @rule(
+        data=st.data(),
+        key=st.sampled_from([*SIGNAL_KEYS, None]),
+        timeout=st.sampled_from([None, 2.0, 5.0]),
+    )
+    def wait(self, data: st.DataObject, key: str | None, timeout: float | None) -> None:
+        """The holder waits for a signal (or sleeps): a wait it began before and that ended
+        answers how; a kept signal is taken at once; else the job waits, attempt not counted. A
+        revoked or stale holder is refused."""
+        job_id = self._pick(data, {"running"})
+        assert job_id is not None
+        owner, token = self._writer(data, self.jobs[job_id])
+        self._wait(job_id, owner, token, key, timeout)
+
+    @rule(key=st.sampled_from([*SIGNAL_KEYS, None]), timeout=st.sampled_from([None, 2.0, 5.0]))
+    def claim_and_wait(self, key: str | None, timeout: float | None) -> None:
+        """A job is enqueued, a worker claims one of its queue and that job's handler waits at
+        once: the common path, so that waiters meet signals, deadlines and operators often."""
+        self.enqueue(FREE, None, 0.0, 1)
+        before = {i for i, j in self.jobs.items() if j.state == "running"}
+        self.claim(FREE, 1, 5.0, "w1", True)
+        for job_id in sorted(i for i, j in self.jobs.items() if j.state == "running"):
+            if job_id not in before:
+                job = self.jobs[job_id]
+                self._wait(job_id, job.owner or "w1", job.token, key, timeout)
+
+    def _wait(self, job_id: int, owner: str, token: int, key: str | None, timeout: float | None) -> None:
+        job = self.jobs[job_id]
+        name = key or "sleep"
+        timeout = 3.0 if key is None and timeout is None else timeout
+        step = self.run(
+            self.w.job_wait(
+                self.conn, job_id=job_id, owner=owner, token=token, name=name, key=key, timeout=timeout,
+                now=self.now,
+            )
+        )  # fmt: skip
+        earlier = next((e for e in job.waits_ended if e[0] == name and e[1] != "cancelled"), None)
+        if earlier is not None:
+            assert (step.outcome, step.state, step.signal_id) == ("resolved", earlier[1], earlier[2])
+            return
+        if not self._holds(job, owner, token):
+            assert step.outcome == "lost", (step, job)
+            return
+        kept = sorted(i for i, (k, _, to) in self.signals.items() if k == key and to is None)
+        if kept:
+            assert (step.outcome, step.signal_id) == ("signalled", kept[0]), (step, kept)
+            k, idem, _ = self.signals[kept[0]]
+            self.signals[kept[0]] = (k, idem, job_id)
+            self.jobs[job_id] = replace(job, waits_ended=(*job.waits_ended, (name, "signalled", kept[0])))
+            return
+        assert step.outcome == "waiting", (step, job)
+        deadline = None if timeout is None else self.now + timedelta(seconds=timeout)
+        self.steps += 1
+        self.since[job_id] = self.steps
+        self.jobs[job_id] = replace(
+            job,
+            state="waiting",
+            attempts=job.attempts - 1,
+            owner=None,
+            expires_at=None,
+            wait=(name, key, deadline),
+            waits_ended=tuple(e for e in job.waits_ended if e[0] != name),
+        )
+
+    @rule(key=st.sampled_from(SIGNAL_KEYS), idempotency=st.sampled_from([None, "a", "b"]))
+    def signal(self, key: str, idempotency: str | None) -> None:
+        """A signal wakes the longest waiter of its key, or is kept; a repeated idempotency key
+        writes nothing."""
+        sent = self.run(
+            self.w.signal(
+                self.conn, key=key, payload_json="1", idempotency_key=idempotency, keep_seconds=3600
+            )
+        )
+        earlier = next(
+            (
+                i
+                for i, (k, idem, _) in self.signals.items()
+                if idempotency and (k, idem) == (key, idempotency)
+            ),
+            None,
+        )
+        if earlier is not None:
+            assert (sent.outcome, sent.signal_id, sent.job_id) == (
+                "duplicate",
+                earlier,
+                self.signals[earlier][2],
+            )
+            return
+        assert sent.signal_id not in self.signals
+        waiters = sorted(
+            (self.since[i], i)
+            for i, j in self.jobs.items()
+            if j.state == "waiting" and j.wait is not None and j.wait[1] == key
+        )
+        if not waiters:
+            assert (sent.outcome, sent.job_id) == ("kept", None)
+            self.signals[sent.signal_id] = (key, idempotency, None)
+            return
+        woken = waiters[0][1]
+        assert (sent.outcome, sent.job_id) == ("delivered", woken), (sent, waiters)
+        self.signals[sent.signal_id] = (key, idempotency, woken)
+        self._wake(woken, "signalled", sent.signal_id)
+
+    @rule(data=st.data())
+    def end_wait(self, data: st.DataObject) -> None:
+        """An operator ends a job's wait: only a waiting job's, which runs again at once."""
+        job_id = self._pick(data)
+        if job_id is None:
+            return
+        name = self.run(self.w.end_wait(self.conn, job_id=job_id, actor="m", reason="model", now=self.now))
+        job = self.jobs[job_id]
+        if job.state != "waiting":
+            assert name is None
+            return
+        assert job.wait is not None and name == job.wait[0]
+        self._wake(job_id, "ended", None)
+
     # -- after every step ----------------------------------------------------------------------
 
     @invariant()
@@ -399,6 +573,30 @@ class ControlMachine(RuleBasedStateMachine):
             assert r["result"] == j.result if j.state == "succeeded" else r["result"] is None
             assert r["lease_token"] >= self.tokens.get(i, 0), "a token went back"
             self.tokens[i] = r["lease_token"]
+
+        async def waits() -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+            cur = await self.conn.execute(
+                f"SELECT job_id, name, key, state, deadline, signal_id FROM {SCHEMA}.job_waits"
+            )
+            found = await cur.fetchall()
+            cur = await self.conn.execute(f"SELECT id, key, idempotency_key, job_id FROM {SCHEMA}.signals")
+            return found, await cur.fetchall()
+
+        wait_rows, signal_rows = self.run(waits())
+        expected_waits = {
+            (i, j.wait[0], j.wait[1], "waiting", j.wait[2], None) for i, j in self.jobs.items() if j.wait
+        } | {(i, name, how, sid) for i, j in self.jobs.items() for name, how, sid in j.waits_ended}
+        seen_waits = {r if r[3] == "waiting" else (r[0], r[1], r[3], r[5]) for r in wait_rows}
+        assert seen_waits == expected_waits, (seen_waits, expected_waits)
+        assert {(i, k, idem, to) for i, (k, idem, to) in self.signals.items()} == set(signal_rows)
+        delivered = [to for _, _, to in self.signals.values() if to is not None]
+        for j in self.jobs.values():
+            if j.state == "waiting":
+                assert j.owner is None and j.expires_at is None, "a waiting job holds a lease"
+        assert all(
+            sum(1 for k, how, sid in j.waits_ended if sid is not None) == delivered.count(i)
+            for i, j in self.jobs.items()
+        ), "a signal was delivered to two jobs, or lost"
         live = sum(1 for j in self.jobs.values() if j.queue == LIMITED and j.live(self.now))
         assert live <= LIMIT, f"{live} live leases in a queue limited to {LIMIT}"
         keys = [j.key for j in self.jobs.values() if j.key is not None and j.state in ACTIVE]
@@ -408,9 +606,10 @@ class ControlMachine(RuleBasedStateMachine):
 @pytest.mark.slow
 def test_control_state_machine_matches_model(dsn: str) -> None:
     """Random sequences of cancel, revoke, requeue, retry, dead-job reprocess, pause, snooze,
-    results, unique enqueues and limited claims agree with the model at every step: a revoked or
-    stale holder writes nothing, a paused or limited queue gives out no more than it may, a unique
-    key has one holder, tokens only grow."""
+    results, unique enqueues, limited claims, waits, signals, deadlines and ended waits agree with
+    the model at every step: a revoked or stale holder writes nothing, a paused or limited queue
+    gives out no more than it may, a unique key has one holder (waiting jobs hold theirs), tokens
+    only grow, a signal wakes one waiter once or is kept, and a wait ends exactly one way."""
     loop = asyncio.new_event_loop()
     conn = loop.run_until_complete(psycopg.AsyncConnection.connect(dsn, autocommit=True))
     try:

@@ -33,7 +33,9 @@ WITH clock AS (
 ), mail AS (
     SELECT s.id, s.payload, s.sent_at
     FROM __schema__.signals s CROSS JOIN clock
-    WHERE %(key)s::text IS NOT NULL AND s.key = %(key)s AND s.job_id IS NULL AND s.expires_at > clock.now
+    -- Kept until a time signal() set by the database's own clock, so judged by it too.
+    WHERE %(key)s::text IS NOT NULL AND s.key = %(key)s AND s.job_id IS NULL
+      AND s.expires_at > statement_timestamp()
       AND EXISTS (SELECT 1 FROM lease WHERE NOT keyed)
     ORDER BY s.id
     LIMIT 1
