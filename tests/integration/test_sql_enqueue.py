@@ -34,10 +34,11 @@ async def rows(db: AsyncConnection[Any], query: str, params: Any = None) -> list
 
 
 async def test_the_docs_sql_blocks_run_as_written(db: AsyncConnection[Any]) -> None:
-    """docs/sql.md's blocks, in order: a job from psql, a delayed one on its own queue, and a
-    trigger that enqueues a receipt in the payment's transaction, once per order."""
+    """docs/sql.md's blocks, in order: a job from psql, a delayed one on its own queue, a
+    trigger that enqueues a receipt in the payment's transaction, once per order, and a signal
+    (kept: no job waits for it here)."""
     blocks = sql_blocks()
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     [(job_id, _, existing, scheduled)] = await rows(db, blocks[0])
     assert (existing, scheduled) == (False, False)
     [(_, scheduled)] = await rows(db, blocks[1])
@@ -54,6 +55,8 @@ async def test_the_docs_sql_blocks_run_as_written(db: AsyncConnection[Any]) -> N
     await db.execute("UPDATE orders SET paid = false WHERE id = 7")
     await db.execute("UPDATE orders SET paid = true WHERE id = 7")
     assert len(await rows(db, "SELECT 1 FROM tenure.jobs WHERE task = 'emails.send_receipt'")) == 2
+    [(_, outcome, woken)] = await rows(db, blocks[3])
+    assert (outcome, woken) == ("kept", None)
 
 
 async def test_a_rolled_back_trigger_leaves_no_job(db: AsyncConnection[Any]) -> None:

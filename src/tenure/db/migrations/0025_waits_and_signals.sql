@@ -122,7 +122,9 @@ CREATE FUNCTION __schema__.signal_deliver(sid bigint, at timestamptz) RETURNS bi
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     s __schema__.signals;
+    candidate record;
     waiter record;
+    got boolean := false;
 BEGIN
     SELECT * INTO s FROM __schema__.signals
     WHERE id = sid AND job_id IS NULL AND expires_at > at
@@ -130,13 +132,25 @@ BEGIN
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
-    SELECT w.job_id, w.name, w.token, j.queue INTO waiter
-    FROM __schema__.job_waits w JOIN __schema__.jobs j ON j.id = w.job_id
-    WHERE w.key = s.key AND w.state = 'waiting' AND j.state = 'waiting'
-    ORDER BY w.since, w.job_id
-    LIMIT 1
-    FOR UPDATE OF w, j SKIP LOCKED;
-    IF NOT FOUND THEN
+    -- The key's waits, longest first, each locked in turn with its job (SKIP LOCKED: one locked
+    -- elsewhere is passed over, not waited for), through the key's index alone: a join in one
+    -- statement let a plan read every pending job.
+    FOR candidate IN
+        SELECT w.job_id, w.name FROM __schema__.job_waits w
+        WHERE w.key = s.key AND w.state = 'waiting'
+        ORDER BY w.since, w.job_id
+    LOOP
+        SELECT w.job_id, w.name, w.token, j.queue INTO waiter
+        FROM __schema__.job_waits w, LATERAL (
+            SELECT j.queue FROM __schema__.jobs j
+            WHERE j.id = w.job_id AND j.state = 'waiting'
+            FOR UPDATE SKIP LOCKED) j
+        WHERE w.job_id = candidate.job_id AND w.name = candidate.name AND w.state = 'waiting'
+        FOR UPDATE OF w SKIP LOCKED;
+        got := FOUND;
+        EXIT WHEN got;
+    END LOOP;
+    IF NOT got THEN
         RETURN NULL;
     END IF;
     UPDATE __schema__.job_waits
