@@ -17,21 +17,13 @@ from rich.syntax import Syntax
 from rich.table import Table
 
 from tenure.model.jobs import Job, JobEvent
-from tenure.ops.views.durations import human
+from tenure.ops.views.durations import relative
 
 #: Lines of a traceback that are not the exception's own: its header, and the chaining notes.
 _FRAME = re.compile(r'^\s+File "')
 _TRACEBACK_NOISE = re.compile(
     r"^(Traceback \(most recent call last\)|During handling of|The above exception)"
 )
-
-
-def relative(at: datetime | None, now: datetime) -> str:
-    """'3.2m ago', 'in 2.0h', or '-'."""
-    if at is None:
-        return "-"
-    seconds = (at - now).total_seconds()
-    return f"in {human(seconds)}" if seconds > 0 else f"{human(-seconds)} ago"
 
 
 def when(at: datetime | None, now: datetime | None = None) -> str:

@@ -19,8 +19,8 @@ from tenure.db.schedule_queries import ListedSchedule, SchedulePause, ScheduleQu
 from tenure.model.actor import default_actor
 from tenure.model.schedules import DEFAULT_STALE_AFTER
 from tenure.ops.cli._common import EXIT_USAGE, as_dict, connected, emit_json, err, out, positive_int
-from tenure.ops.cli._render import facts, plain, relative, when
-from tenure.ops.views.durations import duration
+from tenure.ops.cli._render import facts, plain, when
+from tenure.ops.views.durations import duration, relative
 from tenure.ops.views.schedules import PlannedSchedule, planned, refusal
 
 EXIT_REFUSED = 1

@@ -13,8 +13,7 @@ from tenure.db.control_queries import ControlQueries
 from tenure.db.wait_queries import WaitQueries
 from tenure.model.waits import WaitRecord
 from tenure.ops.cli._common import EXIT_USAGE, client_for, connected, emit_json, err, out, positive_int
-from tenure.ops.cli._render import relative
-from tenure.ops.views.durations import duration, human
+from tenure.ops.views.durations import duration, human, relative
 
 
 async def cmd_signal(args: argparse.Namespace) -> int:

@@ -19,7 +19,8 @@ from tenure.model.errors import ValidationError
 from tenure.model.validation import MAX_ATTEMPTS_LIMIT
 from tenure.model.workflows import WorkflowStep, WorkflowSummary
 from tenure.ops.cli._common import EXIT_USAGE, as_dict, client_for, emit_json, err, out, positive_int
-from tenure.ops.cli._render import error_line, facts, relative, when
+from tenure.ops.cli._render import error_line, facts, when
+from tenure.ops.views.durations import relative
 from tenure.producer.control import ControlRefused
 
 EXIT_REFUSED = 1

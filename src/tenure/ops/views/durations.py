@@ -1,9 +1,11 @@
-"""Durations on the command line: `90`, `90s`, `15m`, `12h`, `30d`, `2w`."""
+"""Durations for people: read from the command line (`90`, `90s`, `15m`, `12h`, `30d`, `2w`) and
+shown in output (`3.2m`, `3.2m ago`, `in 2.0h`)."""
 
 from __future__ import annotations
 
 import argparse
 import re
+from datetime import datetime
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _FORMAT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
@@ -35,3 +37,11 @@ def human(seconds: float | None) -> str:
         if seconds >= size:
             return f"{seconds / size:.1f}{unit}"
     return f"{seconds:.1f}s"
+
+
+def relative(at: datetime | None, now: datetime) -> str:
+    """'3.2m ago', 'in 2.0h', or '-': `at` against `now`, the database's clock."""
+    if at is None:
+        return "-"
+    seconds = (at - now).total_seconds()
+    return f"in {human(seconds)}" if seconds > 0 else f"{human(-seconds)} ago"
