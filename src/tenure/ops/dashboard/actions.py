@@ -31,20 +31,28 @@ def refuse(board: Dashboard, request: Request, status: int, title: str, message:
     return board.render(request, "message.html", {"title": title, "message": message}, status=status)
 
 
-async def _form(request: Request) -> Form | None:
+async def _form(request: Request, max_bytes: int) -> Form | None:
     body = await request.body()
-    if len(body) > MAX_FORM_BYTES:
+    if len(body) > max_bytes:
         return None
     return {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
 
 
-async def run_act(request: Request, act: Act) -> Response:
+async def run_act(request: Request, act: Act, max_form_bytes: int = MAX_FORM_BYTES) -> Response:
+    """Runs `act` once the request passed every rule an act must: the dashboard takes acts, the
+    form is at most `max_form_bytes` and carries the session's CSRF token and a reason."""
     board = dashboard_of(request)
     if board.read_only:
         return refuse(board, request, 403, "Read-only", "this dashboard is read-only: it takes no actions")
-    form = await _form(request)
+    form = await _form(request, max_form_bytes)
     if form is None:
-        return refuse(board, request, 413, "Too large", "the form is too large")
+        return refuse(
+            board,
+            request,
+            413,
+            "Too large",
+            f"the form is too large (over {max_form_bytes // 1024} KiB as sent); nothing was changed",
+        )
     if not csrf_matches(request.cookies.get(CSRF_COOKIE), form.get(CSRF_FIELD)):
         return refuse(
             board, request, 403, "Refused", "the form's security token is missing or wrong: reload the page"
