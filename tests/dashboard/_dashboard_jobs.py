@@ -138,3 +138,47 @@ def seed_attention(dsn: str) -> Attention:
             "VALUES ('w-1', ARRAY['payments', 'ledger'], 8, 3)"
         )
     return Attention(head, (behind[0], behind[1]), charged, int(row[0]), "nightly-report")
+
+
+@dataclass(frozen=True)
+class Waits:
+    approval: int
+    """Waits for a signal to `approve:A-1`, for 3 days."""
+    sleeping: int
+    """Its wait for `approve:A-2` was signalled (a payload with a credential in it); it sleeps now."""
+    timed_out: int
+    """Its wait for `approve:A-3` timed out, and it succeeded."""
+
+
+def seed_waits(dsn: str) -> Waits:
+    """Jobs of queue `shop` that waited, each run through tenure.testing's Inline (the worker's own
+    claim, wait and completion statements, without a worker): one waiting for a signal, one whose
+    signal came and that sleeps now, one whose wait timed out."""
+    import asyncio
+    from datetime import timedelta
+
+    from tenure import JobContext, Tenure
+    from tenure.testing import Inline
+
+    async def run() -> Waits:
+        app = Tenure(dsn)
+
+        @app.task(name="shop.approve", queue="shop")
+        async def approve(ctx: JobContext, order: str) -> dict[str, Any]:
+            answer = await ctx.wait_for(f"approve:{order}", timeout=timedelta(days=3))
+            if answer.signalled:
+                await ctx.sleep(timedelta(hours=1))
+            return {"outcome": answer.outcome}
+
+        async with Inline(app) as t:
+            timed_out = await t.perform(approve, order="A-3")
+            await t.pass_time(timedelta(days=4))
+            assert (await t.run_job(timed_out.job.id)).state == "succeeded"
+            approval = await t.perform(approve, order="A-1")
+            sleeping = await t.perform(approve, order="A-2")
+            await app.signal("approve:A-2", {"approved": True, "by": "ann", "api_key": "sk-9"})
+            assert (await t.run_job(sleeping.job.id)).state == "waiting"
+            assert approval.state == "waiting"
+        return Waits(approval.job.id, sleeping.job.id, timed_out.job.id)
+
+    return asyncio.run(run())

@@ -29,6 +29,7 @@ from tenure.ops.dashboard import (
     overview,
     schedules,
     uncertain,
+    waits,
     workflows,
 )
 from tenure.ops.dashboard.security import LOCAL_USER, Authenticator, SameOrigin, SecurityHeaders
@@ -140,6 +141,8 @@ def create_app(
         Route("/jobs/{job_id:int}/cancel", actions.cancel_job, methods=["POST"], name="job_cancel"),
         Route("/jobs/{job_id:int}/requeue", actions.requeue_job, methods=["POST"], name="job_requeue"),
         Route("/jobs/{job_id:int}/skip", actions.skip_ordering_head, methods=["POST"], name="job_skip"),
+        Route("/jobs/{job_id:int}/end-wait", waits.end_wait, methods=["POST"], name="job_end_wait"),
+        Route("/jobs/{job_id:int}/signal", waits.send_signal, methods=["POST"], name="job_signal"),
         Route("/dead", dead.dead_page, name="dead"),
         Route("/dead/reprocess", dead.reprocess_matching, methods=["POST"], name="dead_reprocess"),
         Route("/effects", uncertain.effects_page, name="effects"),

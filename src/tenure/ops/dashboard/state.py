@@ -21,6 +21,7 @@ from tenure.db.ordering_queries import OrderingQueries
 from tenure.db.pool import open_pool
 from tenure.db.queries import Queries
 from tenure.db.schedule_queries import ScheduleQueries
+from tenure.db.wait_queries import WaitQueries
 from tenure.ops.dashboard.queries import DashboardQueries
 from tenure.ops.dashboard.security import CSRF_COOKIE, LOCAL_USER, new_csrf_token
 from tenure.ops.views.durations import human
@@ -62,6 +63,7 @@ class Dashboard:
     ordering: OrderingQueries = field(init=False)
     schedules: ScheduleQueries = field(init=False)
     control: ControlQueries = field(init=False)
+    waits: WaitQueries = field(init=False)
     pages: DashboardQueries = field(init=False)
     templates: jinja2.Environment = field(default_factory=_environment)
     _pool: AsyncConnectionPool[Any] | None = None
@@ -75,6 +77,7 @@ class Dashboard:
         self.ordering = OrderingQueries(self.schema)
         self.schedules = ScheduleQueries(self.schema)
         self.control = ControlQueries(self.schema)
+        self.waits = WaitQueries(self.schema)
         self.pages = DashboardQueries(self.schema)
 
     async def ensure_open(self) -> None:
