@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 import uvicorn
-from _dashboard_jobs import Seeded, seed, seed_attention
+from _dashboard_jobs import Seeded, seed, seed_attention, seed_waits
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -142,8 +142,9 @@ def seeded(dsn: str) -> Seeded:
 
 def test_an_operator_finds_inspects_and_acts_on_jobs_in_the_browser(dsn: str, seeded: Seeded) -> None:
     """Overview (live), payload filter, a job's history, reprocess (and a real worker runs it to
-    success), revoke, pause and resume, each act seen in the database; screenshots at desktop and
-    phone widths."""
+    success), revoke, a waiting job's wait ended, pause and resume, each act seen in the database;
+    screenshots at desktop and phone widths."""
+    waits = seed_waits(dsn)
     with served(dsn) as base, chromium() as driver, billing_worker(dsn) as worker:
         wait = WebDriverWait(driver, 15)
         driver.get(base + "/")
@@ -188,6 +189,23 @@ def test_an_operator_finds_inspects_and_acts_on_jobs_in_the_browser(dsn: str, se
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "p.done"))
         assert state_of(dsn, seeded.running) == "cancelled"
         assert last_event(dsn, seeded.running) == ("revoke", "dashboard:local", "runaway job")
+
+        # A job waiting for a signal: its page says for what and until when, and ending its wait
+        # sends it back to run at once.
+        driver.get(f"{base}/jobs/{waits.approval}")
+        waiting = driver.find_element(By.CSS_SELECTOR, "section.waiting-now").text
+        assert "Waits for a signal to approve:A-1" in waiting and "until in 3.0d" in waiting
+        shoot(driver, "job-waiting-desktop", DESKTOP)
+        act(driver, "form.end-wait", "approved by phone")
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "p.done"))
+        assert state_of(dsn, waits.approval) == "pending"
+        assert last_event(dsn, waits.approval) == (
+            "wait_ended",
+            "dashboard:local",
+            "wait approve:A-1 ended: approved by phone",
+        )
+        ended = driver.find_element(By.CSS_SELECTOR, 'tr[data-wait="approve:A-1"]').text
+        assert "ended by dashboard:local" in ended
 
         driver.get(base + "/")
         act(driver, "form[action$='/queues/mail/pause']", "mail provider outage")
