@@ -10,6 +10,9 @@ import time
 from pathlib import Path
 
 PROBE_FILE_ENV = "TENURE_BENCH_PROBE_FILE"
+#: Where the signal probe also writes the time from its signal's send to its handler's start, so
+#: that the wait's own statement (handler start to past the wait) can be told apart.
+STARTED_FILE_ENV = "TENURE_BENCH_PROBE_STARTED_FILE"
 
 
 def gap_seconds() -> float:
@@ -18,10 +21,11 @@ def gap_seconds() -> float:
     return 0.02 + random.random() * 0.02
 
 
-def record(sent: float) -> None:
-    """Called first thing by each contender's probe handler."""
-    elapsed = time.time() - sent
-    path = os.environ.get(PROBE_FILE_ENV)
+def record(sent: float, *, at: float | None = None, file_env: str = PROBE_FILE_ENV) -> None:
+    """Called first thing by each contender's probe handler: appends the time from `sent` to `at`
+    (now, by default) to the file named by `file_env`."""
+    elapsed = (time.time() if at is None else at) - sent
+    path = os.environ.get(file_env)
     if path:
         with open(path, "a", encoding="ascii") as f:
             f.write(f"{elapsed:.6f}\n")

@@ -22,6 +22,7 @@ from tenure.lab.bench.rows import (
     value_at_least,
     value_below,
 )
+from tenure.lab.bench.targets import FLOOR
 from tenure.lab.bench.throughput_rows import contention_rows, cost_rows, peer_rows, throughput_rows
 from tenure.lab.bench.verdicts import print_targets
 
@@ -115,6 +116,39 @@ def _latency_rows(s: Sections) -> list[Row]:
         for pct in PERCENTILES
     ]
     return rows
+
+
+def _waits_rows(s: Sections) -> list[Row]:
+    """A wait's cost to its job: signal to handler resumed past its wait, and to the handler's
+    start, against the machine's floor of the same section (and Tenure's idle enqueue-to-start,
+    where the latency section ran). Then what jobs waiting for signals cost the claim and the
+    promotion pass's deadline statement."""
+    w = s["waits"]
+    floor, idle = w["floor"], s.get("latency", {}).get("idle")
+    rows = []
+    for pct in PERCENTILES:
+        at = pct[:3]
+        resumed, started = w["signal_to_resumed"][pct], w["signal_to_handler_start"][pct]
+        rows += [
+            row("latency", f"signal to handler resumed {at}, tenure", resumed, "ms", f"floor: {FLOOR}",
+                floor[pct], "reported"),
+            row("latency", f"signal to handler start {at}, tenure", started, "ms", f"floor: {FLOOR}",
+                floor[pct], "reported"),
+        ]  # fmt: skip
+        if idle:
+            figure = f"signal to handler resumed {at}, tenure"
+            rows.append(row("latency", figure, resumed, "ms", "tenure idle", idle[pct], "reported"))
+    waiting = f"{w['waiting']:,} waiting for signals"
+    pending_only = f"{w['pending']} pending only", w["claim_ms_pending_only"]
+    return [
+        *rows,
+        row("waits", f"claim time, {waiting}", w["claim_ms_with_waiting"], "ms", *pending_only, "<= 1.2x",
+            ratio_at_most(1.2)),
+        row("waits", f"deadline pass, none due, {waiting}", w["deadline_pass_ms_with_waiting"], "ms",
+            "none waiting", w["deadline_pass_ms_none_waiting"], "reported"),
+        row("waits", f"deadline pass, none due: rows read of jobs and job_waits, {waiting}",
+            w["deadline_pass_rows_read"], "rows", "jobs waiting", w["waiting"], "index probes only"),
+    ]  # fmt: skip
 
 
 def _backlog_rows(s: Sections) -> list[Row]:
@@ -279,6 +313,7 @@ SECTION_ROWS: tuple[tuple[str, Callable[[Sections], list[Row]]], ...] = (
     ("contention", contention_rows),
     ("endtoend", end_to_end_rows),
     ("latency", _latency_rows),
+    ("waits", _waits_rows),
     ("backlog", _backlog_rows),
     ("recovery", _recovery_rows),
     ("scheduled", _scheduled_rows),

@@ -24,6 +24,7 @@ from tenure.lab.bench import (
     sections,
     throughput,
     waiting,
+    waits,
     workflows,
 )
 from tenure.lab.bench.drain import TENURE_WATCH
@@ -46,6 +47,7 @@ SECTIONS = (
     "recovery",
     "scheduled",
     "fairness",
+    "waits",
     "unique",
     "limits",
     "workflows",
@@ -251,6 +253,21 @@ async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
             log(f"fairness: WAL per waiting job, {sizes.waiting} waiting through a simulated hour")
             out["fairness"] = await waiting.fairness_cost(
                 dsn, options.claim_batch, sizes.waiting, sizes.fairness_step, sizes.claim_samples
+            )
+        if "waits" in options.sections:
+            log(
+                f"waits: {sizes.latency_probes} probes of the machine's floor, {sizes.signal_probes} jobs "
+                "each resumed by a signal, then claim time and the deadline pass with "
+                f"{sizes.waiting_for_signals:,} jobs waiting for signals"
+            )
+            out["waits"] = await waits.waits(
+                dsn,
+                contenders,
+                signal_probes=sizes.signal_probes,
+                waiting=sizes.waiting_for_signals,
+                floor_probes=sizes.latency_probes,
+                claim_samples=sizes.claim_samples,
+                out_dir=options.out_dir,
             )
         if "unique" in options.sections:
             log(f"unique: {sizes.unique_enqueues} single enqueues of each kind, plain and keyed")

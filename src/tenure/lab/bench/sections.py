@@ -127,7 +127,7 @@ async def latency(
     load_task: asyncio.Task[None] | None = None
     try:
         await send(time.time())  # warm-up: the workers are up and listening once it ran
-        await _wait_for_lines(probe_file, 1)
+        await wait_for_probes(probe_file, 1)
         await asyncio.to_thread(probe_file.unlink)
         if background is not None:
             load_task = asyncio.create_task(background())
@@ -135,7 +135,7 @@ async def latency(
         for _ in range(probes):
             await send(time.time())
             await asyncio.sleep(probe.gap_seconds())
-        await _wait_for_lines(probe_file, probes)
+        await wait_for_probes(probe_file, probes)
     finally:
         if load_task is not None:
             load_task.cancel()
@@ -145,7 +145,8 @@ async def latency(
     return probe.percentiles_ms(probe.read(probe_file))
 
 
-async def _wait_for_lines(path: Path, count: int) -> None:
+async def wait_for_probes(path: Path, count: int) -> None:
+    """Until `count` probes are in the file (PROBE_TIMEOUT at most)."""
     deadline = time.monotonic() + PROBE_TIMEOUT
     while len(probe.read(path)) < count:
         if time.monotonic() > deadline:

@@ -1,7 +1,9 @@
 """How big each section runs. `smoke` is for CI (about a minute on a quiet 2-core machine);
 `standard` is the default (drains of 30k and 50k jobs for every contender, the ceiling swept over
 five claim sizes: 15-20 minutes on 2 cores); `full` adds the 1M-job backlog, 1M jobs not yet
-due and 1M waiting (25-30 minutes)."""
+due and 1M waiting their turn (25-30 minutes). The waits section leaves 1M jobs waiting for signals
+at the standard size already: its target is stated at a million, and loading them takes about a
+minute."""
 
 from __future__ import annotations
 
@@ -24,6 +26,10 @@ class Sizes:
     waiting: int = 100_000  # the backlog that waits through the simulated hour of the fairness section
     fairness_step: float = 1.0  # seconds between the periodic passes over that hour
     claim_samples: int = 15
+    #: Jobs of the waits section that each wait for a signal of their own and are resumed by it.
+    signal_probes: int = 200
+    #: Jobs left waiting for signals while the waits section times the claim and the deadline pass.
+    waiting_for_signals: int = 1_000_000
     unique_enqueues: int = 2000  # single enqueues of each kind in the unique section
     limit_jobs: int = 10_000  # jobs claimed and completed per variant in the limits section
     drain_largest: bool = False  # drain the largest backlog to the end instead of for a window
@@ -60,6 +66,8 @@ SIZES = {
         waiting=5000,
         fairness_step=60.0,
         claim_samples=5,
+        signal_probes=15,
+        waiting_for_signals=5000,
         repeats=1,
         unique_enqueues=400,
         limit_jobs=400,

@@ -1,15 +1,23 @@
 """The performance targets, each judged against a baseline measured in the same run (verdicts.py
 says how): Tenure's drain against PgQueuer at its best batch and against the raw loop claiming
 100, end to end against raw SQL and against PgQueuer, idle latency against the machine's floor
-and against PgQueuer's, the million-job backlogs, and COPY enqueue; then the figures reported
-with no threshold (cost_targets.py)."""
+and against PgQueuer's, a signal's resumption beside the floor, the million-job backlogs (pending,
+not yet due, waiting for signals), and COPY enqueue; then the figures reported with no threshold
+(cost_targets.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from tenure.lab.bench.cost_targets import contention_targets, cost_targets
-from tenure.lab.bench.rows import ratio_above, ratio_at_least, ratio_at_most, ratio_below, value_at_least
+from tenure.lab.bench.rows import (
+    ratio_above,
+    ratio_at_least,
+    ratio_at_most,
+    ratio_below,
+    value_at_least,
+    value_at_most,
+)
 from tenure.lab.bench.verdicts import (
     NOT_MEASURED,
     Sections,
@@ -24,12 +32,14 @@ from tenure.lab.bench.verdicts import (
 MILLION = 1_000_000
 
 
-def _stated_at_a_million(found: Target, jobs: int, measured_at: str) -> Target:
+def _stated_at_a_million(
+    found: Target, jobs: int, measured_at: str, runs_1m: str = "--full runs 1M"
+) -> Target:
     """A target stated at a million jobs is judged only at that many: below, its figure stands
-    with the size it was taken at, and it is not measured."""
+    with the size it was taken at, and it is not measured (`runs_1m`: which sizes reach it)."""
     if jobs >= MILLION:
         return found
-    return found | {"status": NOT_MEASURED, "note": f"{measured_at} (--full runs 1M)"}
+    return found | {"status": NOT_MEASURED, "note": f"{measured_at} ({runs_1m})"}
 
 
 def _drain_targets(s: Sections) -> list[Target]:
@@ -177,6 +187,69 @@ def _not_yet_due_target(s: Sections) -> Target:
     return _stated_at_a_million(found, sch["not_yet_due"], f"{sch['not_yet_due']:,} not yet due")
 
 
+#: What the floor is, as the latency targets name it.
+FLOOR = "durable INSERT + NOTIFY + durable claim"
+#: What a signal's resumption measures, as its targets say.
+SIGNAL_PATH = "signal commit -> NOTIFY -> claim -> handler -> wait_for returns"
+
+
+def _resume_targets(s: Sections) -> list[Target]:
+    """A wait's cost to its job, from its signal's commit to its handler past the wait, beside
+    the machine's floor measured in the same section (no threshold)."""
+    w = s.get("waits")
+    found = []
+    for pct in ("p50", "p99"):
+        key = f"{pct}_ms"
+        found.append(
+            reported(
+                f"signal to handler resumed {pct} vs the machine's floor",
+                w["signal_to_resumed"][key] if w else None,
+                "ms",
+                f"floor {pct}: {FLOOR}",
+                w["floor"][key] if w else None,
+                SIGNAL_PATH if w else why_missing(s, "waits"),
+            )
+        )
+    return found
+
+
+def _waiting_targets(s: Sections) -> list[Target]:
+    """What jobs waiting for signals cost every other job: the claim (judged) and the promotion
+    pass's deadline statement with none due (an index probe: no sequential scan; its time beside
+    the same pass with none waiting), each stated at a million waiting."""
+    w = s.get("waits")
+    claim = "claim time with 1M waiting for signals vs pending jobs only"
+    scans = "deadline pass with 1M waiting, none due: sequential scans"
+    pass_time = "deadline pass with 1M waiting, none due"
+    if not w:
+        why = why_missing(s, "waits")
+        return [
+            target(claim, "<= 1.2x", None, "ms", "pending jobs only", None, None, why),
+            target(scans, "0 (index probes)", None, "scans", "rows it read", None, None, why),
+            reported(pass_time, None, "ms", "none waiting", None, why),
+        ]
+    waiting = f"{w['waiting']:,} waiting"
+    pending_only = f"{w['pending']} pending jobs only", w["claim_ms_pending_only"]
+    rows_read = "rows it read of jobs and job_waits", w["deadline_pass_rows_read"]
+    found = [
+        target(claim, "<= 1.2x", w["claim_ms_with_waiting"], "ms", *pending_only, ratio_at_most(1.2)),
+        target(
+            scans, "0 (index probes)", w["deadline_pass_seq_scans"], "scans", *rows_read, value_at_most(0)
+        ),
+        reported(
+            pass_time,
+            w["deadline_pass_ms_with_waiting"],
+            "ms",
+            "none waiting",
+            w["deadline_pass_ms_none_waiting"],
+            "waits_expire_due, a worker's batch",
+        ),
+    ]
+    return [
+        _stated_at_a_million(t, w["waiting"], waiting, "the standard and --full sizes run 1M") for t in found
+    ]
+
+
 def _copy_target(s: Sections) -> Target:
     cp = s.get("copy")
     name = "COPY enqueue (Client.enqueue_copy)"
@@ -200,9 +273,11 @@ def targets(result: dict[str, Any]) -> list[Target]:
         *_drain_targets(s),
         *_end_to_end_targets(s),
         *_latency_targets(s),
+        *_resume_targets(s),
         *cost_targets(s),
         _backlog_target(s),
         _not_yet_due_target(s),
+        *_waiting_targets(s),
         *contention_targets(s),
         _copy_target(s),
     ]

@@ -1,9 +1,10 @@
 """A real Tenure worker process for the benchmark: `python -m tenure.lab.bench.tenure_worker`.
 
-It is the runtime `tenure worker` runs (Worker.run with signal handling), with two tasks: a no-op
-and a latency probe. Its own entry point only so the claim batch can be set, and so that
-`--profile FILE` can run it under cProfile (CPU time), from SIGUSR1 to the end (bench/profile.py
-sends the signal when the start gate opens, so that start-up is left out)."""
+It is the runtime `tenure worker` runs (Worker.run with signal handling), with three tasks: a
+no-op, a latency probe, and a probe that waits for a signal (the waits section). Its own entry
+point only so the claim batch can be set, and so that `--profile FILE` can run it under cProfile
+(CPU time), from SIGUSR1 to the end (bench/profile.py sends the signal when the start gate opens,
+so that start-up is left out)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from tenure.lab.bench.procs import process_dsn
 from tenure.worker.event_loop import run_on
 
 QUEUE = "bench"
+#: The signal probe's wait ends long after any run of the section: only a signal ends it.
+SIGNAL_PROBE_TIMEOUT = 3600.0
 app = Tenure(schema="tenure")
 
 
@@ -29,8 +32,22 @@ async def probe_task(ctx: JobContext, sent: float) -> None:
     probe.record(sent)
 
 
+async def signal_probe(ctx: JobContext, key: str) -> None:
+    """Waits for a signal to `key`, which carries its sender's clock. The first run goes to wait;
+    the run the signal resumes gets past the wait and records at once the time since the sender's
+    clock reading, and the time from that reading to this run's start."""
+    started = time.time()
+    answer = await ctx.wait_for(key, timeout=SIGNAL_PROBE_TIMEOUT)
+    if answer.signalled:
+        sent = float(answer.payload["sent"])
+        # The start first: once the resumption is in its file, the section reads both.
+        probe.record(sent, at=started, file_env=probe.STARTED_FILE_ENV)
+        probe.record(sent)
+
+
 app.registry.register(noop, name="noop", queue=QUEUE)
 app.registry.register(probe_task, name="probe", queue=QUEUE)
+app.registry.register(signal_probe, name="signal_probe", queue=QUEUE)
 
 
 def main() -> None:
