@@ -25,6 +25,7 @@ SECTIONS = (
     "recovery",
     "scheduled",
     "fairness",
+    "waits",
 )
 #: Every target has a line in the targets table (the drain ones once per size).
 TARGETS = (
@@ -44,6 +45,10 @@ TARGETS = (
     "index writes: HOT updates per job",
     "drain with 1M pending",
     "claim time with 1M not yet due",
+    "signal to handler resumed p50 vs the machine's floor",
+    "signal to handler resumed p99 vs the machine's floor",
+    "claim time with 1M waiting for signals",
+    "deadline pass with 1M waiting, none due: sequential scans",
     "drain with 3 processes, tenure",
     "drain with 3 processes, raw SQL claim 100",
     "COPY enqueue",

@@ -77,9 +77,10 @@ def _starting(found: dict[str, Target], name: str) -> list[Target]:
 def test_a_run_with_no_sections_measures_no_target() -> None:
     """With no section run, every target is listed, every one 'not measured' with the reason."""
     found = targets({"sections": {}})
-    # PgQueuer, raw loop and ceiling drains; end to end 2; latency 4; CPU against PgQueuer's;
-    # cost 5; index entries; backlog, not yet due; contention 2; COPY.
-    assert len(found) == 21
+    # PgQueuer, raw loop and ceiling drains; end to end 2; latency 4; a signal's resumption 2; CPU
+    # against PgQueuer's; cost 5; index entries; backlog, not yet due; waiting for signals 3;
+    # contention 2; COPY.
+    assert len(found) == 26
     assert {t["status"] for t in found} == {NOT_MEASURED}
     assert all(t["note"] for t in found)
 
@@ -266,6 +267,58 @@ def test_million_job_targets_are_not_measured_below_a_million() -> None:
     found = _found(sections)
     assert found["drain with 1M pending vs an empty queue's"]["status"] == MET
     assert found["claim time with 1M not yet due vs due jobs only"]["status"] == MET
+
+
+def _waits(waiting: int, claim_ms: float, seq_scans: int = 0) -> dict[str, Any]:
+    """The waits section's result: claim time 4 ms with pending jobs only, `claim_ms` with
+    `waiting` jobs waiting for signals; the deadline pass's sequential scans as given."""
+    return {
+        "floor": {"p50_ms": 4.0, "p99_ms": 10.0},
+        "signal_to_resumed": {"p50_ms": 6.0, "p99_ms": 15.0, "jobs": 200},
+        "signal_to_handler_start": {"p50_ms": 5.0, "p99_ms": 12.0},
+        "pending": 500,
+        "waiting": waiting,
+        "claim_ms_pending_only": 4.0,
+        "claim_ms_with_waiting": claim_ms,
+        "deadline_pass_ms_none_waiting": 1.0,
+        "deadline_pass_ms_with_waiting": 1.1,
+        "deadline_pass_seq_scans": seq_scans,
+        "deadline_pass_rows_read": 500 * seq_scans,
+    }
+
+
+def test_a_signals_resumption_is_reported_beside_the_machines_floor() -> None:
+    """Signal to handler resumed, p50 and p99, stand beside the floor of the same section with
+    their ratio and the path they measure, with no threshold; without the section, not measured."""
+    p50, p99 = (
+        "signal to handler resumed p50 vs the machine's floor",
+        "signal to handler resumed p99 vs the machine's floor",
+    )
+    found = _found({"waits": _waits(1_000_000, 4.0)})
+    assert (found[p50]["status"], found[p50]["ratio"], found[p50]["baseline_value"]) == (REPORTED, 1.5, 4.0)
+    assert (found[p99]["status"], found[p99]["ratio"]) == (REPORTED, 1.5)
+    assert "wait_for returns" in found[p50]["note"]
+    missing = _found({})
+    assert missing[p50]["status"] == NOT_MEASURED and missing[p50]["note"] == "section waits not run"
+
+
+def test_a_million_jobs_waiting_for_signals_are_held_to_cost_the_claim_nothing() -> None:
+    """With 1M waiting, a claim within 1.2x of the claim with pending jobs only is met and above it
+    is not; one sequential scan in the deadline pass is not met. Below a million, each is not
+    measured, its figure kept with the size it was taken at."""
+    claim = "claim time with 1M waiting for signals vs pending jobs only"
+    scans = "deadline pass with 1M waiting, none due: sequential scans"
+    pass_time = "deadline pass with 1M waiting, none due"
+    found = _found({"waits": _waits(1_000_000, 4.8)})
+    assert (found[claim]["status"], found[claim]["ratio"]) == (MET, 1.2)
+    assert found[scans]["status"] == MET and found[pass_time]["status"] == REPORTED
+    assert found[pass_time]["ratio"] == 1.1
+    found = _found({"waits": _waits(1_000_000, 4.9, seq_scans=1)})
+    assert found[claim]["status"] == NOT_MET and found[scans]["status"] == NOT_MET
+    small = _found({"waits": _waits(5000, 4.0)})
+    for name in (claim, scans, pass_time):
+        assert small[name]["status"] == NOT_MEASURED and small[name]["value"] is not None
+        assert small[name]["note"] == "5,000 waiting (the standard and --full sizes run 1M)"
 
 
 def test_copy_enqueue_is_held_to_100k_jobs_a_second() -> None:
