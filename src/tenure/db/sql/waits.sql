@@ -216,12 +216,14 @@ WITH clock AS (
 ), expired AS MATERIALIZED (
     SELECT d.* FROM due d WHERE d.job_id IN (SELECT id FROM held)
 ), timed_out AS (
-    -- By key, not joined: a job has one waiting wait.
+    -- By primary key, not joined: a job has one waiting wait, the one not yet resolved. Written
+    -- as `resolved_at IS NULL`, not `state = 'waiting'`, which the planner answered through the
+    -- partial index of every waiting wait (job_waits_queue_idx), reading all of them.
     UPDATE __schema__.job_waits w
     SET state = 'timed_out', resolved_at = clock.now, swept = true
     FROM clock
     WHERE w.job_id = ANY(ARRAY(SELECT job_id FROM expired))
-      AND w.state = 'waiting'
+      AND w.resolved_at IS NULL
     RETURNING w.job_id
 ), woken AS (
     UPDATE __schema__.jobs j
