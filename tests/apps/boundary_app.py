@@ -139,3 +139,17 @@ def workflow_parent(ctx: tenure.JobContext, marker_dir: str, hold_seconds: float
 def workflow_child(ctx: tenure.JobContext, marker_dir: str, parent: int) -> None:
     """The step after workflow_parent: one marker per run, naming the parent's token it got."""
     mark(marker_dir, f"child-{ctx.job_id}-{ctx.token}-of-{parent}", ctx)
+
+
+@app.task(name="boundary.wait_for_signal", max_attempts=5)
+async def wait_for_signal(
+    ctx: tenure.JobContext, marker_dir: str, key: str, hold_seconds: float = 0.0
+) -> dict[str, object]:
+    """Waits for a signal to `key`; its first claim (token 1) first hangs for `hold_seconds`, so a
+    test can kill its worker before the wait begins. Marks each run's start and its end."""
+    mark(marker_dir, f"started-{ctx.token}", ctx)
+    if ctx.token == 1 and hold_seconds > 0:
+        await hold_async(marker_dir, ctx.token, hold_seconds)
+    got = await ctx.wait_for(key, timeout=3600)
+    mark(marker_dir, f"finished-{ctx.token}", ctx)
+    return {"outcome": got.outcome, "payload": got.payload}
