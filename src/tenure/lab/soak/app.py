@@ -44,6 +44,8 @@ class Kind(enum.StrEnum):
     SNOOZE = "soak.snooze"
     THREAD_SNOOZE = "soak.thread_snooze"
     LIMITED = "soak.limited"
+    WAIT = "soak.wait"
+    THREAD_WAIT = "soak.thread_wait"
     TICK = "soak.tick"
     ORM = "soak.orm"
     #: Rows a fault writes with the worst values the database accepts: not the workload's jobs.
@@ -163,6 +165,27 @@ def thread_snooze(ctx: JobContext, wait: float) -> Any:
         return {"snoozed": ctx.snoozes, "attempt": ctx.attempt}
 
 
+#: How long a waiting kind waits for its signal: far beyond the soak, so every wait must end by
+#: its signal, whatever the faults.
+WAIT_TIMEOUT = 3600.0
+
+
+async def wait(ctx: JobContext, signal: str) -> Any:
+    """Waits for the signal to `signal` (sent before its enqueue or at some time after, maybe
+    twice with one idempotency key), then returns what arrived. Its handler runs again from the
+    top when the signal comes, and the wait then returns it."""
+    with attempts.running(ctx):
+        got = await ctx.wait_for(signal, timeout=WAIT_TIMEOUT)
+        return {"outcome": got.outcome, "payload": got.payload, "signal_id": got.signal_id}
+
+
+def thread_wait(ctx: JobContext, signal: str) -> Any:
+    """`wait` as a plain function."""
+    with attempts.running(ctx):
+        got = ctx.wait_for_sync(signal, timeout=WAIT_TIMEOUT)
+        return {"outcome": got.outcome, "payload": got.payload, "signal_id": got.signal_id}
+
+
 async def limited(ctx: JobContext, seconds: float) -> None:
     """Work on a queue that may run only LIMITED_MAX jobs at once, cluster-wide."""
     with attempts.running(ctx):
@@ -201,6 +224,8 @@ app.task(nul_error, name=Kind.NUL_ERROR.value, **_policy)
 app.task(refused_transfer, name=Kind.REFUSED.value, **_policy)
 app.task(snooze, name=Kind.SNOOZE.value, **_policy)
 app.task(thread_snooze, name=Kind.THREAD_SNOOZE.value, **_policy)
+app.task(wait, name=Kind.WAIT.value, **_policy)
+app.task(thread_wait, name=Kind.THREAD_WAIT.value, **_policy)
 app.task(limited, name=Kind.LIMITED.value, queue=LIMITED_QUEUE, max_attempts=MAX_ATTEMPTS)
 app.limit(LIMITED_QUEUE, max_running=LIMITED_MAX)
 app.task(tick, name=TICK_SCHEDULE, **_policy)

@@ -70,6 +70,9 @@ class SoakQueries:
     async def snooze_results(self, conn: AsyncConnection[Any], tasks: Sequence[str]) -> list[Row]:
         return await self._rows(conn, "soak_snooze_results", {"tasks": list(tasks)})
 
+    async def wait_results(self, conn: AsyncConnection[Any], tasks: Sequence[str]) -> list[Row]:
+        return await self._rows(conn, "soak_wait_results", {"tasks": list(tasks)})
+
     async def limited_live(self, conn: AsyncConnection[Any], queue: str) -> int:
         return int((await self._rows(conn, "soak_limited_live", {"queue": queue}))[0]["live"])
 

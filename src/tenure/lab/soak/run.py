@@ -39,10 +39,11 @@ from tenure.lab.soak.queries import SoakQueries
 from tenure.lab.soak.report import Check, SoakReport, render
 from tenure.lab.soak.roles import SoakRole
 from tenure.lab.soak.scope import FaultScope
+from tenure.lab.soak.signals import Signaller
 from tenure.lab.soak.topology import Topology, make_topology
 from tenure.lab.soak.waiters import ResultWaiters
 from tenure.lab.soak.workflows import SoakWorkflows
-from tenure.lab.soak.workload import RESULT_WANTED, Mixer, expected
+from tenure.lab.soak.workload import RESULT_WANTED, WAITING_KINDS, Mixer, expected
 from tenure.ops.demo.database import check_database_name, recreate_database
 from tenure.ops.demo.queries import BankQueries
 from tenure.ops.demo.report import read_bank
@@ -318,7 +319,7 @@ async def _load_and_drain(
     try:
         try:
             await asyncio.gather(
-                _produce(args, producer_dsn, dsn, acked, acks, started, waiters),
+                _produce(args, producer_dsn, dsn, acked, acks, started, waiters, faults.upgrade.current),
                 flows.produce(faults.upgrade.current, until=started + args.duration),
             )
         finally:
@@ -386,6 +387,7 @@ async def _produce(
     acks: Acknowledgements,
     started: float,
     waiters: ResultWaiters,
+    schema_current: asyncio.Event,
 ) -> None:
     """Enqueues `rate` jobs a second until the load time is over; counts only acknowledged jobs.
 
@@ -397,8 +399,13 @@ async def _produce(
     Every other tick sends its jobs one enqueue each, as an application enqueuing in its own
     transactions does (a job without keys then takes job_insert_one), and the rest as one batch
     (job_insert_many): both statements meet every fault.
+
+    Jobs that wait for a signal are enqueued once the schema has waits (after the upgrade fault),
+    each with its signal sent before it or after it (signals.py); when the load is over, every
+    signal still owed is sent.
     """
     mixer = Mixer(args.accounts, args.lease, args.seed)
+    signaller = Signaller(args.lease, args.seed)
     queries = SoakQueries(args.schema)
     client = Client(producer_dsn, schema=args.schema, registry=app.registry)
     next_report = time.monotonic() + args.report_every
@@ -410,7 +417,19 @@ async def _produce(
             owed += args.rate * TICK
             size, owed = int(owed), owed - int(owed)
             if size:
-                batch = mixer.batch(size)
+                batch = [
+                    (Kind.NOOP, {})
+                    if kind in WAITING_KINDS and not schema_current.is_set()
+                    else (kind, payload)
+                    for kind, payload in mixer.batch(size)
+                ]
+                sent_early = {
+                    payload["signal"]
+                    for kind, payload in batch
+                    if kind in WAITING_KINDS
+                    and signaller.early()
+                    and await signaller.send(client, payload["signal"])
+                }
                 specs = [
                     client.builder.spec(
                         kind.value,
@@ -422,12 +441,15 @@ async def _produce(
                 ]
                 jobs = await _enqueue(client, specs, one_by_one, acks)
                 acks.acknowledged([job.id for job in jobs if job is not None])
-                for (kind, _), job in zip(batch, jobs, strict=True):
+                for (kind, payload), job in zip(batch, jobs, strict=True):
                     if job is None:
                         continue
                     acked[kind.value].append(job.id)
                     if kind in RESULT_WANTED:
                         waiters.watch(job.id)
+                    if kind in WAITING_KINDS and payload["signal"] not in sent_early:
+                        signaller.owe(payload["signal"])
+            await signaller.tick(client)
             if time.monotonic() >= next_report:
                 next_report += args.report_every
                 # A progress line is only for the reader: a failover that ends its query mid-way
@@ -442,6 +464,17 @@ async def _produce(
                         f"stale writes fenced {p['fenced']}",
                     )
             await asyncio.sleep(TICK)
+        # Every waiting job's signal, before the drain waits for them to finish.
+        deadline = time.monotonic() + args.drain_timeout
+        while signaller.owed and time.monotonic() < deadline:
+            await signaller.tick(client, everything=True)
+            if signaller.owed:
+                await asyncio.sleep(0.5)
+        _say(
+            args,
+            f"signals: {signaller.sent} sent ({signaller.duplicates} a second time), "
+            f"{signaller.failed_sends} sends failed and were tried again, {len(signaller.owed)} never sent",
+        )
     finally:
         await client.close()
 
@@ -668,7 +701,23 @@ async def _result_checks(conn: AsyncConnection[Any], schema: str, waiters: Resul
     }
     results = {r["id"]: r["result"] for r in stored}
     mismatched = [i for i, value in waiters.received.items() if results.get(i) != value]
+    waits = await SoakQueries(schema).wait_results(conn, [Kind.WAIT.value, Kind.THREAD_WAIT.value])
+    wrong_waits = [
+        r
+        for r in waits
+        if r["state"] != "succeeded"
+        or {k: v for k, v in (r["result"] or {}).items() if k != "signal_id"}
+        != {"outcome": "signalled", "payload": {"key": r["key"]}}
+        or (r["signals"], r["delivered"], r["signalled"]) != (1, 1, 1)
+    ]
     return [
+        Check(
+            "every waiting job got its own signal once, and only it (sent before or after its wait, "
+            "twice with one idempotency key, through every fault)",
+            not wrong_waits and bool(waits),
+            f"{len(waits)} jobs waited, {len(wrong_waits)} wrong"
+            + (f": {wrong_waits[:3]}" if wrong_waits else ""),
+        ),
         Check(
             f"snoozing jobs snoozed exactly {SNOOZES} times and stored their result",
             not wrong and bool(stored),

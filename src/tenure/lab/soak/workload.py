@@ -12,7 +12,7 @@ from tenure.ops.demo.workload import MAX_AMOUNT
 
 #: Share of each kind in the mix; transfers dominate, as in the demo.
 MIX = {
-    Kind.TRANSFER: 0.46,
+    Kind.TRANSFER: 0.42,
     Kind.NOOP: 0.08,
     Kind.SLOW: 0.04,
     Kind.THREAD_SLOW: 0.04,
@@ -27,7 +27,11 @@ MIX = {
     Kind.THREAD_SNOOZE: 0.03,
     Kind.LIMITED: 0.03,
     Kind.ORM: 0.04,
+    Kind.WAIT: 0.02,
+    Kind.THREAD_WAIT: 0.02,
 }
+#: Kinds that wait for a signal the producer sends (signals.py).
+WAITING_KINDS = frozenset({Kind.WAIT, Kind.THREAD_WAIT})
 #: Kinds whose producer waits for the result: their finish notifies.
 RESULT_WANTED = frozenset({Kind.SNOOZE, Kind.THREAD_SNOOZE})
 
@@ -40,6 +44,7 @@ class Mixer:
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
+        self.signals = 0
 
     def batch(self, size: int) -> list[tuple[Kind, dict[str, Any]]]:
         kinds = self.rng.choices(list(MIX), weights=list(MIX.values()), k=size)
@@ -64,6 +69,9 @@ class Mixer:
             return {"seconds": round(self.lease / 4, 3)}
         if kind in (Kind.SNOOZE, Kind.THREAD_SNOOZE):
             return {"wait": round(self.rng.uniform(0.0, self.lease / 2), 3)}
+        if kind in WAITING_KINDS:
+            self.signals += 1
+            return {"signal": f"soak:{self.seed}:{self.signals}"}
         return {}
 
 

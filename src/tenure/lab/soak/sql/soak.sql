@@ -99,6 +99,17 @@ FROM __schema__.jobs
 WHERE task = ANY(%(tasks)s::text[]) AND state = 'succeeded'
 ORDER BY id;
 
+-- name: soak_wait_results
+-- The waiting kinds' jobs: their state and result, the signals sent to their key (one: a second
+-- send with the same idempotency key writes nothing) and the signals delivered to each.
+SELECT j.id, j.state::text AS state, j.payload ->> 'signal' AS key, j.result,
+       (SELECT count(*) FROM __schema__.signals s WHERE s.key = j.payload ->> 'signal') AS signals,
+       (SELECT count(*) FROM __schema__.signals s WHERE s.job_id = j.id) AS delivered,
+       (SELECT count(*) FROM __schema__.job_waits w WHERE w.job_id = j.id AND w.state = 'signalled') AS signalled
+FROM __schema__.jobs j
+WHERE j.task = ANY(%(tasks)s::text[])
+ORDER BY j.id;
+
 -- name: soak_limited_live
 -- Live leases of the limited queue, sampled throughout the soak.
 SELECT count(*) AS live
