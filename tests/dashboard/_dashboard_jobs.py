@@ -3,6 +3,7 @@ tests reach the dashboard with."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,26 @@ from starlette.types import ASGIApp
 #: Where the tests reach a dashboard without a token: by a loopback name, as the browser on the
 #: operator's machine does (it answers no other name).
 LOCAL = "http://127.0.0.1"
+
+
+CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+def fetch_one(dsn: str, sql: str, *params: Any) -> tuple[Any, ...]:
+    """The one row `sql` gives, read on a connection of its own."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(sql, params).fetchone()
+    assert row is not None
+    return row
+
+
+def csrf_of(http: TestClient, path: str = "/") -> str:
+    """The CSRF token of the form on the page at `path`."""
+    page = http.get(path)
+    assert page.status_code == 200
+    found = CSRF.search(page.text)
+    assert found, f"no CSRF field on {path}"
+    return found.group(1)
 
 
 def dashboard_client(app: ASGIApp, base_url: str = LOCAL) -> TestClient:

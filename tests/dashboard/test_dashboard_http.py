@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from typing import Any
 
 import psycopg
 import pytest
-from _dashboard_jobs import Seeded, dashboard_client, seed
+from _dashboard_jobs import Seeded, csrf_of, dashboard_client, fetch_one, seed
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient
@@ -28,21 +27,6 @@ def seeded(dsn: str) -> Seeded:
 def http(dsn: str, seeded: Seeded) -> Iterator[TestClient]:
     with dashboard_client(create_app(dsn)) as client:
         yield client
-
-
-def fetch_one(dsn: str, sql: str, *params: Any) -> tuple[Any, ...]:
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute(sql, params).fetchone()
-    assert row is not None
-    return row
-
-
-def csrf_of(http: TestClient, path: str) -> str:
-    page = http.get(path)
-    assert page.status_code == 200
-    found = CSRF.search(page.text)
-    assert found, f"no CSRF field on {path}"
-    return found.group(1)
 
 
 def csrf_of_login(http: TestClient) -> str:

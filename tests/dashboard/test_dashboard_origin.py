@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
 
-import psycopg
 import pytest
-from _dashboard_jobs import LOCAL, Seeded, seed
+from _dashboard_jobs import LOCAL, Seeded, csrf_of, fetch_one, seed
 from starlette.testclient import TestClient
 
 from tenure.ops.dashboard import create_app, is_loopback_host, token_auth
@@ -27,20 +25,6 @@ def seeded(dsn: str) -> Seeded:
 def http(dsn: str, seeded: Seeded) -> Iterator[TestClient]:
     with TestClient(create_app(dsn), base_url=LOCAL) as client:
         yield client
-
-
-def csrf_of(http: TestClient, path: str = "/") -> str:
-    page = http.get(path)
-    found = CSRF.search(page.text)
-    assert page.status_code == 200 and found, f"no CSRF field on {path}"
-    return found.group(1)
-
-
-def fetch_one(dsn: str, sql: str, *params: Any) -> tuple[Any, ...]:
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute(sql, params).fetchone()
-    assert row is not None
-    return row
 
 
 def untouched(dsn: str, seeded: Seeded) -> bool:

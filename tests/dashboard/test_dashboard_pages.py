@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
 
 import psycopg
 import pytest
 from _dashboard_jobs import Attention, Seeded, dashboard_client, seed, seed_attention
+from _dashboard_jobs import fetch_one as one
 from starlette.testclient import TestClient
 
 from tenure.ops.dashboard import create_app
@@ -26,13 +26,6 @@ def seeded(dsn: str) -> tuple[Seeded, Attention]:
 def http(dsn: str, seeded: tuple[Seeded, Attention]) -> Iterator[TestClient]:
     with dashboard_client(create_app(dsn)) as client:
         yield client
-
-
-def one(dsn: str, sql: str, *params: Any) -> tuple[Any, ...]:
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute(sql, params).fetchone()
-    assert row is not None
-    return row
 
 
 def state_of(dsn: str, job_id: int) -> str:

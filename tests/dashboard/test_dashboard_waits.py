@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from typing import Any
 
-import psycopg
 import pytest
-from _dashboard_jobs import LOCAL, Waits, dashboard_client, seed_waits
+from _dashboard_jobs import LOCAL, Waits, csrf_of, dashboard_client, seed_waits
+from _dashboard_jobs import fetch_one as one
 from starlette.testclient import TestClient
 
 from tenure.ops.dashboard import create_app, token_auth
@@ -28,20 +27,6 @@ def waits(dsn: str) -> Waits:
 def http(dsn: str, waits: Waits) -> Iterator[TestClient]:
     with dashboard_client(create_app(dsn)) as client:
         yield client
-
-
-def one(dsn: str, sql: str, *params: Any) -> tuple[Any, ...]:
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute(sql, params).fetchone()
-    assert row is not None
-    return row
-
-
-def csrf_of(http: TestClient, path: str) -> str:
-    page = http.get(path)
-    found = CSRF.search(page.text)
-    assert page.status_code == 200 and found, f"no CSRF field on {path}"
-    return found.group(1)
 
 
 def wait_row(html: str, name: str) -> str:

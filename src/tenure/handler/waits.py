@@ -23,7 +23,6 @@ import time
 from datetime import timedelta
 from typing import Protocol
 
-from tenure.db.sync.wait_queries import WaitQueries as SyncWaitQueries
 from tenure.db.wait_queries import WaitQueries
 from tenure.db.wait_rows import WaitStep
 from tenure.handler.job_services import JobServices
@@ -121,24 +120,10 @@ def run_wait_sync(
     timeout: float | timedelta | None,
     name: str | None,
 ) -> WaitResult:
-    """`run_wait` for plain-function handlers, in their own thread, on the blocking pool."""
-    name, key, seconds = wait_request(ctx, key, timeout, name)
-    queries = SyncWaitQueries(services.queries.schema)
-    while True:
-        ctx.check()
-        with services.sync_pool().connection() as conn:
-            step = queries.job_wait(
-                conn,
-                job_id=ctx.job_id,
-                owner=services.owner,
-                token=ctx.token,
-                name=name,
-                key=key,
-                timeout=seconds,
-            )
-        if step.outcome != "busy" or time.monotonic() + BUSY_PAUSE >= ctx.local_expiry:
-            return settle(ctx, name, step)
-        time.sleep(BUSY_PAUSE)
+    """`run_wait` for plain-function handlers: its statement runs on the worker's loop, the
+    handler's thread waits for the answer (as `ctx.effect_sync` does)."""
+    future = asyncio.run_coroutine_threadsafe(run_wait(ctx, services, key, timeout, name), services.loop)
+    return future.result()
 
 
 def default_wait_name(counts: dict[str, int], key: str | None) -> str:

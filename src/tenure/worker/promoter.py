@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
+from typing import Any, TypeVar
 
 import psycopg
+from psycopg import AsyncConnection
 
 from tenure.db.queries import Promotion
 from tenure.db.wait_queries import WaitQueries
@@ -18,6 +20,8 @@ from tenure.worker.service import Service
 from tenure.worker.services import WorkerServices
 
 log = logging.getLogger("tenure.worker")
+
+R = TypeVar("R")
 
 #: The shortest sleep between two promotion passes (seconds): jobs due within it are promoted
 #: together, so a steady stream of due times costs at most this many statements per second.
@@ -49,21 +53,14 @@ class Promoter(Service):
         whose deadline passed by then, in batches."""
         self._expected = None
         services, batch = self.services, self.services.options.promotion_batch
-        total = timed_out = 0
-        while True:
-            async with services.connection() as conn:
-                result = await services.queries.job_promote_due(conn, limit=batch, now=now)
-            total += result.promoted
-            if result.promoted < batch:
-                break
-        next_due = result.next_due
+        total, result = await self._in_batches(
+            lambda conn: services.queries.job_promote_due(conn, limit=batch, now=now), lambda r: r.promoted
+        )
+        next_due, timed_out = result.next_due, 0
         try:
-            while True:
-                async with services.connection() as conn:
-                    expired = await self.waits.expire_due(conn, limit=batch, now=now)
-                timed_out += expired.timed_out
-                if expired.timed_out < batch:
-                    break
+            timed_out, expired = await self._in_batches(
+                lambda conn: self.waits.expire_due(conn, limit=batch, now=now), lambda r: r.timed_out
+            )
             if expired.next_due is not None and (next_due is None or expired.next_due < next_due):
                 next_due = expired.next_due
         except psycopg.errors.UndefinedTable:
@@ -73,6 +70,19 @@ class Promoter(Service):
         if total or timed_out:
             self.wake_claimer()
         return Promotion(total, next_due, result.db_now, timed_out)
+
+    async def _in_batches(
+        self, run: Callable[[AsyncConnection[Any]], Awaitable[R]], moved: Callable[[R], int]
+    ) -> tuple[int, R]:
+        """Runs `run` on a pooled connection until a pass moves fewer than a batch: how many moved
+        in all, and the last pass."""
+        total = 0
+        while True:
+            async with self.services.connection() as conn:
+                result = await run(conn)
+            total += moved(result)
+            if moved(result) < self.services.options.promotion_batch:
+                return total, result
 
     def expect(self, due: datetime) -> None:
         """A job was scheduled for `due` (database time): wake by then if that is sooner."""
