@@ -441,3 +441,44 @@ def _task(name: str) -> Any:
         return None
 
     return TaskRegistry().register(handler, name=name, queue="sec")
+
+
+async def test_a_producer_signals_a_waiting_job_and_can_neither_read_the_mailbox_nor_end_a_wait(
+    dsn: str, roles: dict[Role, str]
+) -> None:
+    """A worker's job waits under the worker role's grants; the producer's signal() wakes it and the
+    worker's next run reads the signal from its wait. The producer may not read the mailbox or the
+    waits, end a wait by writing it, nor call the functions that deliver and sweep."""
+    from tenure.db.wait_queries import WaitQueries
+
+    producer = as_role(dsn, roles[Role.PRODUCER])
+    [job_id] = await _enqueue(producer)
+    waits = WaitQueries(SCHEMA)
+    async with await psycopg.AsyncConnection.connect(
+        as_role(dsn, roles[Role.WORKER]), autocommit=True
+    ) as worker:
+        (claimed,) = await _claim(worker, "w1")
+        step = await waits.job_wait(
+            worker, job_id=job_id, owner="w1", token=claimed.lease.token, name="ok", key="sec:ok", timeout=60
+        )
+        assert step.outcome == "waiting"
+        async with Client(producer, schema=SCHEMA) as client:
+            sent = await client.signal("sec:ok", {"fine": True})
+        assert (sent.outcome, sent.job_id) == ("delivered", job_id)
+        (again,) = await _claim(worker, "w1")
+        step = await waits.job_wait(
+            worker, job_id=job_id, owner="w1", token=again.lease.token, name="ok", key="sec:ok", timeout=60
+        )
+        assert (step.outcome, step.state, step.payload) == ("resolved", "signalled", {"fine": True})
+        swept = await waits.sweep(worker, batch=10)
+        assert swept.delivered == 0
+    for statement in (
+        f"SELECT payload FROM {SCHEMA}.signals",
+        f"SELECT key FROM {SCHEMA}.job_waits",
+        f"UPDATE {SCHEMA}.job_waits SET state = 'ended', resolved_at = now()",
+        f"SELECT {SCHEMA}.signals_sweep(10)",
+        f"SELECT {SCHEMA}.signal_deliver(1, now())",
+    ):
+        with pytest.raises(errors.InsufficientPrivilege):
+            async with await psycopg.AsyncConnection.connect(producer) as conn:
+                await conn.execute(statement)
