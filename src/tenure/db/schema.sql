@@ -1280,9 +1280,10 @@ INSERT INTO __schema__.signal_totals DEFAULT VALUES;
 
 -- Delivers signal `sid`, if it is still in the mailbox and unexpired at `at`, to the oldest job
 -- waiting for its key that no one else has locked: the wait is marked signalled, the job goes
--- pending and its queue is told. Returns the job woken, or NULL. Not callable by other roles:
--- signal() and signals_sweep() call it.
-CREATE FUNCTION __schema__.signal_deliver(sid bigint, at timestamptz) RETURNS bigint
+-- pending, its history names the sender (and `note`, the sender's reason, when given) and its
+-- queue is told. Returns the job woken, or NULL. Not callable by other roles: signal() and
+-- signals_sweep() call it.
+CREATE FUNCTION __schema__.signal_deliver(sid bigint, at timestamptz, note text DEFAULT NULL) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     s __schema__.signals;
@@ -1324,26 +1325,30 @@ BEGIN
     UPDATE __schema__.jobs SET state = 'pending', available_at = at WHERE id = waiter.job_id;
     INSERT INTO __schema__.job_events (job_id, event, from_state, to_state, token, worker, error, at)
     VALUES (waiter.job_id, 'signalled', 'waiting', 'pending', waiter.token, s.sent_by,
-            left(format('signal %s to %s', s.id, s.key), 2000), at);
+            left(format('signal %s to %s', s.id, s.key) || coalesce(': ' || note, ''), 2000), at);
     PERFORM pg_notify(left('tenure:' || (SELECT n.nspname FROM pg_class c JOIN pg_namespace n
                                           ON n.oid = c.relnamespace WHERE c.oid = '__schema__.jobs'::regclass), 63),
                       waiter.queue);
     RETURN waiter.job_id;
 END
 $$;
-REVOKE ALL ON FUNCTION __schema__.signal_deliver(bigint, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION __schema__.signal_deliver(bigint, timestamptz, text) FROM PUBLIC;
 
 -- Sends a signal: the one guarded way in for every role, from Python (app.signal), the CLI, psql
 -- or any language, in the caller's transaction. Checks the bounds before writing anything. Returns
 -- the signal's id and its outcome: 'delivered' (a waiting job was woken: job_id), 'kept' (no job
 -- waits for the key yet: it is in the mailbox for `keep_seconds`) or 'duplicate' (a signal with
 -- this idempotency key was sent to this key before and is still kept: nothing was written; its
--- id and, when delivered, its job).
+-- id and, when delivered, its job). `sender` names who sent it (the database role when NULL, as
+-- an operator's actor elsewhere: what the caller says); `note`, the sender's reason, goes into the
+-- history of a job the signal wakes at once.
 CREATE FUNCTION __schema__.signal(
     key text,
     payload jsonb DEFAULT 'null',
     idempotency_key text DEFAULT NULL,
-    keep_seconds float8 DEFAULT 604800
+    keep_seconds float8 DEFAULT 604800,
+    sender text DEFAULT NULL,
+    note text DEFAULT NULL
 ) RETURNS TABLE (signal_id bigint, outcome text, job_id bigint)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
@@ -1379,9 +1384,9 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    INSERT INTO __schema__.signals (key, payload, idempotency_key, sent_at, expires_at)
+    INSERT INTO __schema__.signals (key, payload, idempotency_key, sent_at, expires_at, sent_by)
     VALUES (signal.key, coalesce(signal.payload, 'null'::jsonb), signal.idempotency_key, at,
-            at + make_interval(secs => keep_seconds))
+            at + make_interval(secs => keep_seconds), coalesce(left(sender, 200), session_user))
     ON CONFLICT (key, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id INTO sid;
     IF sid IS NULL THEN
@@ -1390,11 +1395,11 @@ BEGIN
                      WHERE s.key = signal.key AND s.idempotency_key = signal.idempotency_key;
         RETURN;
     END IF;
-    woken := __schema__.signal_deliver(sid, at);
+    woken := __schema__.signal_deliver(sid, at, left(note, 1000));
     RETURN QUERY SELECT sid, CASE WHEN woken IS NULL THEN 'kept' ELSE 'delivered' END, woken;
 END
 $$;
-REVOKE ALL ON FUNCTION __schema__.signal(text, jsonb, text, float8) FROM PUBLIC;
+REVOKE ALL ON FUNCTION __schema__.signal(text, jsonb, text, float8, text, text) FROM PUBLIC;
 
 -- The recovery pass's part for signals: drops up to `batch` mailbox signals whose keeping time
 -- ended (counted in signal_totals), and matches what a race between a send and a wait left

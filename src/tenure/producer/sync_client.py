@@ -385,13 +385,17 @@ class SyncClient:
         idempotency_key: str | None = None,
         keep: float | timedelta | None = None,
         conn: Connection[Any] | None = None,
+        actor: str | None = None,
+        reason: str | None = None,
     ) -> SignalSent:
         """Sends a signal to `key`: the job waiting longest for it (`ctx.wait_for(key)`) runs again
         with `payload` (JSON, at most 64 KiB); with none waiting, the signal is kept for the next
         waiter for `keep` (seconds or a timedelta; 7 days by default, at most 90), then dropped and
         counted. One signal wakes one waiter. With `conn`, inside that connection's transaction:
         a signal rolled back was never sent. A second signal to the key with the same
-        `idempotency_key`, while the first is kept, writes nothing ('duplicate')."""
+        `idempotency_key`, while the first is kept, writes nothing ('duplicate'). `actor` is kept as
+        its sender (the database role by default), and `reason` in the history of a job it wakes
+        at once."""
         checked = check_signal_key(key)
         text = signal_payload_json(payload)
         idempotency = check_idempotency_key(idempotency_key)
@@ -404,7 +408,13 @@ class SyncClient:
         assert seconds is not None
         with self._joined(conn) as joined, self._conn(joined) as c:
             return self.waits.signal(
-                c, key=checked, payload_json=text, idempotency_key=idempotency, keep_seconds=seconds
+                c,
+                key=checked,
+                payload_json=text,
+                idempotency_key=idempotency,
+                keep_seconds=seconds,
+                sender=actor,
+                note=reason,
             )
 
     def end_wait(self, job_id: int, *, reason: str, actor: str | None = None) -> str:

@@ -172,7 +172,8 @@ LIMIT %(limit)s;
 -- name: signal_send
 -- One signal through signal(), in the caller's transaction.
 SELECT signal_id, outcome, job_id
-FROM __schema__.signal(%(key)s, %(payload)s::jsonb, %(idempotency_key)s, %(keep_seconds)s::float8);
+FROM __schema__.signal(%(key)s, %(payload)s::jsonb, %(idempotency_key)s, %(keep_seconds)s::float8,
+                       %(sender)s::text, %(note)s::text);
 
 -- name: signals_sweep_run
 -- The recovery pass's part for signals (signals_sweep in migration 0025).

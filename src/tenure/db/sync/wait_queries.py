@@ -61,13 +61,18 @@ class WaitQueries:
         payload_json: str,
         idempotency_key: str | None,
         keep_seconds: float,
+        sender: str | None = None,
+        note: str | None = None,
     ) -> SignalSent:
-        """Sends one signal through signal(), in `conn`'s transaction."""
+        """Sends one signal through signal(), in `conn`'s transaction: from `sender` (None: the
+        database role), with `note` in the history of a job it wakes at once."""
         params = {
             "key": key,
             "payload": payload_json,
             "idempotency_key": idempotency_key,
             "keep_seconds": keep_seconds,
+            "sender": None if sender is None else storable_text(sender, 200),
+            "note": None if note is None else storable_text(note, 1000),
         }
         [row] = fetch(conn, self._sql["signal_send"], params)
         return SignalSent(row["signal_id"], row["outcome"], row["job_id"])

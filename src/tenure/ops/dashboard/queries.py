@@ -9,10 +9,9 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
-from tenure.db.fetch import fetch, fetch_as
+from tenure.db.fetch import fetch_as
 from tenure.db.ops_rows import DeadFilter
 from tenure.db.sqlfiles import package_queries
-from tenure.db.text import storable_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,15 +99,3 @@ class DashboardQueries:
 
     async def dead_by_error(self, conn: AsyncConnection[Any], limit: int = 20) -> list[DeadGroup]:
         return await fetch_as(conn, DeadGroup, self._sql["dashboard_dead_by_error"], {"limit": limit})
-
-    async def signal_sender(
-        self, conn: AsyncConnection[Any], signal_id: int, *, actor: str, reason: str
-    ) -> None:
-        """Names `actor` as the sender of signal `signal_id`, and `reason` in the history of the job
-        it woke at once, if any: in the transaction that sent it."""
-        params = {
-            "signal_id": signal_id,
-            "actor": storable_text(actor, 200),
-            "reason": storable_text(reason, 1000),
-        }
-        await fetch(conn, self._sql["dashboard_signal_sender"], params)

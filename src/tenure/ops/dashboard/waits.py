@@ -132,12 +132,15 @@ async def send_signal(request: Request) -> Response:
     async def act(board: Dashboard, actor: str, reason: str, form: Form) -> str:
         payload = _payload_of(form)
         idempotency_key = form.get("idempotency_key", "").strip() or None
-        async with board.pool.connection() as conn, conn.transaction():
+        async with board.pool.connection() as conn:
             sent = await board.client.signal(
-                form.get("key", ""), payload, idempotency_key=idempotency_key, conn=conn
+                form.get("key", ""),
+                payload,
+                idempotency_key=idempotency_key,
+                conn=conn,
+                actor=actor,
+                reason=reason,
             )
-            if sent.outcome != "duplicate":
-                await board.pages.signal_sender(conn, sent.signal_id, actor=actor, reason=reason)
         if sent.outcome == "delivered" and sent.job_id is not None:
             return job_url(request, sent.job_id, "signal_delivered")
         return job_url(request, job_id, f"signal_{sent.outcome}")

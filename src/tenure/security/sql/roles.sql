@@ -20,7 +20,7 @@ GRANT EXECUTE ON FUNCTION {schema}.enqueue(text, jsonb, text, timestamptz, float
 GRANT EXECUTE ON FUNCTION {schema}.enqueue_workflow(text, jsonb, text) TO {role};
 -- Signals come in through signal() alone, a SECURITY DEFINER function: the role cannot read the
 -- mailbox, nor what any job was sent, nor end a wait but by a signal to its key.
-GRANT EXECUTE ON FUNCTION {schema}.signal(text, jsonb, text, float8) TO {role};
+GRANT EXECUTE ON FUNCTION {schema}.signal(text, jsonb, text, float8, text, text) TO {role};
 GRANT SELECT ON {schema}.schema_migrations TO {role};
 
 -- name: worker
@@ -43,7 +43,7 @@ GRANT UPDATE (state, available_at, attempt_count, lease_owner, lease_token, leas
 -- existed holds its unique key while waiting too, which its wait writes.)
 GRANT SELECT, INSERT, UPDATE ON {schema}.job_waits TO {role};
 GRANT SELECT, UPDATE (job_id, delivered_at, swept) ON {schema}.signals TO {role};
-GRANT EXECUTE ON FUNCTION {schema}.signal(text, jsonb, text, float8) TO {role};
+GRANT EXECUTE ON FUNCTION {schema}.signal(text, jsonb, text, float8, text, text) TO {role};
 GRANT EXECUTE ON FUNCTION {schema}.signals_sweep(integer) TO {role};
 GRANT SELECT, INSERT ON {schema}.job_events TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.job_effects TO {role};

@@ -66,23 +66,3 @@ WHERE state = 'dead'
 GROUP BY queue, task, last_error_code
 ORDER BY jobs DESC, queue, task, last_error_code
 LIMIT %(limit)s;
-
--- name: dashboard_signal_sender
--- Names %(actor)s as the sender of signal %(signal_id)s, sent from the dashboard, in the
--- transaction that sent it: signal() records the database role, which for the dashboard is every
--- operator's. When the signal woke a job at once, the history of that job names the actor too,
--- with %(reason)s after what signal() wrote ('signal <id> to <key>').
-WITH stamped AS (
-    UPDATE __schema__.signals
-    SET sent_by = %(actor)s::text
-    WHERE id = %(signal_id)s::bigint
-    RETURNING id, key, job_id, delivered_at
-)
-UPDATE __schema__.job_events e
-SET worker = %(actor)s::text,
-    error = left(format('%%s: %%s', e.error, %(reason)s::text), 2000)
-FROM stamped s
-WHERE e.job_id = s.job_id
-  AND e.event = 'signalled'
-  AND e.at = s.delivered_at
-  AND e.error = left(format('signal %%s to %%s', s.id, s.key), 2000);
