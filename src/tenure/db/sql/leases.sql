@@ -19,6 +19,13 @@ j.state::text = 'running'
 AND j.lease_owner = %(owner)s
 AND j.lease_expires_at > clock.now
 
+-- part: attempt_holds
+-- Job %(id)s runs under this attempt's lease (token %(token)s), live by the database's clock (j:
+-- the job; the clock CTE in scope): what a single job's fenced write (a snooze, a wait) matches,
+-- and what tells 'busy' (locked elsewhere, still ours) from 'lost' when it matched nothing.
+j.id = %(id)s
+AND j.lease_token = %(token)s AND __part_lease_live__
+
 -- part: claimable
 -- A job the claim may take (c: the candidate; the clock and paused CTEs in scope): pending in
 -- the queue and due, of a task the worker runs (%(tasks)s, NULL: any), one of %(only)s when
@@ -425,8 +432,7 @@ WITH clock AS (
 ), target AS (
     SELECT j.id, j.snoozes >= %(max_snoozes)s AS over
     FROM __schema__.jobs j CROSS JOIN clock
-    WHERE j.id = %(id)s
-      AND j.lease_token = %(token)s AND __part_lease_live__
+    WHERE __part_attempt_holds__
     FOR UPDATE OF j SKIP LOCKED
 ), snoozed AS (
     UPDATE __schema__.jobs j
@@ -466,7 +472,7 @@ WITH clock AS (
     SELECT CASE WHEN EXISTS (SELECT 1 FROM snoozed) THEN 'snoozed'
                 WHEN EXISTS (
                     SELECT 1 FROM __schema__.jobs j CROSS JOIN clock
-                    WHERE j.id = %(id)s AND j.lease_token = %(token)s AND __part_lease_live__) THEN 'busy'
+                    WHERE __part_attempt_holds__) THEN 'busy'
                 ELSE 'lost' END AS outcome
 ), lost AS (
     INSERT INTO __schema__.job_events (job_id, event, from_state, token, worker, error_code, at)

@@ -26,8 +26,7 @@ WITH clock AS (
 ), lease AS (
     SELECT j.id, j.queue, j.ordering_key IS NOT NULL AS keyed
     FROM __schema__.jobs j CROSS JOIN clock
-    WHERE j.id = %(id)s
-      AND j.lease_token = %(token)s AND __part_lease_live__
+    WHERE __part_attempt_holds__
       AND NOT EXISTS (SELECT 1 FROM earlier)
     FOR UPDATE OF j SKIP LOCKED
 ), mail AS (
@@ -95,7 +94,7 @@ WITH clock AS (
                 WHEN EXISTS (SELECT 1 FROM moved) THEN 'waiting'
                 WHEN EXISTS (
                     SELECT 1 FROM __schema__.jobs j CROSS JOIN clock
-                    WHERE j.id = %(id)s AND j.lease_token = %(token)s AND __part_lease_live__) THEN 'busy'
+                    WHERE __part_attempt_holds__) THEN 'busy'
                 ELSE 'lost' END AS outcome
 ), lost AS (
     INSERT INTO __schema__.job_events (job_id, event, from_state, token, worker, error_code, at)
