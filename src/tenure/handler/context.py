@@ -46,7 +46,8 @@ class JobContext:
         self.local_expiry = math.inf
         #: The wait this attempt ended in (the job left running for waiting), by name.
         self.waiting_on: str | None = None
-        self._wait_counts: dict[str, int] = {}
+        # Made by the first wait: most jobs never wait, and a context is made for every job.
+        self._wait_counts: dict[str, int] | None = None
 
     # -- identity ---------------------------------------------------------------------------
 
@@ -189,7 +190,11 @@ class JobContext:
 
     def wait_name(self, key: str | None, name: str | None) -> str:
         """The name of the next wait on `key` (None: a sleep) of this run: `name` when given."""
-        return name if name is not None else default_wait_name(self._wait_counts, key)
+        if name is not None:
+            return name
+        if self._wait_counts is None:
+            self._wait_counts = {}
+        return default_wait_name(self._wait_counts, key)
 
     def began_wait(self, name: str) -> None:
         """The job has left running for waiting: nothing this attempt writes after it lands."""

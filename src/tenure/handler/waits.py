@@ -36,7 +36,8 @@ from tenure.model.waits import (
     seconds_of,
 )
 
-#: How long a wait keeps trying while the job's row is locked elsewhere ('busy'), at most.
+#: The pause between two tries of a wait whose job's row is locked elsewhere ('busy'); it is tried
+#: again until the lease's local expiry.
 BUSY_PAUSE = 0.05
 
 

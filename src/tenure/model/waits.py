@@ -14,8 +14,9 @@ from tenure.model.errors import ValidationError
 
 #: The longest signal key (and the longest key a handler may wait for), in characters.
 MAX_SIGNAL_KEY = 400
-#: The longest wait name and signal idempotency key, in characters.
+#: The longest wait name, and the longest signal idempotency key, in characters.
 MAX_WAIT_NAME = 200
+MAX_IDEMPOTENCY_KEY = 200
 #: The largest signal payload, as compact JSON text, in bytes.
 MAX_SIGNAL_BYTES = 65536
 #: How long a signal nobody waits for yet is kept for a waiter, unless its sender says otherwise.
@@ -128,9 +129,10 @@ def check_wait_name(name: object) -> str:
 def check_idempotency_key(key: object) -> str | None:
     if key is None:
         return None
-    if not isinstance(key, str) or not 1 <= len(key) <= MAX_WAIT_NAME:
+    if not isinstance(key, str) or not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY:
         raise ValidationError(
-            f"a signal's idempotency key must be a string of 1 to {MAX_WAIT_NAME} characters, got {key!r}"
+            f"a signal's idempotency key must be a string of 1 to {MAX_IDEMPOTENCY_KEY} characters, "
+            f"got {key!r}"
         )
     return key
 

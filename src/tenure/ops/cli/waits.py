@@ -14,6 +14,7 @@ from tenure.db.wait_queries import WaitQueries
 from tenure.model.waits import WaitRecord
 from tenure.ops.cli._common import EXIT_USAGE, client_for, connected, emit_json, err, out, positive_int
 from tenure.ops.views.durations import duration, human, relative
+from tenure.ops.views.waits import wait_ending
 
 
 async def cmd_signal(args: argparse.Namespace) -> int:
@@ -90,9 +91,6 @@ def waits_table(waits: list[WaitRecord], now: Any) -> Table:
     for column in ("wait", "for", "began", "until", "ended", "how", "signal"):
         table.add_column(column)
     for w in waits:
-        how = {"waiting": "waiting now", "timed_out": "timed out"}.get(w.state, w.state)
-        if w.state == "ended" and w.ended_by:
-            how = f"ended by {w.ended_by}"
         signal = "" if w.signal_id is None else f"{w.signal_id}: {json.dumps(w.payload)[:60]}"
         table.add_row(
             w.name,
@@ -100,7 +98,7 @@ def waits_table(waits: list[WaitRecord], now: Any) -> Table:
             relative(w.since, now),
             relative(w.deadline, now) if w.deadline else "no deadline",
             relative(w.resolved_at, now) if w.resolved_at else "",
-            how,
+            wait_ending(w),
             signal,
         )
     return table

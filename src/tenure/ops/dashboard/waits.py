@@ -17,20 +17,12 @@ from tenure.ops.dashboard.actions import Form, job_url, run_act
 from tenure.ops.dashboard.masking import masked_payload
 from tenure.ops.dashboard.state import Dashboard
 from tenure.ops.views.durations import relative
+from tenure.ops.views.waits import wait_ending
 from tenure.producer.control import ControlRefused
 
 #: The signal form's body may carry a payload at its limit, each byte of it escaped as %XX by
 #: the browser's form encoding, with room for the key, the reason and the rest.
 MAX_SIGNAL_FORM_BYTES = 3 * MAX_SIGNAL_BYTES + 16 * 1024
-
-#: How each state of a wait reads on the page.
-_HOW = {
-    "waiting": "waiting now",
-    "signalled": "signalled",
-    "timed_out": "timed out",
-    "ended": "ended",
-    "cancelled": "cancelled with its job",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +53,6 @@ class ShownWait:
 def shown_waits(waits: list[WaitRecord], now: datetime) -> list[ShownWait]:
     shown = []
     for w in waits:
-        how = _HOW.get(w.state, w.state)
-        if w.state == "ended" and w.ended_by:
-            how = f"ended by {w.ended_by}"
         payload = None
         if w.signal_id is not None:
             payload = json.dumps(
@@ -74,7 +63,7 @@ def shown_waits(waits: list[WaitRecord], now: datetime) -> list[ShownWait]:
                 name=w.name,
                 key=w.key,
                 state=w.state,
-                how=how,
+                how=wait_ending(w),
                 since=w.since,
                 since_ago=relative(w.since, now),
                 deadline=w.deadline,
