@@ -482,3 +482,52 @@ async def test_a_producer_signals_a_waiting_job_and_can_neither_read_the_mailbox
         with pytest.raises(errors.InsufficientPrivilege):
             async with await psycopg.AsyncConnection.connect(producer) as conn:
                 await conn.execute(statement)
+
+
+async def test_a_failing_signal_sweep_costs_the_recovery_pass_nothing(
+    dsn: str, roles: dict[Role, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """With the sweep refused (its grant taken back), a worker's recovery pass still recovers an
+    expired lease; the sweep's failure is logged and counted on a health of its own, which is not
+    critical, so it never stops the worker."""
+    from datetime import UTC, datetime
+
+    from tenure.lab.passes import worker_passes
+
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(
+            f'REVOKE EXECUTE ON FUNCTION {SCHEMA}.signals_sweep(integer) FROM "{roles[Role.WORKER]}"'
+        )
+    worker = as_role(dsn, roles[Role.WORKER])
+    [job_id] = await _enqueue(as_role(dsn, roles[Role.PRODUCER]))
+    async with await psycopg.AsyncConnection.connect(worker, autocommit=True) as conn:
+        await _claim(conn, "w1")
+    async with worker_passes(worker, SCHEMA, name="sweep-refused") as passes:
+        recovered = await passes.recovery.run_once(now=datetime.now(UTC) + timedelta(hours=1))
+        health = passes.recovery.sweep_health
+    assert [r.job_id for r in recovered] == [job_id]
+    assert (health.consecutive_failures, health.critical) == (1, False)
+    assert "signal sweep failed" in caplog.text and "InsufficientPrivilege" in caplog.text
+
+
+async def test_failing_wait_deadlines_hold_back_no_scheduled_job(
+    dsn: str, roles: dict[Role, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """With the waits refused to the worker (its grant on them taken back), the promotion pass
+    still makes a due scheduled job pending; ending waits at their deadline fails apart, logged
+    and counted on a health of its own, not critical."""
+    from datetime import UTC, datetime
+
+    from tenure.lab.passes import worker_passes
+
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f'REVOKE ALL ON {SCHEMA}.job_waits FROM "{roles[Role.WORKER]}"')
+    async with Client(as_role(dsn, roles[Role.PRODUCER]), schema=SCHEMA) as client:
+        later = await client.enqueue_many([JobSpec(task="sec.task", queue="sec", delay=60)])
+    worker = as_role(dsn, roles[Role.WORKER])
+    async with worker_passes(worker, SCHEMA, name="deadlines-refused") as passes:
+        promoted = await passes.promoter.run_once(now=datetime.now(UTC) + timedelta(hours=1))
+        health = passes.promoter.deadline_health
+    assert promoted.promoted == 1 and _row(dsn, later[0].id)[4] == "pending"
+    assert (health.consecutive_failures, health.critical) == (1, False)
+    assert "ending waits at their deadline failed" in caplog.text

@@ -16,6 +16,7 @@ from psycopg import AsyncConnection
 
 from tenure.db.queries import Promotion
 from tenure.db.wait_queries import WaitQueries
+from tenure.worker.health import describe_error
 from tenure.worker.service import Service
 from tenure.worker.services import WorkerServices
 
@@ -47,6 +48,9 @@ class Promoter(Service):
         self._expected: datetime | None = None
         self.health = services.health.service(self.name)
         self.waits = WaitQueries(services.queries.schema)
+        # Not critical, and apart from the promoter's own health: deadlines that keep failing to
+        # end must not hold back scheduled jobs, nor stop the worker.
+        self.deadline_health = services.health.service("wait deadlines", critical=False)
 
     async def run_once(self, *, now: datetime | None = None) -> Promotion:
         """Promotes every job due at `now` (database time by default), and wakes every waiting job
@@ -65,6 +69,13 @@ class Promoter(Service):
                 next_due = expired.next_due
         except psycopg.errors.UndefinedTable:
             pass  # a schema before waits (a worker runs on older ones while `tenure migrate` runs)
+        except Exception as exc:
+            self.deadline_health.failed(exc)
+            log.warning(
+                "ending waits at their deadline failed (tried again next pass): %s", describe_error(exc)
+            )
+        else:
+            self.deadline_health.succeeded()
         services.stats.promoted += total
         services.stats.waits_timed_out += timed_out
         if total or timed_out:

@@ -12,6 +12,7 @@ from tenure.db.queries import RecoveredLease, TaskBackoffPolicy
 from tenure.db.wait_queries import WaitQueries
 from tenure.model.jobs import JobState
 from tenure.tasks import TaskRegistry
+from tenure.worker.health import describe_error
 from tenure.worker.service import Service
 from tenure.worker.services import WorkerServices
 
@@ -28,6 +29,9 @@ class Recovery(Service):
         self.services = services
         self.health = services.health.service(self.name)
         self.waits = WaitQueries(services.queries.schema)
+        # Not critical, and apart from the recovery's own health: a sweep that keeps failing must
+        # not stop the worker, nor count against the leases it recovers.
+        self.sweep_health = services.health.service("signal sweep", critical=False)
         self.policies = [
             TaskBackoffPolicy(t.name, t.policy.backoff.base, t.policy.backoff.cap, t.policy.backoff.jitter)
             for t in (registry or [])
@@ -73,6 +77,13 @@ class Recovery(Service):
                 swept = await self.waits.sweep(conn, batch=self.services.options.recovery_batch)
         except (psycopg.errors.UndefinedFunction, psycopg.errors.UndefinedTable):
             return  # a schema before waits (a worker runs on older ones while `tenure migrate` runs)
+        except Exception as exc:
+            self.sweep_health.failed(exc)
+            log.warning(
+                "signal sweep failed (tried again at the next recovery pass): %s", describe_error(exc)
+            )
+            return
+        self.sweep_health.succeeded()
         self.services.stats.signals_swept += swept.delivered
         if swept.delivered or swept.expired:
             log.info(
