@@ -48,8 +48,10 @@ WITH clock AS (
                                WHEN t.state = 'running' THEN 'REVOKED' ELSE 'CANCELLED' END,
         last_error = left(%(reason)s, 2000)
     FROM target t CROSS JOIN clock CROSS JOIN allowed
+    -- No test of j's state here: target holds the row locked as it is now (t), while this scan
+    -- reads it as the statement's snapshot had it; a job whose state moved in between (a signal
+    -- woke it, a claim took it) failed such a test and was silently left uncancelled.
     WHERE j.id = t.id
-      AND j.state = t.state
       AND t.state = ANY(%(accept)s::__schema__.job_state[])
       AND allowed.ok
     RETURNING j.id, j.queue, t.state AS from_state, j.state AS to_state, j.lease_token,
@@ -121,8 +123,8 @@ WITH clock AS (
         max_attempts = CASE WHEN t.state IN ('dead', 'cancelled') THEN j.attempt_count + %(attempts)s
                             ELSE j.max_attempts END
     FROM target t CROSS JOIN clock
+    -- No test of j's state: target holds the row locked as it is now (see job_cancel_many).
     WHERE j.id = t.id
-      AND j.state = t.state
       AND NOT EXISTS (SELECT 1 FROM refused)
     RETURNING j.id, j.queue, t.state AS from_state, j.lease_token
 ), logged AS (
