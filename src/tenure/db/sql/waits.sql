@@ -15,7 +15,10 @@
 --   key while waiting too.
 -- - 'keyed': the job has an ordering key, and a keyed job may not wait: the claim's look at a key's
 --   jobs does not read waiting ones, so the key's next job would run meanwhile. Nothing written.
--- - 'busy' (the job's row is locked elsewhere: try again) or 'lost' (the fence does not hold).
+-- - 'busy': the job's row, or the kept signal to %(key)s, is locked elsewhere (the recovery pass
+--   looking at a fresh signal, say): try again. Waiting then would leave that signal behind until
+--   the next recovery pass. Nothing written.
+-- - 'lost': the fence does not hold.
 -- A wait a cancelled earlier run left behind (the job was reprocessed) begins again.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
@@ -29,16 +32,20 @@ WITH clock AS (
     WHERE __part_attempt_holds__
       AND NOT EXISTS (SELECT 1 FROM earlier)
     FOR UPDATE OF j SKIP LOCKED
-), mail AS (
-    SELECT s.id, s.payload, s.sent_at
-    FROM __schema__.signals s CROSS JOIN clock
+), kept AS (
     -- Kept until a time signal() set by the database's own clock, so judged by it too.
-    WHERE %(key)s::text IS NOT NULL AND s.key = %(key)s AND s.job_id IS NULL
-      AND s.expires_at > statement_timestamp()
+    SELECT s.id FROM __schema__.signals s
+    WHERE s.key = %(key)s AND s.job_id IS NULL AND s.expires_at > statement_timestamp()
       AND EXISTS (SELECT 1 FROM lease WHERE NOT keyed)
     ORDER BY s.id
     LIMIT 1
+), mail AS (
+    SELECT s.id, s.payload, s.sent_at
+    FROM __schema__.signals s
+    WHERE s.id = (SELECT id FROM kept) AND s.job_id IS NULL
     FOR UPDATE SKIP LOCKED
+), passed_over AS (
+    SELECT EXISTS (SELECT 1 FROM kept) AND NOT EXISTS (SELECT 1 FROM mail) AS yes
 ), taken AS (
     UPDATE __schema__.signals s
     SET job_id = %(id)s, delivered_at = clock.now, swept = true
@@ -52,7 +59,7 @@ WITH clock AS (
            clock.now + make_interval(secs => %(timeout)s::float8), %(token)s, m.id,
            CASE WHEN m.id IS NOT NULL THEN clock.now END, m.id IS NOT NULL
     FROM lease l CROSS JOIN clock LEFT JOIN mail m ON true
-    WHERE NOT l.keyed
+    WHERE NOT l.keyed AND NOT (SELECT yes FROM passed_over)
     ON CONFLICT (job_id, name) DO UPDATE
     SET key = excluded.key, state = excluded.state, since = excluded.since, deadline = excluded.deadline,
         token = excluded.token, signal_id = excluded.signal_id, resolved_at = excluded.resolved_at,
@@ -74,17 +81,14 @@ WITH clock AS (
     FROM lease l
     WHERE j.id = l.id
       AND NOT l.keyed
-      AND NOT EXISTS (SELECT 1 FROM mail)
+      AND NOT EXISTS (SELECT 1 FROM kept)
     RETURNING j.id
 ), logged AS (
     INSERT INTO __schema__.job_events (job_id, event, from_state, to_state, token, worker, error, at)
     SELECT m.id, 'wait', 'running', 'waiting', %(token)s, %(owner)s,
-           left(CASE WHEN %(key)s::text IS NULL THEN format('sleep %%s until %%s', %(name)s,
-                                                            clock.now + make_interval(secs => %(timeout)s::float8))
-                     ELSE format('wait %%s for a signal to %%s%%s', %(name)s, %(key)s,
-                                 CASE WHEN %(timeout)s::float8 IS NULL THEN ''
-                                      ELSE format(' until %%s', clock.now + make_interval(secs => %(timeout)s::float8)) END)
-                END, 2000),
+           left(format('wait %%s for %%s until %%s', %(name)s, coalesce('a signal to ' || %(key)s, 'a time'),
+                       coalesce((clock.now + make_interval(secs => %(timeout)s::float8))::text, 'no deadline')),
+                2000),
            clock.now
     FROM moved m CROSS JOIN clock
 ), verdict AS (
