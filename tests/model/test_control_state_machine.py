@@ -74,9 +74,9 @@ class ControlMachine(RuleBasedStateMachine):
         self.w = WaitQueries(SCHEMA)
         #: Signals by id: their key, idempotency key, and the job each was delivered to (None: kept).
         self.signals: dict[int, tuple[str, str | None, int | None]] = {}
-        #: When each waiting job began to wait (the order signals are delivered in).
-        self.since: dict[int, int] = {}
-        self.steps = 0
+        #: When each waiting job began to wait, by the injected clock: signals go to the longest
+        #: waiting, and between waits begun at one instant, to the lowest job id.
+        self.since: dict[int, datetime] = {}
         self.now = EPOCH
         self.jobs: dict[int, M] = {}
         self.paused = False
@@ -469,8 +469,7 @@ class ControlMachine(RuleBasedStateMachine):
             return
         assert step.outcome == "waiting", (step, job)
         deadline = None if timeout is None else self.now + timedelta(seconds=timeout)
-        self.steps += 1
-        self.since[job_id] = self.steps
+        self.since[job_id] = self.now
         self.jobs[job_id] = replace(
             job,
             state="waiting",
