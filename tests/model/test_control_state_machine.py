@@ -465,7 +465,10 @@ class ControlMachine(RuleBasedStateMachine):
             assert (step.outcome, step.signal_id) == ("signalled", kept[0]), (step, kept)
             k, idem, _ = self.signals[kept[0]]
             self.signals[kept[0]] = (k, idem, job_id)
-            self.jobs[job_id] = replace(job, waits_ended=(*job.waits_ended, (name, "signalled", kept[0])))
+            # A wait of this name that a cancel ended earlier (the job was brought back) is begun
+            # again: its row now says how this one ended.
+            others = tuple(e for e in job.waits_ended if e[0] != name)
+            self.jobs[job_id] = replace(job, waits_ended=(*others, (name, "signalled", kept[0])))
             return
         assert step.outcome == "waiting", (step, job)
         deadline = None if timeout is None else self.now + timedelta(seconds=timeout)
