@@ -10,6 +10,7 @@ from tenure.handler.effects import Confirmed, EffectRecord, EffectUncertain, Not
 from tenure.handler.sync_transaction import SyncTransaction, run_transaction_sync
 from tenure.handler.transaction import AsyncTransaction, run_transaction
 from tenure.handler.txn import TransactionPolicy
+from tenure.model.conditions import Elapsed, Signalled
 from tenure.model.errors import (
     ConfigurationError,
     Contention,
@@ -111,6 +112,7 @@ __all__ = [
     "DatabaseUnavailable",
     "EffectRecord",
     "EffectUncertain",
+    "Elapsed",
     "EnqueueOptions",
     "EnqueuedJob",
     "EnqueuedWorkflow",
@@ -139,6 +141,7 @@ __all__ = [
     "SchemaNotMigrated",
     "SecretValue",
     "SignalSent",
+    "Signalled",
     "Snooze",
     "Step",
     "SyncClient",

@@ -531,3 +531,35 @@ async def test_failing_wait_deadlines_hold_back_no_scheduled_job(
     assert promoted.promoted == 1 and _row(dsn, later[0].id)[4] == "pending"
     assert (health.consecutive_failures, health.critical) == (1, False)
     assert "ending waits at their deadline failed" in caplog.text
+
+
+async def test_a_producers_step_condition_is_kept_by_the_worker_roles_passes(
+    dsn: str, roles: dict[Role, str]
+) -> None:
+    """The producer declares a step whose deadline cancels it; the worker role, which may not
+    cancel a job itself, ends it at its deadline through the promotion pass (the one function it
+    is granted for that), and the step after it is cancelled too. Nor may the worker role call the
+    function that wakes a wait as it pleases."""
+    from datetime import UTC, datetime
+
+    from tenure import Elapsed, Signalled
+    from tenure.lab.passes import worker_passes
+
+    wf = Workflow("sec")
+    gated = wf.step(_task("sec.a"), wait_for=Signalled("sec:go"), cancel_if=Elapsed(60))
+    wf.step(_task("sec.b"), after=gated)
+    async with Client(as_role(dsn, roles[Role.PRODUCER]), schema=SCHEMA) as client:
+        run = await client.enqueue_workflow(wf)
+    worker = as_role(dsn, roles[Role.WORKER])
+    async with worker_passes(worker, SCHEMA, name="conditions") as passes:
+        ended = await passes.promoter.run_once(now=datetime.now(UTC) + timedelta(minutes=5))
+        assert ended.waits_timed_out == 1 and passes.promoter.deadline_health.consecutive_failures == 0
+    assert _row(dsn, run.jobs["sec.a"])[4] == "cancelled"
+    with psycopg.connect(dsn) as conn:
+        states = conn.execute(
+            f"SELECT name, state FROM {SCHEMA}.workflow_steps WHERE workflow_id = %s ORDER BY name", [run.id]
+        ).fetchall()
+    assert states == [("sec.a", "cancelled"), ("sec.b", "cancelled")]
+    with pytest.raises(errors.InsufficientPrivilege):
+        async with await psycopg.AsyncConnection.connect(worker) as conn:
+            await conn.execute(f"SELECT {SCHEMA}.wait_wake(1, '@step', 'timed_out', now())")

@@ -17,7 +17,13 @@ from tenure.handler.sync.atomic import run_atomic_sync
 from tenure.handler.sync_transaction import SyncTransaction
 from tenure.handler.transaction import AsyncTransaction
 from tenure.handler.txn import TransactionPolicy
-from tenure.handler.waits import default_wait_name, run_wait, run_wait_sync
+from tenure.handler.waits import (
+    default_wait_name,
+    read_step_condition,
+    read_step_condition_sync,
+    run_wait,
+    run_wait_sync,
+)
 from tenure.model.errors import LeaseLost
 from tenure.model.jobs import ClaimedJob
 from tenure.model.waits import WaitResult
@@ -187,6 +193,16 @@ class JobContext:
     def sleep_sync(self, duration: float | timedelta, *, name: str | None = None) -> None:
         """`sleep` for plain-function handlers, which run in worker threads."""
         run_wait_sync(self, self._services, None, duration, name)
+
+    async def step_condition(self) -> WaitResult | None:
+        """For a workflow step declared with a condition (`wait_for=Signalled(key)`, `Elapsed(...)`):
+        how it ended before the step ran, the signal's payload with it; None for a step without
+        one, or a job that is no step."""
+        return await read_step_condition(self.job_id, self._services)
+
+    def step_condition_sync(self) -> WaitResult | None:
+        """`step_condition` for plain-function handlers, which run in worker threads."""
+        return read_step_condition_sync(self.job_id, self._services)
 
     def wait_name(self, key: str | None, name: str | None) -> str:
         """The name of the next wait on `key` (None: a sleep) of this run: `name` when given."""

@@ -29,6 +29,7 @@ from tenure.handler.job_services import JobServices
 from tenure.model.errors import LeaseLost, Permanent
 from tenure.model.waits import (
     MAX_WAIT,
+    STEP_CONDITION_WAIT,
     WaitResult,
     WaitStarted,
     check_signal_key,
@@ -39,6 +40,8 @@ from tenure.model.waits import (
 #: The pause between two tries of a wait whose job's row is locked elsewhere ('busy'); it is tried
 #: again until the lease's local expiry.
 BUSY_PAUSE = 0.05
+#: How a wait may have ended.
+ENDED = frozenset({"signalled", "timed_out", "ended"})
 
 
 class WaitContext(Protocol):
@@ -124,6 +127,24 @@ def run_wait_sync(
     """`run_wait` for plain-function handlers: its statement runs on the worker's loop, the
     handler's thread waits for the answer (as `ctx.effect_sync` does)."""
     future = asyncio.run_coroutine_threadsafe(run_wait(ctx, services, key, timeout, name), services.loop)
+    return future.result()
+
+
+async def read_step_condition(job_id: int, services: JobServices) -> WaitResult | None:
+    """How the condition of the workflow step that job `job_id` is ended (a signal, its deadline,
+    an operator), or None when the step has none (or the job is no step)."""
+    queries = WaitQueries(services.queries.schema)
+    async with services.pool.connection() as conn:
+        records = await queries.waits_of(conn, job_id)
+    for r in records:
+        if r.name == STEP_CONDITION_WAIT and r.state in ENDED:
+            return WaitResult(r.name, r.state, r.payload, r.signal_id, r.sent_at, r.ended_by)
+    return None
+
+
+def read_step_condition_sync(job_id: int, services: JobServices) -> WaitResult | None:
+    """`read_step_condition` for plain-function handlers, on the worker's loop."""
+    future = asyncio.run_coroutine_threadsafe(read_step_condition(job_id, services), services.loop)
     return future.result()
 
 

@@ -24,6 +24,9 @@ DEFAULT_SIGNAL_KEEP = timedelta(days=7)
 #: The longest a signal may be kept, and the longest a wait may last.
 MAX_SIGNAL_KEEP = timedelta(days=90)
 MAX_WAIT = timedelta(days=366)
+#: The name of the wait a workflow step's condition begins (its job's only wait until it runs).
+#: Names beginning with '@' are Tenure's: a handler's wait may not take one.
+STEP_CONDITION_WAIT = "@step"
 
 
 class WaitStarted(BaseException):
@@ -122,6 +125,11 @@ def check_wait_name(name: object) -> str:
     if not isinstance(name, str) or not 1 <= len(name) <= MAX_WAIT_NAME:
         raise ValidationError(
             f"a wait name must be a string of 1 to {MAX_WAIT_NAME} characters, got {name!r}"
+        )
+    if name.startswith("@"):
+        raise ValidationError(
+            "wait names beginning with '@' are Tenure's own (a workflow step's condition is "
+            f"{STEP_CONDITION_WAIT!r}), got {name!r}: name the wait without the '@'"
         )
     return name
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 #: What happens to the steps after a dead step: held until it is reprocessed, or cancelled.
 OnDead = Literal["hold", "cancel"]
@@ -97,6 +97,17 @@ class WorkflowStep:
     finished_at: datetime | None
     last_error_code: str | None
     last_error: str | None
+    condition: dict[str, Any] | None = None
+    """What the step waits for once its dependencies succeeded (tenure.model.conditions)."""
+    condition_state: str | None = None
+    """Its wait once released: 'waiting', or how it ended ('signalled', 'timed_out', 'ended')."""
+    condition_since: datetime | None = None
+    condition_deadline: datetime | None = None
+
+    @property
+    def condition_text(self) -> str:
+        """The condition in words: what runs, skips or cancels the step; "" when it has none."""
+        return describe_condition(self.condition)
 
     @property
     def shown_state(self) -> str:
@@ -117,3 +128,28 @@ class WorkflowCancel:
     outcome: str
     steps_cancelled: int
     jobs_cancelled: list[int]
+
+
+def _span(seconds: float) -> str:
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            n = int(seconds // size)
+            return f"{n} {unit}{'s' if n != 1 else ''}"
+    return f"{seconds:g} seconds"
+
+
+def describe_condition(condition: dict[str, Any] | None) -> str:
+    """A step's condition in words, e.g. "a signal to approval:7 runs it; after 3 days it is
+    cancelled" (the time counted from the step's release)."""
+    if not condition:
+        return ""
+    does = {"resume": "runs it", "skip": "skips it", "cancel": "cancels it"}
+    parts = []
+    if "key" in condition:
+        parts.append(f"a signal to {condition['key']} {does[condition.get('on_signal', 'resume')]}")
+    if "seconds" in condition:
+        then = {"resume": "it runs", "skip": "it is skipped", "cancel": "it is cancelled"}
+        parts.append(
+            f"after {_span(float(condition['seconds']))} {then[condition.get('on_deadline', 'resume')]}"
+        )
+    return "; ".join(parts)

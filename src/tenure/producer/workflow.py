@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tenure.model.conditions import Condition, step_condition
 from tenure.model.errors import ValidationError
 from tenure.model.jobs import JobSpec
 from tenure.model.workflows import MAX_STEPS, ON_DEAD, OnDead
@@ -48,6 +49,7 @@ class StepDraft:
     priority: int | None
     max_attempts: int | None
     result_wanted: bool
+    condition: dict[str, Any] | None = None
 
 
 Call = BoundCall | AnyTask
@@ -99,13 +101,23 @@ class Workflow:
         priority: int | None = None,
         max_attempts: int | None = None,
         result_wanted: bool = False,
+        wait_for: Condition | Sequence[Condition] | None = None,
+        skip_if: Condition | Sequence[Condition] | None = None,
+        cancel_if: Condition | Sequence[Condition] | None = None,
     ) -> Step:
         """Adds a step of `call` (a task, or `task.bind(...)` with some of its arguments) that
         runs once every step in `after` has succeeded. With `input`, the handler argument of that
         name receives their results: one result for one step, a list for a list. `name` defaults
         to the task's name, numbered when taken (`parse`, `parse-2`, ...). Options left out come
-        from the task's policy, as for a job."""
+        from the task's policy, as for a job.
+
+        A step may also wait, once its dependencies have succeeded, for the world:
+        `wait_for=Signalled(key)` or `Elapsed(duration)` (or a list of one of each: whichever comes
+        first) runs it; `skip_if=` skips it (it succeeds with no result, and the steps after it go
+        on); `cancel_if=` cancels it and the steps after it. One signal key and one time in all
+        (tenure.model.conditions); the handler reads how it ended with `ctx.step_condition()`."""
         task, payload = _call(call)
+        condition = step_condition(wait_for, skip_if, cancel_if)
         parents = (after,) if isinstance(after, Step) else tuple(after)
         for parent in parents:
             if not isinstance(parent, Step) or parent.workflow is not self:
@@ -141,6 +153,7 @@ class Workflow:
                 priority,
                 max_attempts,
                 result_wanted,
+                condition,
             )
         )
         self._names.add(chosen)
@@ -261,6 +274,7 @@ def stored_steps(wf: Workflow, builder: JobBuilder) -> list[dict[str, Any]]:
                 "after": list(d.after),
                 "input_arg": d.input_arg,
                 "input_kind": d.input_kind,
+                "condition": d.condition,
             }
         )
     return steps

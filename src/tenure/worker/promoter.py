@@ -67,8 +67,10 @@ class Promoter(Service):
             )
             if expired.next_due is not None and (next_due is None or expired.next_due < next_due):
                 next_due = expired.next_due
-        except psycopg.errors.UndefinedTable:
-            pass  # a schema before waits (a worker runs on older ones while `tenure migrate` runs)
+        except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn):
+            # A schema before waits, or before step conditions: a worker runs on older ones while
+            # `tenure migrate` runs.
+            pass
         except Exception as exc:
             self.deadline_health.failed(exc)
             log.warning(

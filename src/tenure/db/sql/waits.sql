@@ -193,7 +193,9 @@ SELECT (SELECT count(*) FROM __schema__.signals WHERE job_id IS NULL) AS kept,
 
 -- name: waits_expire_due
 -- Ends up to %(limit)s waits whose deadline has passed, earliest first: each wait times out, its
--- job goes pending (due from its deadline, never later than now) and its queue is told once. A
+-- job goes pending (due from its deadline, never later than now) and its queue is told once. Up
+-- to %(limit)s more, whose deadline skips or cancels their job, are ended by
+-- waits_due_to_skip_or_cancel(). A
 -- wait and its job are both locked before either changes, so a signal delivered meanwhile (which
 -- locks both) and this timeout cannot both end the wait. Also returns when the next deadline is due, so the
 -- promotion pass can sleep until then. SKIP LOCKED: safe in every worker at once.
@@ -207,6 +209,7 @@ WITH clock AS (
     FROM __schema__.job_waits w
     WHERE w.state = 'waiting'
       AND w.deadline <= (SELECT now FROM clock)
+      AND w.on_deadline = 'resume'
     ORDER BY w.deadline
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -242,8 +245,12 @@ WITH clock AS (
     FROM expired e CROSS JOIN clock
 ), notified AS (
     SELECT count(pg_notify(%(channel)s, q.queue)) AS n FROM (SELECT DISTINCT queue FROM woken) q
+), skipped_or_cancelled AS (
+    -- The waits whose deadline skips or cancels their job (a step's condition): apart from these,
+    -- as a cancel is the admin's (migration 0026).
+    SELECT __schema__.waits_due_to_skip_or_cancel(%(limit)s, (SELECT now FROM clock)) AS n
 )
-SELECT (SELECT count(*) FROM timed_out) AS timed_out,
+SELECT (SELECT count(*) FROM timed_out) + (SELECT n FROM skipped_or_cancelled) AS timed_out,
        (SELECT n FROM notified) AS queues_notified,
        (SELECT min(deadline) FROM __schema__.job_waits
         WHERE state = 'waiting' AND deadline > (SELECT now FROM clock)) AS next_due,

@@ -54,9 +54,14 @@ SELECT s.name, s.task, s.queue, s.job_id, s.state, j.state::text AS job_state,
        -- is shown as the step's error, its code the reason's first word.
        coalesce(j.last_error_code, CASE WHEN s.state = 'held' THEN split_part(s.held_reason, ':', 1) END)
            AS last_error_code,
-       coalesce(j.last_error, CASE WHEN s.state = 'held' THEN s.held_reason END) AS last_error
+       coalesce(j.last_error, CASE WHEN s.state = 'held' THEN s.held_reason END) AS last_error,
+       -- The step's condition (migration 0026), and its wait once the step is released: waiting
+       -- since when and until when, or how it ended.
+       s.condition, cw.state AS condition_state, cw.since AS condition_since,
+       cw.deadline AS condition_deadline
 FROM __schema__.workflow_steps s
 LEFT JOIN __schema__.jobs j ON j.id = s.job_id
+LEFT JOIN __schema__.job_waits cw ON cw.job_id = s.job_id AND cw.name = '@step'
 WHERE s.workflow_id = %(id)s
 ORDER BY s.job_id
 LIMIT %(limit)s;

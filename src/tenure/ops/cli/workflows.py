@@ -93,6 +93,11 @@ def _step_row(s: WorkflowStep, now: Any) -> list[str]:
         detail = f"{s.remaining} of {len(s.after)} to succeed"
     elif s.job_state == "dead" or (s.last_error and state not in ("succeeded",)):
         detail = escape(error_line(s.last_error))
+    if s.condition and s.condition_state in (None, "waiting"):
+        since = f", waiting since {relative(s.condition_since, now)}" if s.condition_since else ""
+        detail = ", ".join(filter(None, [detail, escape(s.condition_text) + since]))
+    elif s.condition_state is not None and s.condition_state != "cancelled":
+        detail = ", ".join(filter(None, [detail, f"its condition: {s.condition_state.replace('_', ' ')}"]))
     return [
         escape(s.name),
         escape(s.task),

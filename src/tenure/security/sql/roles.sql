@@ -45,6 +45,9 @@ GRANT SELECT, INSERT, UPDATE ON {schema}.job_waits TO {role};
 GRANT SELECT, UPDATE (job_id, delivered_at, swept) ON {schema}.signals TO {role};
 GRANT EXECUTE ON FUNCTION {schema}.signal(text, jsonb, text, float8, text, text) TO {role};
 GRANT EXECUTE ON FUNCTION {schema}.signals_sweep(integer) TO {role};
+-- A step's condition whose deadline skips or cancels it: the promotion pass ends it through one
+-- SECURITY DEFINER function (a cancel is otherwise the admin's), for due waits only.
+GRANT EXECUTE ON FUNCTION {schema}.waits_due_to_skip_or_cancel(integer, timestamptz) TO {role};
 GRANT SELECT, INSERT ON {schema}.job_events TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.job_effects TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.workers TO {role};
