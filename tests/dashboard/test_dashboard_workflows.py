@@ -92,3 +92,40 @@ def test_retry_and_cancel_need_a_reason_and_act_through_the_client(http: TestCli
     assert done.status_code == 303
     page = http.get(done.headers["location"])
     assert "The workflow is cancelled" in page.text and "give up" in page.text
+
+
+def test_a_step_waiting_on_its_condition_says_what_for_and_since_when(http: TestClient, dsn: str) -> None:
+    """A step released by its parent and waiting for its signal shows the job's waiting state and,
+    beside its dependency, what runs it and what cancels it."""
+    from datetime import timedelta
+
+    from tenure import Elapsed, Signalled
+
+    async def build() -> int:
+        app = Tenure(dsn)
+
+        @app.task(name="wf.ok", queue="wf")
+        async def ok(ctx: JobContext) -> int:
+            return 1
+
+        wf = Workflow("approval")
+        root = wf.step(ok, name="reserve")
+        wf.step(
+            ok,
+            after=root,
+            name="charge",
+            wait_for=Signalled("approve:7"),
+            cancel_if=Elapsed(timedelta(days=3)),
+        )
+        async with Inline(app) as t:
+            run = await app.enqueue_workflow(wf)
+            await t.run_workflow(run.id)
+        return run.id
+
+    workflow_id = asyncio.run(build())
+    page = http.get(f"/workflows/{workflow_id}")
+    assert page.status_code == 200
+    charge = page.text.split('data-step="charge"')[1].split("</tr>")[0]
+    assert '<span class="badge waiting">waiting</span>' in charge
+    assert "reserve<span" in charge and "a signal to approve:7 runs it; after 3 days it is cancelled" in charge
+    assert "waiting since" in charge

@@ -315,3 +315,32 @@ async def test_enqueue_workflow_in_sql_checks_a_steps_condition(dsn: str, db: As
     assert await condition_wait(db, row[0]) == ("go", "waiting", False, "resume", "resume")
     cur = await db.execute("SELECT count(*) FROM tenure.workflows")
     assert await cur.fetchone() == (1,)
+
+
+async def test_tenure_testing_drives_step_conditions_without_a_worker(dsn: str) -> None:
+    """Inline runs a workflow up to its waiting step; a signal and run_workflow finish it; in a
+    second workflow pass_time reaches the deadline that cancels the step, without sleeping."""
+    from tenure.testing import Inline
+
+    orders = Orders(dsn)
+    async with Inline(orders.app) as t:
+        approved = await orders.app.enqueue_workflow(
+            orders.flow(20, wait_for=Signalled("approve:20"), cancel_if=Elapsed(timedelta(days=3)))
+        )
+        assert [r.job.id for r in await t.run_workflow(approved.id)] == [approved.jobs["reserve"]]
+        await orders.app.signal("approve:20", "yes")
+        await t.run_workflow(approved.id)
+        assert await orders.states(approved.id) == {
+            "reserve": "succeeded",
+            "charge": "succeeded",
+            "ship": "succeeded",
+        }
+        lapsed = await orders.app.enqueue_workflow(
+            orders.flow(21, wait_for=Signalled("approve:21"), cancel_if=Elapsed(timedelta(days=3)))
+        )
+        await t.run_workflow(lapsed.id)
+        assert await t.pass_time(timedelta(days=2)) == 0
+        assert await t.pass_time(timedelta(days=3, minutes=1)) == 1
+        await t.run_workflow(lapsed.id)
+        assert (await orders.states(lapsed.id))["ship"] == "cancelled"
+    assert orders.seen["charge"] == [(200, ("signalled", "yes"))]

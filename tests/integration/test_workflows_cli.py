@@ -67,6 +67,45 @@ def test_list_and_show_give_each_step_its_state_and_what_it_waits_for(
     assert [s["after"] for s in data["steps"]] == [[], ["fetch"], ["fetch"], ["row-1", "row-2"]]
 
 
+def test_show_says_what_a_steps_condition_waits_for_and_how_it_ended(
+    dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A step waiting on its condition is counted waiting, and show says what runs or cancels it
+    and since when; once signalled, how its condition ended."""
+    from datetime import timedelta
+
+    from tenure import Elapsed, Signalled
+
+    app = Tenure(dsn)
+    wf = Workflow("approval")
+    wf.step(
+        app.registry.register(_noop, name="cli.charge", queue="cli"),
+        name="charge",
+        wait_for=Signalled("approve:1"),
+        cancel_if=Elapsed(timedelta(days=3)),
+    )
+    made = app.enqueue_workflow_sync(wf)
+    code, listed, _ = run(capsys, "workflows", "list", "--dsn", dsn)
+    assert code == 0 and "0/1 succeeded, 1 waiting" in listed
+    code, shown, _ = run(capsys, "workflows", "show", str(made.id), "--dsn", dsn)
+    assert code == 0
+    text = " ".join(shown.split())
+    assert "a signal to approve:1 runs it; after 3 days it is cancelled, waiting since" in text
+    app.signal_sync("approve:1", {"ok": True})
+    app.close_sync()
+    code, shown, _ = run(capsys, "workflows", "show", str(made.id), "--dsn", dsn)
+    assert "its condition: signalled" in " ".join(shown.split())
+    code, text, _ = run(capsys, "workflows", "show", str(made.id), "--dsn", dsn, "--json")
+    [step] = json.loads(text)["steps"]
+    assert step["condition"] == {
+        "key": "approve:1",
+        "seconds": 259200,
+        "on_signal": "resume",
+        "on_deadline": "cancel",
+    }
+    assert step["condition_state"] == "signalled"
+
+
 def test_cancel_takes_every_step_and_a_second_cancel_or_a_retry_changes_nothing(
     dsn: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -10,13 +10,16 @@ FROM __schema__.enqueue_workflow(%(name)s, %(steps)s::jsonb, %(on_dead)s) w;
 
 -- part: workflow_summary
 -- One workflow with its steps counted by state (w: the workflows rows in scope). A step whose
--- job exists counts by the job's live state: pending (or scheduled) and running.
+-- job exists counts by the job's live state: pending (or scheduled), running, and waiting.
 SELECT w.id, w.name, w.on_dead, w.created_at, w.cancelled_at, w.cancelled_by, w.cancel_reason,
        count(*) AS steps,
        count(*) FILTER (WHERE s.state = 'succeeded') AS succeeded,
        count(*) FILTER (WHERE s.state = 'released' AND j.state = 'running') AS running,
-       count(*) FILTER (WHERE s.state = 'released' AND coalesce(j.state::text, '') <> 'running') AS queued,
-       count(*) FILTER (WHERE s.state = 'waiting') AS waiting,
+       count(*) FILTER (WHERE s.state = 'released' AND coalesce(j.state::text, '') NOT IN ('running', 'waiting'))
+           AS queued,
+       -- Waiting: for its dependencies, or released and waiting for a signal or a time (its
+       -- condition, or its handler's wait).
+       count(*) FILTER (WHERE s.state = 'waiting' OR (s.state = 'released' AND j.state = 'waiting')) AS waiting,
        count(*) FILTER (WHERE s.state = 'held') AS held,
        count(*) FILTER (WHERE s.state = 'dead') AS dead,
        count(*) FILTER (WHERE s.state = 'cancelled') AS cancelled,
