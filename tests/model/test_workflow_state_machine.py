@@ -1,7 +1,8 @@
 """Workflows, model-checked: Hypothesis enqueues random small DAGs and drives the real SQL (claim,
 fenced completion by the holder or a stale writer, failure to dead, lease expiry, reprocess,
-cancelling a step's job or the whole workflow) with an injected clock, and compares every step's
-state, dependency count, job and inputs with a Python model after every step."""
+cancelling a step's job or the whole workflow, signals, deadlines and the sweep for steps with a
+condition) with an injected clock, and compares every step's state, dependency count, job, inputs,
+condition wait and the signal mailbox with a Python model after every step."""
 
 from __future__ import annotations
 
@@ -28,14 +29,29 @@ from psycopg.types.json import Jsonb
 
 from tenure.db.control_queries import ControlQueries
 from tenure.db.queries import Queries
+from tenure.db.wait_queries import WaitQueries
 from tenure.db.workflow_queries import WorkflowQueries
 
 SCHEMA = "tenure"
 QUEUE = "wf"
-EPOCH = datetime(2031, 1, 1, tzinfo=UTC)
+# A day ahead of the real clock: every job enqueued (at the real time) is due, and a signal kept
+# for its 7 days (counted by the real clock, as signal() does) is still kept at the model's times.
+EPOCH = datetime.now(UTC).replace(microsecond=0) + timedelta(days=1)
 LEASE = 2.0
 EXAMPLES = int(os.environ.get("TENURE_MODEL_EXAMPLES", "200"))
 LIVE = {"scheduled", "pending", "running"}
+#: A step's condition: (what a signal to its key does, seconds, what its deadline does); None for
+#: no key or no deadline. Each lets the step run one way or the other, as enqueue_workflow() requires.
+CONDITIONS: list[tuple[str | None, float | None, str | None] | None] = [
+    None,
+    None,
+    ("resume", None, None),
+    ("resume", 2.0, "cancel"),
+    ("skip", 2.0, "resume"),
+    ("cancel", 2.0, "resume"),
+    (None, 1.0, "resume"),
+    ("resume", 1.0, "skip"),
+]
 
 
 @dataclass(frozen=True)
@@ -52,6 +68,17 @@ class Job:
 
 
 @dataclass
+class Wait:
+    """A released step's condition: its key (None: a time alone), what each ending does, and how it
+    ended ('waiting' until then)."""
+
+    key: str | None
+    on_signal: str | None
+    on_deadline: str | None
+    state: str = "waiting"
+
+
+@dataclass
 class Step:
     name: str
     after: list[str]
@@ -60,6 +87,7 @@ class Step:
     remaining: int = 0
     result: Any = None
     inputs: list[Any] | None = None
+    condition: dict[str, Any] | None = None
 
 
 @dataclass
@@ -88,6 +116,7 @@ dags = st.integers(2, 5).flatmap(
         st.just(n),
         st.lists(st.tuples(st.integers(1, n - 1), st.integers(0, n - 2)), max_size=2 * n),
         st.sampled_from(["hold", "cancel"]),
+        st.lists(st.sampled_from(CONDITIONS), min_size=n, max_size=n),
     )
 )
 
@@ -101,6 +130,10 @@ class WorkflowMachine(RuleBasedStateMachine):
         self.flows: dict[int, Flow] = {}
         self.jobs: dict[int, Job] = {}
         self.step_of: dict[int, tuple[int, str]] = {}
+        #: The condition waits of released steps, by job id, and the signals kept per key.
+        self.waits: dict[int, Wait] = {}
+        self.mailbox: dict[str, int] = {}
+        self.keys: list[str] = []
         self.run(self._reset())
 
     #: Set on a machine whose session defers workflow work to the pass past this many steps.
@@ -121,7 +154,7 @@ class WorkflowMachine(RuleBasedStateMachine):
             pass
 
     async def _reset(self) -> None:
-        for table in ("job_events", "workflows", "jobs"):
+        for table in ("job_events", "workflows", "signals", "jobs"):
             await self.conn.execute(f"DELETE FROM {SCHEMA}.{table}")
 
     def _pick(self, data: st.DataObject, states: set[str]) -> int | None:
@@ -132,7 +165,9 @@ class WorkflowMachine(RuleBasedStateMachine):
 
     def _release(self, flow: Flow, step: Step) -> None:
         inputs = [flow.steps[p].result for p in step.after]
-        if self.max_input is not None and sum(len(json.dumps(r)) for r in inputs) > self.max_input:
+        # A skipped step stores no result (SQL NULL, not JSON null): it weighs nothing.
+        weight = sum(len(json.dumps(r)) for r in inputs if r is not None)
+        if self.max_input is not None and weight > self.max_input:
             # Its input over its bound: held with the reason, never a job, and what follows held.
             step.state = "held"
             for name in flow.after_it(step.name):
@@ -141,7 +176,34 @@ class WorkflowMachine(RuleBasedStateMachine):
             return
         step.state = "released"
         step.inputs = inputs
-        self.jobs[step.job_id] = Job()
+        if step.condition is None:
+            self.jobs[step.job_id] = Job()
+            return
+        # Its job waits on its condition; a kept signal that runs it is delivered at once, one
+        # that would skip or cancel it is left to the sweep.
+        c = step.condition
+        self.jobs[step.job_id] = Job(state="waiting")
+        wait = Wait(c.get("key"), c.get("on_signal"), c.get("on_deadline"))
+        self.waits[step.job_id] = wait
+        if wait.key is not None and wait.on_signal == "resume" and self.mailbox.get(wait.key):
+            self._deliver(step.job_id)
+
+    def _deliver(self, job_id: int) -> None:
+        """The oldest signal kept for the job's key is delivered to it."""
+        wait = self.waits[job_id]
+        assert wait.key is not None
+        self.mailbox[wait.key] -= 1
+        self._wake(job_id, "signalled")
+
+    def _wake(self, job_id: int, outcome: str) -> None:
+        """The job's condition ends as `outcome`, and the job moves as the condition says."""
+        wait = self.waits[job_id]
+        wait.state = outcome
+        ending = wait.on_signal if outcome == "signalled" else wait.on_deadline
+        job = self.jobs[job_id]
+        target = {"resume": "pending", "skip": "succeeded", "cancel": "cancelled"}[ending or "resume"]
+        self.jobs[job_id] = replace(job, state=target)
+        self._job_moved(job_id, "waiting", target, None)
 
     def _succeeded(self, flow: Flow, step: Step, result: Any) -> None:
         step.state, step.result = "succeeded", result
@@ -180,15 +242,30 @@ class WorkflowMachine(RuleBasedStateMachine):
     @rule(dag=dags)
     def enqueue(self, dag: tuple[int, list[tuple[int, int]], str]) -> None:
         """A workflow of n steps; step i may wait for any earlier step."""
-        n, edges, on_dead = dag
+        n, edges, on_dead, conditions = dag
         after: dict[int, list[int]] = {i: [] for i in range(n)}
         for child, parent in edges:
             if parent < child and parent not in after[child]:
                 after[child].append(parent)
+        made: list[dict[str, Any] | None] = []
+        for drawn in conditions:
+            if drawn is None:
+                made.append(None)
+                continue
+            on_signal, seconds, on_deadline = drawn
+            condition: dict[str, Any] = {}
+            if on_signal is not None:
+                key = f"k{len(self.keys)}"
+                self.keys.append(key)
+                condition.update(key=key, on_signal=on_signal)
+            if seconds is not None:
+                condition.update(seconds=seconds, on_deadline=on_deadline)
+            made.append(condition)
         steps = [
             {"name": f"s{i}", "task": "m.step", "queue": QUEUE, "max_attempts": 2, "payload": {},
              "after": [f"s{p}" for p in after[i]],
-             "input_arg": "inputs" if after[i] else None, "input_kind": "list" if after[i] else None}
+             "input_arg": "inputs" if after[i] else None, "input_kind": "list" if after[i] else None,
+             "condition": made[i]}
             for i in range(n)
         ]  # fmt: skip
 
@@ -199,7 +276,13 @@ class WorkflowMachine(RuleBasedStateMachine):
         run = self.run(write())
         flow = Flow(run.id, on_dead)
         for i in range(n):
-            step = Step(f"s{i}", [f"s{p}" for p in after[i]], run.jobs[f"s{i}"], remaining=len(after[i]))
+            step = Step(
+                f"s{i}",
+                [f"s{p}" for p in after[i]],
+                run.jobs[f"s{i}"],
+                remaining=len(after[i]),
+                condition=made[i],
+            )
             flow.steps[step.name] = step
             self.step_of[step.job_id] = (run.id, step.name)
             if not step.after:
@@ -208,7 +291,7 @@ class WorkflowMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def cancel_step_job(self, data: st.DataObject) -> None:
-        job_id = self._pick(data, LIVE | {"dead"})
+        job_id = self._pick(data, LIVE | {"dead", "waiting"})
         if job_id is None:
             return
         job = self.jobs[job_id]
@@ -220,6 +303,8 @@ class WorkflowMachine(RuleBasedStateMachine):
         self.jobs[job_id] = replace(
             job, state="cancelled", token=job.token + bump, owner=None, expires_at=None
         )
+        if job.state == "waiting":
+            self.waits[job_id].state = "cancelled"  # the cancel ends its wait with it
         self._job_moved(job_id, job.state, "cancelled")
 
     @rule(data=st.data())
@@ -257,7 +342,7 @@ class WorkflowMachine(RuleBasedStateMachine):
         live = sorted(
             s.job_id
             for s in flow.steps.values()
-            if s.state == "released" and self.jobs[s.job_id].state in LIVE
+            if s.state == "released" and self.jobs[s.job_id].state in LIVE | {"waiting"}
         )
         assert sorted(done.jobs_cancelled) == live
         for job_id in live:
@@ -266,7 +351,79 @@ class WorkflowMachine(RuleBasedStateMachine):
             self.jobs[job_id] = replace(
                 job, state="cancelled", token=job.token + bump, owner=None, expires_at=None
             )
+            if job.state == "waiting":
+                self.waits[job_id].state = "cancelled"
             self._job_moved(job_id, job.state, "cancelled")
+
+    # -- signals and deadlines, for the steps with a condition -----------------------------------
+
+    @precondition(lambda self: bool(self.keys))
+    @rule(data=st.data())
+    def signal(self, data: st.DataObject) -> None:
+        """A signal to a step's key wakes its job when it waits on it; otherwise it is kept."""
+        key = data.draw(st.sampled_from(self.keys))
+
+        async def send() -> tuple[str, int | None]:
+            cur = await self.conn.execute(f"SELECT outcome, job_id FROM {SCHEMA}.signal(%s)", (key,))
+            row = await cur.fetchone()
+            assert row is not None
+            return row[0], row[1]
+
+        outcome, job_id = self.run(send())
+        waiter = [
+            i
+            for i, w in self.waits.items()
+            if w.key == key and w.state == "waiting" and self.jobs[i].state == "waiting"
+        ]
+        if waiter:
+            assert (outcome, job_id) == ("delivered", waiter[0]), (outcome, job_id, waiter)
+            self.mailbox[key] = self.mailbox.get(key, 0) + 1
+            self._deliver(waiter[0])
+        else:
+            assert outcome == "kept", (outcome, job_id)
+            self.mailbox[key] = self.mailbox.get(key, 0) + 1
+
+    @rule()
+    def sweep(self) -> None:
+        """The recovery pass's sweep, until it delivers nothing: every waiting condition whose key
+        has a kept signal gets one (those that skip or cancel are delivered here only)."""
+        for _ in range(10):
+            cur = self.run(self.conn.execute(f"SELECT delivered FROM {SCHEMA}.signals_sweep(100)"))
+            row = self.run(cur.fetchone())
+            if not row[0]:
+                break
+        while True:
+            matched = sorted(
+                i
+                for i, w in self.waits.items()
+                if w.state == "waiting"
+                and self.jobs[i].state == "waiting"
+                and w.key
+                and self.mailbox.get(w.key)
+            )
+            if not matched:
+                break
+            self._deliver(matched[0])
+
+    @rule()
+    def deadlines(self) -> None:
+        """The promotion pass's deadline part: every condition whose deadline passed ends as it
+        says (run, skip, cancel)."""
+
+        async def due() -> list[int]:
+            cur = await self.conn.execute(
+                f"SELECT job_id FROM {SCHEMA}.job_waits WHERE name = '@step' AND state = 'waiting'"
+                f" AND deadline <= %s ORDER BY deadline, job_id",
+                (self.now,),
+            )
+            return [r[0] for r in await cur.fetchall()]
+
+        ending = self.run(due())
+        ended = self.run(WaitQueries(SCHEMA).expire_due(self.conn, limit=100, now=self.now))
+        assert ended.timed_out == len(ending)
+        for job_id in ending:
+            assert self.waits[job_id].state == "waiting" and self.jobs[job_id].state == "waiting"
+            self._wake(job_id, "timed_out")
 
     @rule(seconds=st.sampled_from([1.0, 3.0]))
     def advance_and_recover(self, seconds: float) -> None:
@@ -384,6 +541,20 @@ class WorkflowMachine(RuleBasedStateMachine):
                 return steps, await cur.fetchall()
 
         steps, jobs = self.run(read())
+
+        async def conditions() -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+            cur = await self.conn.execute(
+                f"SELECT job_id, state FROM {SCHEMA}.job_waits WHERE name = '@step'"
+            )
+            waits = await cur.fetchall()
+            cur = await self.conn.execute(
+                f"SELECT key, count(*) FROM {SCHEMA}.signals WHERE job_id IS NULL GROUP BY key"
+            )
+            return waits, await cur.fetchall()
+
+        waits, kept = self.run(conditions())
+        assert dict(waits) == {i: w.state for i, w in self.waits.items()}
+        assert dict(kept) == {k: n for k, n in self.mailbox.items() if n}
         assert {r["id"] for r in jobs} == set(self.jobs), "a step's job appeared, or one was released twice"
         for r in jobs:
             j = self.jobs[r["id"]]
