@@ -6,6 +6,7 @@ leave each with exactly one ending."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from datetime import timedelta
 from pathlib import Path
@@ -122,4 +123,80 @@ async def test_x16_signal_deadline_and_cancel_racing_end_each_wait_once(dsn: str
         assert r["sent"] == 1, r
     waits_ended = {r["wait"] for r in ended}
     assert len(waits_ended) >= 2, f"the race had one winner only: {waits_ended}"
+    await app.close()
+
+
+async def test_x16_step_conditions_racing_signal_deadline_and_cancel_end_each_step_once(dsn: str) -> None:
+    """Forty one-step workflows whose step waits on its condition: even ones run on a signal and
+    are cancelled at their deadline, odd ones run at their deadline and are skipped by a signal.
+    A deadline pass, a signal to each and an operator's cancel of a random third race. Each
+    condition ends one way, and the step's job ends as that way says (a cancel that came after
+    cancels what the ending left runnable, and finds a skipped step finished)."""
+    app = tenure.Tenure(dsn)
+
+    @app.task(name="x16.step")
+    async def step(ctx: tenure.JobContext, n: int) -> None:
+        return None
+
+    jobs: dict[int, int] = {}
+    for n in range(40):
+        wf = tenure.Workflow(f"x16 {n}")
+        if n % 2 == 0:
+            wf.step(
+                step.bind(n=n), name="s", wait_for=tenure.Signalled(f"x16g:{n}"), cancel_if=tenure.Elapsed(60)
+            )
+        else:
+            wf.step(
+                step.bind(n=n), name="s", wait_for=tenure.Elapsed(60), skip_if=tenure.Signalled(f"x16g:{n}")
+            )
+        jobs[n] = (await app.enqueue_workflow(wf)).jobs["s"]
+    rng = random.Random(61)
+    doomed = set(rng.sample(sorted(jobs.values()), len(jobs) // 3))
+    waits = WaitQueries("tenure")
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as db:
+        past = await db_now(db) + timedelta(minutes=5)
+
+    async def deadline() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            ended = 1
+            while ended:
+                ended = (await waits.expire_due(conn, limit=7, now=past)).timed_out
+
+    async def signal(n: int) -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await waits.signal(
+                conn, key=f"x16g:{n}", payload_json=str(n), idempotency_key=None, keep_seconds=60
+            )
+
+    async def cancel() -> None:
+        async with tenure.Client(dsn) as client:
+            for job_id in sorted(doomed):
+                # A step its condition cancelled or skipped first is finished: refused, unchanged.
+                with contextlib.suppress(tenure.ControlRefused):
+                    await client.cancel([job_id], reason="the race")
+
+    await asyncio.gather(deadline(), cancel(), *(signal(n) for n in range(40)))
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as db:
+        ended = await rows(
+            db,
+            "SELECT j.id, (j.payload ->> 'n')::int AS n, j.state::text AS job, w.state AS wait, "
+            "(SELECT count(*) FROM tenure.signals s WHERE s.job_id = j.id) AS delivered "
+            "FROM tenure.jobs j JOIN tenure.job_waits w ON w.job_id = j.id AND w.name = '@step' "
+            "ORDER BY j.id",
+        )
+    assert len(ended) == 40
+    for r in ended:
+        assert r["wait"] in ("cancelled", "timed_out", "signalled"), r
+        assert r["delivered"] == (1 if r["wait"] == "signalled" else 0), r
+        runs_on = "signalled" if r["n"] % 2 == 0 else "timed_out"
+        if r["wait"] == "cancelled":
+            left = "cancelled"  # the operator came first
+        elif r["wait"] == runs_on:
+            left = "pending"  # runnable, unless the operator's cancel came after
+        else:
+            left = "cancelled" if r["n"] % 2 == 0 else "succeeded"  # cancelled or skipped by it
+        expected = "cancelled" if left == "pending" and r["id"] in doomed else left
+        assert r["job"] == expected, r
+        assert r["id"] in doomed or r["wait"] != "cancelled", r
+    assert len({r["wait"] for r in ended}) >= 2, "the race had one winner only"
     await app.close()
