@@ -166,7 +166,10 @@ async def _run(args: argparse.Namespace) -> int:
             only=only,
         )
         waiting = Client(dsn, schema=args.schema)
-        flows = SoakWorkflows(Client(topology.producer_dsn(dsn), schema=args.schema, registry=app.registry))
+        flows = SoakWorkflows(
+            Client(topology.producer_dsn(dsn), schema=args.schema, registry=app.registry),
+            Signaller(args.lease, None if args.seed is None else args.seed + 7),
+        )
         waiters = ResultWaiters(waiting, timeout=args.duration + args.drain_timeout + 60)
         try:
             failures, limited_peak = await _load_and_drain(
@@ -330,7 +333,12 @@ async def _load_and_drain(
             except Exception as exc:  # reported, never lost with the schedule
                 failures.append(f"the fault schedule stopped: {type(exc).__name__}: {exc}")
         total = sum(len(ids) for ids in acked.values())
-        _say(args, f"load over: {total} jobs enqueued; draining with every fault healed")
+        never = await flows.send_owed(args.drain_timeout)
+        _say(
+            args,
+            f"load over: {total} jobs enqueued, {len(flows.enqueued)} workflows ({never} step signals "
+            "never sent); draining with every fault healed",
+        )
         await _end_schedule(dsn, args.schema)
         failures += await _drain(args, dsn, fleet)
     finally:

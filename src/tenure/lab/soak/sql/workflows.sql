@@ -11,6 +11,16 @@ FROM __schema__.workflow_steps s
 WHERE s.workflow_id = ANY(%(ids)s::bigint[])
 ORDER BY s.workflow_id, s.job_id;
 
+-- name: soak_step_conditions
+-- Every step with a condition among the given workflows: how its condition ended, and how many
+-- signals were delivered to its job (one: its own, once).
+SELECT s.workflow_id, s.name, w.state AS wait,
+       (SELECT count(*) FROM __schema__.signals x WHERE x.job_id = s.job_id) AS delivered
+FROM __schema__.workflow_steps s
+LEFT JOIN __schema__.job_waits w ON w.job_id = s.job_id AND w.name = '@step'
+WHERE s.workflow_id = ANY(%(ids)s::bigint[]) AND s.condition IS NOT NULL
+ORDER BY s.workflow_id;
+
 -- name: soak_lock_step
 -- A foreign session's lock on one workflow step's row (an operator's open transaction): the
 -- completion of its parent must wait for it, and nothing else may.
