@@ -42,6 +42,7 @@ TWINS = {
     "tenure/db/replication_queries.py": "tenure/db/sync/replication_queries.py",
     "tenure/db/workflow_queries.py": "tenure/db/sync/workflow_queries.py",
     "tenure/db/wait_queries.py": "tenure/db/sync/wait_queries.py",
+    "tenure/db/published_queries.py": "tenure/db/sync/published_queries.py",
     "tenure/producer/result_wait.py": "tenure/producer/sync/result_wait.py",
     "tenure/producer/client.py": "tenure/producer/sync_client.py",
     "tenure/handler/transaction.py": "tenure/handler/sync_transaction.py",

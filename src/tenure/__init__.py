@@ -39,7 +39,7 @@ from tenure.model.secrets import (
     secret,
 )
 from tenure.model.unique import Unique
-from tenure.model.waits import SignalSent, Waiting, WaitRecord, WaitResult, WaitStarted
+from tenure.model.waits import Published, SignalSent, Waiting, WaitRecord, WaitResult, WaitStarted
 from tenure.model.workflows import EnqueuedWorkflow, WorkflowStep, WorkflowSummary
 from tenure.producer.client import Client
 from tenure.producer.control import CancelReport, ControlRefused, NothingMatched, QueuePause, TooManyMatched
@@ -133,6 +133,7 @@ __all__ = [
     "NotReplicated",
     "NothingMatched",
     "Permanent",
+    "Published",
     "QueuePause",
     "ResultRefused",
     "ResultTimeout",

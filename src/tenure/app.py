@@ -252,6 +252,10 @@ class Tenure:
     end_wait, end_wait_sync = _verbs(Client.end_wait, SyncClient.end_wait)
     list_waiting, list_waiting_sync = _verbs(Client.list_waiting, SyncClient.list_waiting)
     job_waits, job_waits_sync = _verbs(Client.job_waits, SyncClient.job_waits)
+    published, published_sync = _verbs(Client.published, SyncClient.published)
+    workflow_published, workflow_published_sync = _verbs(
+        Client.workflow_published, SyncClient.workflow_published
+    )
 
     async def migrate(self) -> MigrationReport:
         """Creates or upgrades the app's schema, as `tenure migrate` does."""

@@ -563,3 +563,29 @@ async def test_a_producers_step_condition_is_kept_by_the_worker_roles_passes(
     with pytest.raises(errors.InsufficientPrivilege):
         async with await psycopg.AsyncConnection.connect(worker) as conn:
             await conn.execute(f"SELECT {SCHEMA}.wait_wake(1, '@step', 'timed_out', now())")
+
+
+async def test_a_worker_publishes_under_its_fence_and_a_producer_reads_no_published_value(
+    dsn: str, roles: dict[Role, str]
+) -> None:
+    """The worker role publishes for the job it holds (its own grants suffice); the producer role
+    may neither read the published values nor write one."""
+    from tenure.db.published_queries import PublishedQueries
+
+    [job_id] = await _enqueue(as_role(dsn, roles[Role.PRODUCER]))
+    async with await psycopg.AsyncConnection.connect(
+        as_role(dsn, roles[Role.WORKER]), autocommit=True
+    ) as conn:
+        (claimed,) = await _claim(conn, "w1")
+        published = await PublishedQueries(SCHEMA).publish(
+            conn, job_id=job_id, owner="w1", token=claimed.lease.token, key="k", value_json='{"ok": 1}'
+        )
+        assert published == "published"
+    for statement in (
+        f"SELECT value FROM {SCHEMA}.published_values",
+        f"INSERT INTO {SCHEMA}.published_values (job_id, key, value, published_at, by_job, token) "
+        f"VALUES ({job_id}, 'k', '1', now(), {job_id}, 1)",
+    ):
+        with pytest.raises(errors.InsufficientPrivilege):
+            async with await psycopg.AsyncConnection.connect(as_role(dsn, roles[Role.PRODUCER])) as conn:
+                await conn.execute(statement)

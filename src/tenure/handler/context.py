@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from tenure.handler.atomic import run_atomic
 from tenure.handler.job_services import JobServices
+from tenure.handler.published import run_publish, run_publish_sync
 from tenure.handler.sync.atomic import run_atomic_sync
 from tenure.handler.sync_transaction import SyncTransaction
 from tenure.handler.transaction import AsyncTransaction
@@ -193,6 +194,17 @@ class JobContext:
     def sleep_sync(self, duration: float | timedelta, *, name: str | None = None) -> None:
         """`sleep` for plain-function handlers, which run in worker threads."""
         run_wait_sync(self, self._services, None, duration, name)
+
+    async def publish(self, key: str, value: Any) -> None:
+        """Publishes `value` (JSON, at most 64 KiB) under `key` for whoever enqueued this job: on
+        its workflow when the job is a step (`app.published(key, workflow_id=...)`), else on the
+        job (`job_id=...`). A later publish of the key replaces it. Fenced: raises LeaseLost,
+        writing nothing, when this attempt no longer holds the job."""
+        await run_publish(self, self._services, key, value)
+
+    def publish_sync(self, key: str, value: Any) -> None:
+        """`publish` for plain-function handlers, which run in worker threads."""
+        run_publish_sync(self, self._services, key, value)
 
     async def step_condition(self) -> WaitResult | None:
         """For a workflow step declared with a condition (`wait_for=Signalled(key)`, `Elapsed(...)`):

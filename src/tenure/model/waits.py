@@ -163,22 +163,41 @@ def seconds_of(value: object, what: str, longest: timedelta, *, optional: bool) 
     return float(seconds)
 
 
-def signal_payload_json(payload: Any) -> str:
+def signal_payload_json(payload: Any, what: str = "a signal's payload") -> str:
     """The payload as the JSON text stored, or ValidationError naming why it cannot be."""
     try:
         text = json.dumps(payload, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
-        raise ValidationError(
-            f"a signal's payload must be JSON (dict, list, str, number, bool or None); {exc}"
-        ) from None
+        raise ValidationError(f"{what} must be JSON (dict, list, str, number, bool or None); {exc}") from None
     if "\\u0000" in text:
-        raise ValidationError(
-            "a signal's payload contains a NUL character, which PostgreSQL's jsonb cannot store"
-        )
+        raise ValidationError(f"{what} contains a NUL character, which PostgreSQL's jsonb cannot store")
     size = len(text.encode())
     if size > MAX_SIGNAL_BYTES:
         raise ValidationError(
-            f"a signal's payload is {size} bytes of JSON, over the limit of {MAX_SIGNAL_BYTES}: store large "
+            f"{what} is {size} bytes of JSON, over the limit of {MAX_SIGNAL_BYTES}: store large "
             "data elsewhere and send a reference to it"
         )
     return text
+
+
+#: The longest key a value is published under, in characters.
+MAX_PUBLISHED_KEY = 200
+
+
+def check_published_key(key: object) -> str:
+    if not isinstance(key, str) or not 1 <= len(key) <= MAX_PUBLISHED_KEY:
+        raise ValidationError(
+            f"a published value's key must be a string of 1 to {MAX_PUBLISHED_KEY} characters, got {key!r}"
+        )
+    return key
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """A value a job published (`ctx.publish`) for its caller: on its workflow when it is a step,
+    else on itself. The latest publish of a key stands."""
+
+    key: str
+    value: Any
+    published_at: datetime
+    by_job: int

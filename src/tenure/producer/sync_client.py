@@ -29,6 +29,7 @@ from tenure.db.sqlfiles import named_queries
 from tenure.db.sync.control_queries import ControlQueries
 from tenure.db.sync.pool import open_pool
 from tenure.db.sync.producer_queries import ProducerQueries
+from tenure.db.sync.published_queries import PublishedQueries
 from tenure.db.sync.replication_queries import ReplicationQueries
 from tenure.db.sync.wait_queries import WaitQueries
 from tenure.db.sync.workflow_queries import WorkflowQueries
@@ -41,10 +42,12 @@ from tenure.model.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_queue, chec
 from tenure.model.waits import (
     DEFAULT_SIGNAL_KEEP,
     MAX_SIGNAL_KEEP,
+    Published,
     SignalSent,
     Waiting,
     WaitRecord,
     check_idempotency_key,
+    check_published_key,
     check_signal_key,
     seconds_of,
     signal_payload_json,
@@ -81,7 +84,7 @@ from tenure.producer.control import (
     retry_report,
     unknown_queue,
 )
-from tenure.producer.sync.result_wait import wait_for_result
+from tenure.producer.sync.result_wait import wait_for_published, wait_for_result
 from tenure.producer.workflow import Workflow, stored_steps
 from tenure.tasks import AnyTask, EnqueueOptions, TaskRegistry
 from tenure.telemetry.tracing import enqueue_span
@@ -115,6 +118,7 @@ class SyncClient:
         self.queries = ProducerQueries(schema)
         self.control = ControlQueries(schema)
         self.workflows = WorkflowQueries(schema)
+        self.published_values = PublishedQueries(schema)
         self.waits = WaitQueries(schema)
         self.builder = JobBuilder(registry, max_payload_bytes, credential_policy)
         self._dsn = dsn
@@ -556,6 +560,47 @@ class SyncClient:
         """The pauses in effect."""
         with self._conn(None) as c:
             return [queue_pause(r) for r in self.control.pauses(c)]
+
+    def published(
+        self,
+        key: str,
+        *,
+        workflow_id: int | None = None,
+        job_id: int | None = None,
+        timeout: float | None = 0.0,
+        poll: float = 1.0,
+    ) -> Published | None:
+        """The value a running step of workflow `workflow_id` (or job `job_id`, which is no step)
+        published under `key` with `ctx.publish`, waiting up to `timeout` seconds (None: for
+        ever; 0, the default: look once) for it to be published; None when none was. Woken at
+        once by the publish where the client can LISTEN, else read every `poll` seconds."""
+        if (workflow_id is None) == (job_id is None):
+            raise ValidationError(
+                "published() reads a workflow's value or a job's: give workflow_id= or job_id=, one of them"
+            )
+        checked = check_published_key(key)
+
+        @contextlib.contextmanager
+        def connection() -> Iterator[Connection[Any]]:
+            with self._conn(None) as c:
+                yield c
+
+        pool = self.pool()
+        return wait_for_published(
+            self.published_values,
+            connection,
+            checked,
+            workflow_id=workflow_id,
+            job_id=job_id,
+            timeout=timeout,
+            poll=poll,
+            listen_dsn=listen_dsn(pool),
+        )
+
+    def workflow_published(self, workflow_id: int) -> list[Published]:
+        """Every value the steps of workflow `workflow_id` published, by key."""
+        with self._conn(None) as c:
+            return self.published_values.of_workflow(c, workflow_id)
 
     def result(self, job_id: int, *, timeout: float | None = None, poll: float = 1.0) -> Any:
         """Waits for the job and returns its result (its handler's return value; None if it

@@ -9,6 +9,7 @@ wrong (an empty reason).
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 import psycopg
@@ -116,8 +117,9 @@ async def cmd_show(args: argparse.Namespace) -> int:
         if found is None:
             return _unknown(args.id)
         steps = await client.workflow_steps(args.id, limit=args.limit)
+        values = await client.workflow_published(args.id)
     if args.json:
-        emit_json({"workflow": {**as_dict(found), "state": found.state}, "steps": steps})
+        emit_json({"workflow": {**as_dict(found), "state": found.state}, "steps": steps, "published": values})
         return 0
     now = found.db_now
     rows = [
@@ -138,6 +140,19 @@ async def cmd_show(args: argparse.Namespace) -> int:
     out.print(table)
     if len(steps) == args.limit and found.steps > args.limit:
         out.print(f"showing the first {args.limit} of {found.steps} steps: --limit shows more")
+    if values:
+        published = Table(title="values its steps published (ctx.publish)")
+        for column in ("key", "value", "published", "by job"):
+            published.add_column(column, no_wrap=column != "value")
+        for v in values:
+            shown = json.dumps(v.value, ensure_ascii=False)
+            published.add_row(
+                escape(v.key),
+                escape(shown if len(shown) <= 120 else shown[:119] + "…"),
+                relative(v.published_at, now),
+                str(v.by_job),
+            )
+        out.print(published)
     return 0
 
 

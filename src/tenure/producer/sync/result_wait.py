@@ -19,6 +19,8 @@ from psycopg import sql
 from tenure.db.connect import application_name, describe_dsn
 from tenure.db.pooler import behind_pooler_sync
 from tenure.db.sync.control_queries import ControlQueries
+from tenure.db.sync.published_queries import PublishedQueries
+from tenure.model.waits import Published
 from tenure.producer.results import POOLED_LISTENER, ResultTimeout, check_wait, settled, wait_interval
 from tenure.tasks import TaskRegistry
 
@@ -80,6 +82,43 @@ def wait_for_result(
             try:
                 for note in listener.notifies(timeout=wait):
                     if note.payload == str(job_id):
+                        break
+            except psycopg.Error:
+                listener = None  # lost: poll from here on
+
+
+def wait_for_published(
+    queries: PublishedQueries,
+    connection: Any,
+    key: str,
+    *,
+    workflow_id: int | None,
+    job_id: int | None,
+    timeout: float | None,
+    poll: float,
+    listen_dsn: str | None,
+) -> Published | None:
+    """The value published under `key` on the workflow (or the job), waiting up to `timeout`
+    seconds (None: for ever) for one to be published; None when none was by then. Woken by the
+    publish's notification, and reads again every `poll` seconds in case one was lost."""
+    check_wait(timeout, poll)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    owner = f"published:workflow:{workflow_id}" if workflow_id is not None else f"published:job:{job_id}"
+    with _listening(listen_dsn if timeout != 0 else None, queries.results_channel) as listener:
+        while True:
+            with connection() as conn:
+                found = queries.get(conn, key=key, workflow_id=workflow_id, job_id=job_id)
+            if found is not None:
+                return found
+            wait = poll if deadline is None else min(poll, deadline - time.monotonic())
+            if wait <= 0:
+                return None
+            if listener is None:
+                time.sleep(wait)
+                continue
+            try:
+                for note in listener.notifies(timeout=wait):
+                    if note.payload == owner:
                         break
             except psycopg.Error:
                 listener = None  # lost: poll from here on

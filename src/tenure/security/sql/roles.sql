@@ -50,6 +50,8 @@ GRANT EXECUTE ON FUNCTION {schema}.signals_sweep(integer) TO {role};
 GRANT EXECUTE ON FUNCTION {schema}.waits_due_to_skip_or_cancel(integer, timestamptz) TO {role};
 GRANT SELECT, INSERT ON {schema}.job_events TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.job_effects TO {role};
+-- A handler's published values (ctx.publish): written under its job's fence, read back by the app.
+GRANT SELECT, INSERT, UPDATE ON {schema}.published_values TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.workers TO {role};
 -- Reads queue pauses (the claim honours them) but may not write them: pausing, and cancelling
 -- (which the jobs_cancel_guard trigger allows only to a role that may pause), are the admin's.

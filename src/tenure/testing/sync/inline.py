@@ -172,10 +172,11 @@ class SyncInline:
         return runs
 
     def pass_time(self, after: timedelta) -> int:
-        """Ends, timed out, every wait (`ctx.wait_for`'s timeout, `ctx.sleep`) whose deadline falls
-        within `after` from now, as if that time had passed: the jobs are pending, to run with
-        `run_job` or `drain`. Nothing sleeps. Returns how many waits it ended. A signal needs no
-        helper: send it with `app.signal` and run the job."""
+        """Ends, timed out, every wait (`ctx.wait_for`'s timeout, `ctx.sleep`, a workflow step's
+        `Elapsed` condition) whose deadline falls within `after` from now, as if that time had
+        passed: the jobs are pending (or skipped, or cancelled, as a step's condition says), to run
+        with `run_job`, `drain` or `run_workflow`. Nothing sleeps. Returns how many waits it ended.
+        A signal needs no helper: send it with `app.signal` and run the job."""
         return self._step(self._runner.end_waits_within(after))
 
     def run_workflow(self, workflow_id: int, *, steps: int | None = None) -> list[Ran]:
