@@ -124,6 +124,42 @@ async def test_one_signal_wakes_one_waiter_and_a_duplicate_writes_nothing(
     assert await cur.fetchone() == (2,)
 
 
+async def test_signals_racing_to_one_waiter_wake_it_once_and_the_rest_are_kept(
+    dsn: str, db: AsyncConnection[Any]
+) -> None:
+    """Ten signals to one waiting job's key, each on its own connection at once, and five more that
+    share one idempotency key: the job is woken by exactly one, every other distinct signal is
+    kept for a later waiter, and the five sharing a key wrote one row."""
+    from tenure.db.wait_queries import WaitQueries
+    from tenure.testing import Inline
+
+    runs: list[str] = []
+    app = approval_app(dsn, runs)
+    async with Inline(app) as t:
+        ran = await t.perform(app.registry.get("t.order"), order_id=31)  # type: ignore[arg-type]
+    assert ran.state == "waiting"
+    waits_q = WaitQueries("tenure")
+
+    async def send(idempotency_key: str | None) -> str:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            sent = await waits_q.signal(
+                conn, key="approve:31", payload_json="1", idempotency_key=idempotency_key, keep_seconds=60
+            )
+            return sent.outcome
+
+    outcomes = await asyncio.gather(*(send(None) for _ in range(10)), *(send("same") for _ in range(5)))
+    delivered = [o for o in outcomes if o == "delivered"]
+    assert len(delivered) == 1, outcomes
+    cur = await db.execute(
+        "SELECT count(*) FILTER (WHERE job_id = %s), count(*) FILTER (WHERE job_id IS NULL), count(*) "
+        "FROM tenure.signals WHERE key = 'approve:31'",
+        (ran.job.id,),
+    )
+    assert await cur.fetchone() == (1, 10, 11)
+    assert (await job_row(db, ran.job.id))["state"] == "pending"
+    await app.close()
+
+
 async def test_a_wait_times_out_at_its_deadline_by_the_database_clock(
     dsn: str, db: AsyncConnection[Any]
 ) -> None:
