@@ -28,7 +28,7 @@ from rich.table import Table
 
 from tenure import Tenure
 from tenure.db.connect import connect
-from tenure.db.queries import Queries
+from tenure.db.queries import Queries, TaskLeasePolicy
 from tenure.lab.bench.cpu import cpu_seconds
 from tenure.lab.bench.queries import fetch
 from tenure.lab.bench.raw_worker import RawStatements
@@ -45,9 +45,23 @@ async def _index_reads(conn: AsyncConnection[Any]) -> dict[str, int]:
     return {r["name"]: int(r["tuples_read"]) for r in await fetch(conn, SCHEMA, "bench_index_reads")}
 
 
+#: The claim's terms as a worker of the bench's app sends them: the tasks it runs, each with its
+#: lease and runtime (tenure.worker.claimer.claim_terms), and a tenth of each batch oldest first.
+TASKS = ["noop", "probe", "signal_probe"]
+POLICIES = [TaskLeasePolicy(task, 30.0, 600.0) for task in TASKS]
+
+
 async def _tenure_batch(conn: AsyncConnection[Any], queries: Queries) -> int:
     jobs = await queries.job_claim(
-        conn, queue=QUEUE, owner=OWNER, limit=BATCH, default_lease_seconds=30, default_runtime_seconds=600
+        conn,
+        queue=QUEUE,
+        owner=OWNER,
+        limit=BATCH,
+        default_lease_seconds=30,
+        default_runtime_seconds=600,
+        policies=POLICIES,
+        tasks=TASKS,
+        oldest=BATCH // 10,
     )
     if jobs:
         await queries.job_complete_many(conn, owner=OWNER, leases=[(j.id, j.lease.token) for j in jobs])
