@@ -68,6 +68,33 @@ async def test_x16_a_killed_worker_loses_no_wait_and_doubles_no_signal(
 
 
 @pytest.mark.slow
+async def _race(dsn: str, keys: list[str], doomed: set[int]) -> None:
+    """At once, each on its own connection: a deadline pass past every deadline (in batches of 7,
+    so that the signals and the cancels meet it in the middle), a signal to each key, and an
+    operator's cancel of each doomed job (one finished first is refused and left as it is)."""
+    waits = WaitQueries("tenure")
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as db:
+        past = await db_now(db) + timedelta(minutes=5)
+
+    async def deadline() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            ended = 1
+            while ended:
+                ended = (await waits.expire_due(conn, limit=7, now=past)).timed_out
+
+    async def signal(n: int, key: str) -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await waits.signal(conn, key=key, payload_json=str(n), idempotency_key=None, keep_seconds=60)
+
+    async def cancel() -> None:
+        async with tenure.Client(dsn) as client:
+            for job_id in sorted(doomed):
+                with contextlib.suppress(tenure.ControlRefused):
+                    await client.cancel([job_id], reason="the race")
+
+    await asyncio.gather(deadline(), cancel(), *(signal(n, key) for n, key in enumerate(keys)))
+
+
 async def test_x16_signal_deadline_and_cancel_racing_end_each_wait_once(dsn: str) -> None:
     """Forty waiting jobs, then at once: a deadline pass past every deadline, a signal to each, and
     an operator's cancel of a random third, each on its own connection. Each wait ends one way:
@@ -83,28 +110,7 @@ async def test_x16_signal_deadline_and_cancel_racing_end_each_wait_once(dsn: str
         jobs = [(await t.perform(wait, n=n)).job.id for n in range(40)]
     rng = random.Random(16)
     doomed = set(rng.sample(jobs, len(jobs) // 3))
-    waits = WaitQueries("tenure")
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as db:
-        past = await db_now(db) + timedelta(minutes=5)
-
-    async def deadline() -> None:
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            ended = 1
-            while ended:  # batches of 7, so the signals and the cancels meet it in the middle
-                ended = (await waits.expire_due(conn, limit=7, now=past)).timed_out
-
-    async def signal(n: int) -> None:
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            await waits.signal(
-                conn, key=f"x16:{n}", payload_json=str(n), idempotency_key=None, keep_seconds=60
-            )
-
-    async def cancel() -> None:
-        async with tenure.Client(dsn) as client:
-            for job_id in sorted(doomed):
-                await client.cancel([job_id], reason="the race")
-
-    await asyncio.gather(deadline(), cancel(), *(signal(n) for n in range(40)))
+    await _race(dsn, [f"x16:{n}" for n in range(40)], doomed)
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as db:
         ended = await rows(
             db,
@@ -152,30 +158,7 @@ async def test_x16_step_conditions_racing_signal_deadline_and_cancel_end_each_st
         jobs[n] = (await app.enqueue_workflow(wf)).jobs["s"]
     rng = random.Random(61)
     doomed = set(rng.sample(sorted(jobs.values()), len(jobs) // 3))
-    waits = WaitQueries("tenure")
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as db:
-        past = await db_now(db) + timedelta(minutes=5)
-
-    async def deadline() -> None:
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            ended = 1
-            while ended:
-                ended = (await waits.expire_due(conn, limit=7, now=past)).timed_out
-
-    async def signal(n: int) -> None:
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            await waits.signal(
-                conn, key=f"x16g:{n}", payload_json=str(n), idempotency_key=None, keep_seconds=60
-            )
-
-    async def cancel() -> None:
-        async with tenure.Client(dsn) as client:
-            for job_id in sorted(doomed):
-                # A step its condition cancelled or skipped first is finished: refused, unchanged.
-                with contextlib.suppress(tenure.ControlRefused):
-                    await client.cancel([job_id], reason="the race")
-
-    await asyncio.gather(deadline(), cancel(), *(signal(n) for n in range(40)))
+    await _race(dsn, [f"x16g:{n}" for n in range(40)], doomed)
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as db:
         ended = await rows(
             db,

@@ -13,8 +13,9 @@ from tenure.model.errors import LeaseLost
 from tenure.model.waits import check_published_key, signal_payload_json
 
 
-class PublishContext(Protocol):
-    """What a publish needs of a running job's context (tenure.JobContext is one)."""
+class FencedContext(Protocol):
+    """What a fenced write from a handler (a publish, a wait) needs of its running job's context
+    (tenure.JobContext is one): the job, the attempt's token, and the attempt's own state."""
 
     @property
     def job_id(self) -> int: ...
@@ -24,7 +25,7 @@ class PublishContext(Protocol):
     def mark_lost(self, reason: str) -> None: ...
 
 
-async def run_publish(ctx: PublishContext, services: JobServices, key: str, value: Any) -> None:
+async def run_publish(ctx: FencedContext, services: JobServices, key: str, value: Any) -> None:
     checked = check_published_key(key)
     text = signal_payload_json(value, "a published value")
     ctx.check()
@@ -37,6 +38,6 @@ async def run_publish(ctx: PublishContext, services: JobServices, key: str, valu
         raise LeaseLost(ctx.job_id, ctx.token, "fence refused the publish")
 
 
-def run_publish_sync(ctx: PublishContext, services: JobServices, key: str, value: Any) -> None:
+def run_publish_sync(ctx: FencedContext, services: JobServices, key: str, value: Any) -> None:
     """`run_publish` for plain-function handlers: its statement runs on the worker's loop."""
     asyncio.run_coroutine_threadsafe(run_publish(ctx, services, key, value), services.loop).result()

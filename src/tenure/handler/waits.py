@@ -26,6 +26,7 @@ from typing import Protocol
 from tenure.db.wait_queries import WaitQueries
 from tenure.db.wait_rows import WaitStep
 from tenure.handler.job_services import JobServices
+from tenure.handler.published import FencedContext
 from tenure.model.errors import LeaseLost, Permanent
 from tenure.model.waits import (
     MAX_WAIT,
@@ -44,15 +45,10 @@ BUSY_PAUSE = 0.05
 ENDED = frozenset({"signalled", "timed_out", "ended"})
 
 
-class WaitContext(Protocol):
-    """What a wait needs of a running job's context (tenure.JobContext is one)."""
+class WaitContext(FencedContext, Protocol):
+    """What a wait needs of a running job's context (tenure.JobContext is one): a fenced write's
+    needs, and the run's wait names."""
 
-    @property
-    def job_id(self) -> int: ...
-    @property
-    def token(self) -> int: ...
-    def check(self) -> None: ...
-    def mark_lost(self, reason: str) -> None: ...
     def wait_name(self, key: str | None, name: str | None) -> str: ...
     def began_wait(self, name: str) -> None: ...
 
