@@ -130,3 +130,30 @@ def test_a_step_waiting_on_its_condition_says_what_for_and_since_when(http: Test
     assert "reserve<span" in charge
     assert "a signal to approve:7 runs it; after 3 days it is cancelled" in charge
     assert "waiting since" in charge
+
+
+def test_the_page_lists_what_its_steps_published(http: TestClient, dsn: str) -> None:
+    """A step's published values show on its workflow's page: key, value as JSON, and the job
+    that published it; a workflow that published nothing shows no such table."""
+
+    async def build() -> tuple[int, int]:
+        app = Tenure(dsn)
+
+        @app.task(name="wf.report", queue="wf")
+        async def report(ctx: JobContext) -> None:
+            await ctx.publish("stage", {"rows": 3, "note": "<b>done</b>"})
+
+        wf = Workflow("published")
+        wf.step(report, name="report")
+        async with Inline(app) as t:
+            run = await app.enqueue_workflow(wf)
+            await t.run_workflow(run.id)
+        return run.id, run.jobs["report"]
+
+    workflow_id, job_id = asyncio.run(build())
+    page = http.get(f"/workflows/{workflow_id}")
+    assert page.status_code == 200
+    row = page.text.split('data-key="stage"')[1].split("</tr>")[0]
+    assert "&lt;b&gt;done&lt;/b&gt;" in row and "&#34;rows&#34;: 3" in row
+    assert f'/jobs/{job_id}">{job_id}</a>' in row
+    assert "Published values" not in http.get(f"/workflows/{_failed_workflow(dsn)}").text

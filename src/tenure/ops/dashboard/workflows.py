@@ -3,6 +3,9 @@ with what each waits for; cancel and retry a workflow."""
 
 from __future__ import annotations
 
+import json
+
+import psycopg
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
@@ -24,6 +27,16 @@ async def workflows_page(request: Request) -> HTMLResponse:
     return board.render(request, "workflows.html", {"workflows": rows})
 
 
+#: The longest published value shown whole on a workflow's page, in characters of JSON.
+SHOWN_VALUE = 200
+
+
+def shown_value(value: object) -> str:
+    """A published value as compact JSON, cut at SHOWN_VALUE characters."""
+    text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+    return text if len(text) <= SHOWN_VALUE else text[: SHOWN_VALUE - 1] + "…"
+
+
 async def workflow_page(request: Request) -> HTMLResponse:
     board = dashboard_of(request)
     workflow_id = int(request.path_params["workflow_id"])
@@ -32,9 +45,15 @@ async def workflow_page(request: Request) -> HTMLResponse:
         missing = {"title": "No such workflow", "message": f"there is no workflow {workflow_id}"}
         return board.render(request, "message.html", missing, status=404)
     steps = await board.client.workflow_steps(workflow_id, limit=MAX_ROWS * 5)
+    try:
+        values = await board.client.workflow_published(workflow_id)
+    except psycopg.errors.UndefinedTable:
+        values = []  # a schema from before published values: the page without them
+    published = [(v.key, shown_value(v.value), v.published_at, v.by_job) for v in values]
     context = {
         "w": found,
         "steps": steps,
+        "published": published,
         "timeline": step_timeline(found.created_at, found.db_now, steps),
         "done": DONE.get(request.query_params.get("done", "")),
     }
