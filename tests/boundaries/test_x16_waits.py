@@ -71,7 +71,8 @@ async def test_x16_a_killed_worker_loses_no_wait_and_doubles_no_signal(
 async def _race(dsn: str, keys: list[str], doomed: set[int]) -> None:
     """At once, each on its own connection: a deadline pass past every deadline (in batches of 7,
     so that the signals and the cancels meet it in the middle), a signal to each key, and an
-    operator's cancel of each doomed job (one finished first is refused and left as it is)."""
+    operator's cancel of each doomed job (one finished first is refused and left as it is). Then
+    the recovery pass's sweep and a deadline pass again."""
     waits = WaitQueries("tenure")
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as db:
         past = await db_now(db) + timedelta(minutes=5)
@@ -93,6 +94,11 @@ async def _race(dsn: str, keys: list[str], doomed: set[int]) -> None:
                     await client.cancel([job_id], reason="the race")
 
     await asyncio.gather(deadline(), cancel(), *(signal(n, key) for n, key in enumerate(keys)))
+    # A signal and the deadline that each found the other's rows locked (SKIP LOCKED: both pass
+    # over) are matched by the passes that follow, as a worker's next passes would.
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await waits.sweep(conn, batch=100)
+    await deadline()
 
 
 async def test_x16_signal_deadline_and_cancel_racing_end_each_wait_once(dsn: str) -> None:
