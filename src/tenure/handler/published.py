@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from tenure.db.published_queries import PublishedQueries
 from tenure.handler.job_services import JobServices
 from tenure.model.errors import LeaseLost
-from tenure.model.waits import check_published_key, signal_payload_json
+from tenure.model.waits import bounded_json, check_published_key
 
 
 class FencedContext(Protocol):
@@ -27,7 +27,7 @@ class FencedContext(Protocol):
 
 async def run_publish(ctx: FencedContext, services: JobServices, key: str, value: Any) -> None:
     checked = check_published_key(key)
-    text = signal_payload_json(value, "a published value")
+    text = bounded_json(value, "a published value")
     ctx.check()
     async with services.pool.connection() as conn:
         outcome = await PublishedQueries(services.queries.schema).publish(

@@ -163,8 +163,9 @@ def seconds_of(value: object, what: str, longest: timedelta, *, optional: bool) 
     return float(seconds)
 
 
-def signal_payload_json(payload: Any, what: str = "a signal's payload") -> str:
-    """The payload as the JSON text stored, or ValidationError naming why it cannot be."""
+def bounded_json(payload: Any, what: str = "a signal's payload") -> str:
+    """`payload` (a signal's, or a published value: `what` names it) as the JSON text stored, at
+    most MAX_SIGNAL_BYTES, or ValidationError naming why it cannot be."""
     try:
         text = json.dumps(payload, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:

@@ -45,11 +45,11 @@ from tenure.model.waits import (
     SignalSent,
     Waiting,
     WaitRecord,
+    bounded_json,
     check_idempotency_key,
     check_published_key,
     check_signal_key,
     seconds_of,
-    signal_payload_json,
 )
 from tenure.model.workflows import (
     EnqueuedWorkflow,
@@ -452,7 +452,7 @@ class Client:
         its sender (the database role by default), and `reason` in the history of a job it wakes
         at once."""
         checked = check_signal_key(key)
-        text = signal_payload_json(payload)
+        text = bounded_json(payload)
         idempotency = check_idempotency_key(idempotency_key)
         seconds = seconds_of(
             DEFAULT_SIGNAL_KEEP if keep is None else keep,

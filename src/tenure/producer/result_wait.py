@@ -51,6 +51,23 @@ async def _listening(dsn: str | None, channel: str) -> AsyncIterator[psycopg.Asy
         await conn.close()
 
 
+async def _notified(
+    listener: psycopg.AsyncConnection[Any] | None, payload: str, wait: float
+) -> psycopg.AsyncConnection[Any] | None:
+    """Waits up to `wait` seconds for a notification carrying `payload` (without a listener, the
+    whole `wait`). Returns the listener to go on with: None once it was lost (poll from then on)."""
+    if listener is None:
+        await asyncio.sleep(wait)
+        return None
+    try:
+        async for note in listener.notifies(timeout=wait):
+            if note.payload == payload:
+                break
+    except psycopg.Error:
+        return None
+    return listener
+
+
 async def wait_for_result(
     control: ControlQueries,
     connection: Any,
@@ -78,15 +95,7 @@ async def wait_for_result(
             if wait <= 0:
                 assert timeout is not None
                 raise ResultTimeout(job_id, timeout, value)
-            if listener is None:
-                await asyncio.sleep(wait)
-                continue
-            try:
-                async for note in listener.notifies(timeout=wait):
-                    if note.payload == str(job_id):
-                        break
-            except psycopg.Error:
-                listener = None  # lost: poll from here on
+            listener = await _notified(listener, str(job_id), wait)
 
 
 async def wait_for_published(
@@ -115,12 +124,4 @@ async def wait_for_published(
             wait = poll if deadline is None else min(poll, deadline - time.monotonic())
             if wait <= 0:
                 return None
-            if listener is None:
-                await asyncio.sleep(wait)
-                continue
-            try:
-                async for note in listener.notifies(timeout=wait):
-                    if note.payload == owner:
-                        break
-            except psycopg.Error:
-                listener = None  # lost: poll from here on
+            listener = await _notified(listener, owner, wait)

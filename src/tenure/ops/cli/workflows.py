@@ -9,7 +9,6 @@ wrong (an empty reason).
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 import psycopg
@@ -22,10 +21,13 @@ from tenure.model.workflows import WorkflowStep, WorkflowSummary
 from tenure.ops.cli._common import EXIT_USAGE, as_dict, client_for, emit_json, err, out, positive_int
 from tenure.ops.cli._render import error_line, facts, when
 from tenure.ops.views.durations import relative
+from tenure.ops.views.values import shown_value
 from tenure.producer.control import ControlRefused
 
 EXIT_REFUSED = 1
 
+#: The longest published value shown whole in `tenure workflows show`, in characters of JSON.
+SHOWN_VALUE = 120
 #: How each step state is drawn: what needs a person stands out.
 STYLE = {
     "succeeded": "green",
@@ -145,10 +147,9 @@ async def cmd_show(args: argparse.Namespace) -> int:
         for column in ("key", "value", "published", "by job"):
             published.add_column(column, no_wrap=column != "value")
         for v in values:
-            shown = json.dumps(v.value, ensure_ascii=False)
             published.add_row(
                 escape(v.key),
-                escape(shown if len(shown) <= 120 else shown[:119] + "…"),
+                escape(shown_value(v.value, SHOWN_VALUE)),
                 relative(v.published_at, now),
                 str(v.by_job),
             )

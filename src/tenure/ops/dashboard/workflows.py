@@ -3,8 +3,6 @@ with what each waits for; cancel and retry a workflow."""
 
 from __future__ import annotations
 
-import json
-
 import psycopg
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
@@ -12,6 +10,7 @@ from starlette.responses import HTMLResponse, Response
 from tenure.ops.dashboard.actions import Form, run_act
 from tenure.ops.dashboard.state import Dashboard, dashboard_of
 from tenure.ops.dashboard.workflow_chart import MAX_ROWS, step_timeline
+from tenure.ops.views.values import shown_value
 
 LATEST = 100
 DONE = {
@@ -31,12 +30,6 @@ async def workflows_page(request: Request) -> HTMLResponse:
 SHOWN_VALUE = 200
 
 
-def shown_value(value: object) -> str:
-    """A published value as compact JSON, cut at SHOWN_VALUE characters."""
-    text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
-    return text if len(text) <= SHOWN_VALUE else text[: SHOWN_VALUE - 1] + "…"
-
-
 async def workflow_page(request: Request) -> HTMLResponse:
     board = dashboard_of(request)
     workflow_id = int(request.path_params["workflow_id"])
@@ -49,7 +42,7 @@ async def workflow_page(request: Request) -> HTMLResponse:
         values = await board.client.workflow_published(workflow_id)
     except psycopg.errors.UndefinedTable:
         values = []  # a schema from before published values: the page without them
-    published = [(v.key, shown_value(v.value), v.published_at, v.by_job) for v in values]
+    published = [(v.key, shown_value(v.value, SHOWN_VALUE), v.published_at, v.by_job) for v in values]
     context = {
         "w": found,
         "steps": steps,

@@ -49,6 +49,23 @@ def _listening(dsn: str | None, channel: str) -> Iterator[psycopg.Connection[Any
         conn.close()
 
 
+def _notified(
+    listener: psycopg.Connection[Any] | None, payload: str, wait: float
+) -> psycopg.Connection[Any] | None:
+    """Waits up to `wait` seconds for a notification carrying `payload` (without a listener, the
+    whole `wait`). Returns the listener to go on with: None once it was lost (poll from then on)."""
+    if listener is None:
+        time.sleep(wait)
+        return None
+    try:
+        for note in listener.notifies(timeout=wait):
+            if note.payload == payload:
+                break
+    except psycopg.Error:
+        return None
+    return listener
+
+
 def wait_for_result(
     control: ControlQueries,
     connection: Any,
@@ -76,15 +93,7 @@ def wait_for_result(
             if wait <= 0:
                 assert timeout is not None
                 raise ResultTimeout(job_id, timeout, value)
-            if listener is None:
-                time.sleep(wait)
-                continue
-            try:
-                for note in listener.notifies(timeout=wait):
-                    if note.payload == str(job_id):
-                        break
-            except psycopg.Error:
-                listener = None  # lost: poll from here on
+            listener = _notified(listener, str(job_id), wait)
 
 
 def wait_for_published(
@@ -113,12 +122,4 @@ def wait_for_published(
             wait = poll if deadline is None else min(poll, deadline - time.monotonic())
             if wait <= 0:
                 return None
-            if listener is None:
-                time.sleep(wait)
-                continue
-            try:
-                for note in listener.notifies(timeout=wait):
-                    if note.payload == owner:
-                        break
-            except psycopg.Error:
-                listener = None  # lost: poll from here on
+            listener = _notified(listener, owner, wait)
