@@ -17,6 +17,7 @@ from tenure.tasks import TaskRegistry
 from tenure.telemetry.tracing import batch_span, set_batch_size, tracing_on
 from tenure.worker.executor import Executor
 from tenure.worker.health import describe_error
+from tenure.worker.kept_connection import KeptConnection
 from tenure.worker.oldest_share import OldestShare
 from tenure.worker.options import WorkerOptions
 from tenure.worker.service import Service
@@ -89,6 +90,8 @@ class Claimer(Service):
         #: Queues whose last claims failed: (failures in a row, monotonic time to try again).
         self.failing_queues: dict[str, tuple[int, float]] = {}
         self.tasks, self.policies = claim_terms(executor.registry, services.options)
+        #: The claims' own connection (kept_connection.py).
+        self.connection = KeptConnection(services.pool, services.options.statement_bound)
 
     def wake(self) -> None:
         self._wake.set()
@@ -149,12 +152,12 @@ class Claimer(Service):
 
     async def claim_once(self) -> int:
         """Claims for free slots, queue by queue in `claim_plan` order. Returns jobs claimed."""
-        services, options = self.services, self.services.options
+        options = self.services.options
         claimed = 0
         saturated_queue = False
         started = self.clock.monotonic()
         if self.clock.monotonic() - self._limits_read_at >= LIMITS_REFRESH:
-            async with services.connection() as conn:
+            async with self.connection.use() as conn:
                 self.limited = {r.queue for r in await self.control.limits(conn)}
             self._limits_read_at = self.clock.monotonic()
         plan = self.claim_plan()
@@ -192,7 +195,7 @@ class Claimer(Service):
     async def _claim_queue(self, queue: str, want: int) -> list[ClaimedJob]:
         services, options = self.services, self.services.options
         with batch_span("claim", queue) as span:
-            async with services.connection() as conn:
+            async with self.connection.use() as conn:
                 sent_at = time.monotonic()  # the executor measures leases on the process clock
                 claim_started = time.perf_counter()
                 jobs = await services.queries.job_claim(
@@ -275,6 +278,9 @@ class Claimer(Service):
         self.services.stats.claim_errors += 1
         self._backing_off = True
         return self.health.backoff()
+
+    async def stopped(self) -> None:
+        await self.connection.release()
 
     async def wait(self, delay: float) -> None:
         """Until woken or `delay` passes; after a failure, the whole backoff (a notification

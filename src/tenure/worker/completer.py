@@ -15,6 +15,7 @@ from tenure.db.replication_queries import Acknowledgement
 from tenure.model.jobs import ClaimedJob
 from tenure.telemetry.tracing import batch_span, set_batch_size
 from tenure.worker.health import describe_error
+from tenure.worker.kept_connection import KeptConnection
 from tenure.worker.service import Service
 from tenure.worker.services import WorkerServices
 
@@ -98,6 +99,8 @@ class Completer(Service):
         self._queued: list[_Pending] = []
         self._arrived = asyncio.Event()
         self._retry: list[_Pending] = []
+        #: The completions' own connection (kept_connection.py).
+        self.connection = KeptConnection(services.pool, services.options.statement_bound)
 
     async def complete(self, job: ClaimedJob, expires: float, result: Any = None) -> str:
         """A CompletionOutcome; `expires` is the local monotonic estimate of the lease's end,
@@ -133,9 +136,15 @@ class Completer(Service):
         """Writes whatever is queued or waiting for a retry (used at shutdown)."""
         batch = self._retry + self._take_queued([])
         self._retry = []
-        if batch:
-            with contextlib.suppress(Exception):  # each job is settled, written or EXPIRED
-                await self._write(batch, final=True)
+        try:
+            if batch:
+                with contextlib.suppress(Exception):  # each job is settled, written or EXPIRED
+                    await self._write(batch, final=True)
+        finally:
+            await self.connection.release()
+
+    async def stopped(self) -> None:
+        await self.connection.release()
 
     def _take_queued(self, batch: list[_Pending]) -> list[_Pending]:
         room = self.services.options.completion_batch - len(batch)
@@ -173,7 +182,7 @@ class Completer(Service):
         try:
             with batch_span("complete") as span:
                 set_batch_size(span, len(batch))
-                async with services.connection() as conn, self._acknowledged(conn) as ack:
+                async with self.connection.use() as conn, self._acknowledged(conn) as ack:
                     result = await services.queries.job_complete_many(
                         conn,
                         owner=services.owner,
@@ -261,7 +270,7 @@ class Completer(Service):
         """An empty fenced completion: it changes no row but needs everything a real one does
         (a connection, a writable server, UPDATE on jobs), so it tells when writes work again."""
         services = self.services
-        async with services.connection() as conn:
+        async with self.connection.use() as conn:
             await services.queries.job_complete_many(conn, owner=services.owner, leases=[])
 
 

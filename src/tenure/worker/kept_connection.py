@@ -1,0 +1,86 @@
+"""One pooled connection that a busy loop keeps from one statement to the next.
+
+The pool lends its connections in turn, first returned first lent. A loop that checked one out
+for each statement spread its statements over every connection the pool had grown to (five a
+worker in a drain), and the server paid for each of them: five backends' caches and prepared
+plans to warm, five processes to switch between on the same cores. The claimer and the completer,
+which send a statement every few milliseconds under load, each keep one instead, and give it
+back to the pool as soon as keeping it could cost anything: after an error (its state is then
+unknown, and the pool checks it), when the loop has been idle a moment, after a while in any
+case (so that the pool's own care of its connections still reaches it), and when the loop stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
+
+#: A kept connection goes back to the pool once its loop has sent nothing for this long (seconds).
+IDLE_SECONDS = 1.0
+#: ... and at the first statement's end past this long after it was taken (seconds).
+HOLD_SECONDS = 60.0
+
+
+class KeptConnection:
+    """`use()` lends the kept connection, taking one from `pool` when none is kept, all within
+    `bound` seconds (the wait for the pool and the statement, as WorkerServices.connection).
+    A second use while one is under way gets a connection of the pool's own."""
+
+    def __init__(self, pool: AsyncConnectionPool[Any], bound: float) -> None:
+        self._pool = pool
+        self._bound = bound
+        self._conn: AsyncConnection[Any] | None = None
+        self._taken_at = 0.0
+        self._in_use = False
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._returning: set[asyncio.Task[None]] = set()
+
+    @contextlib.asynccontextmanager
+    async def use(self) -> AsyncIterator[AsyncConnection[Any]]:
+        if self._in_use:
+            async with asyncio.timeout(self._bound), self._pool.connection() as conn:
+                yield conn
+            return
+        self._in_use = True
+        self._cancel_idle_timer()
+        try:
+            async with asyncio.timeout(self._bound):
+                if self._conn is None:
+                    self._conn = await self._pool.getconn()
+                    self._taken_at = time.monotonic()
+                try:
+                    yield self._conn
+                except BaseException:
+                    await self.release()  # after a failure the pool judges the connection
+                    raise
+            if time.monotonic() - self._taken_at >= HOLD_SECONDS:
+                await self.release()
+        finally:
+            self._in_use = False
+            if self._conn is not None:
+                self._idle_timer = asyncio.get_running_loop().call_later(IDLE_SECONDS, self._idle)
+
+    async def release(self) -> None:
+        """Gives the kept connection back to the pool, if one is kept."""
+        self._cancel_idle_timer()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await self._pool.putconn(conn)
+
+    def _idle(self) -> None:
+        self._idle_timer = None
+        if not self._in_use and self._conn is not None:
+            task = asyncio.get_running_loop().create_task(self.release())
+            self._returning.add(task)
+            task.add_done_callback(self._returning.discard)
+
+    def _cancel_idle_timer(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
