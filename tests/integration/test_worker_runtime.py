@@ -259,6 +259,37 @@ async def test_atomic_after_lease_was_stolen_rolls_back_and_records_fencing_loss
     assert fencing_losses == 1
 
 
+async def test_a_success_the_database_refuses_fails_that_job_alone_and_the_worker_goes_on(
+    dsn: str, db: AsyncConnection[Any]
+) -> None:
+    """One job of a batch whose success a trigger refuses is dead with COMPLETION_REJECTED and the
+    database's message; every other job of the batch succeeds, and so does a job enqueued after."""
+    app = Tenure(dsn)
+
+    @app.task(name="t.echo")
+    async def echo(ctx: JobContext, n: int) -> int:
+        return n
+
+    jobs = [await app.enqueue(echo, {"n": n}) for n in range(6)]
+    await db.execute(
+        "CREATE FUNCTION public.refuse_completion() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN RAISE EXCEPTION 'job % may not succeed', NEW.id; END $$"
+    )
+    await db.execute(
+        "CREATE TRIGGER refuse_one AFTER UPDATE OF state ON tenure.jobs FOR EACH ROW "
+        f"WHEN (NEW.state = 'succeeded' AND NEW.id = {int(jobs[2].id)}) "
+        "EXECUTE FUNCTION public.refuse_completion()"
+    )
+    async with running(app):
+        refused = await wait_state(db, jobs[2].id, "dead")
+        others = [await wait_state(db, job.id, "succeeded") for n, job in enumerate(jobs) if n != 2]
+        later = await app.enqueue(echo, {"n": 99})
+        assert (await wait_state(db, later.id, "succeeded"))["result"] == 99
+    assert refused["last_error_code"] == "COMPLETION_REJECTED"
+    assert f"job {jobs[2].id} may not succeed" in refused["last_error"]
+    assert [row["result"] for row in others] == [0, 1, 3, 4, 5]
+
+
 # -- sync handlers --------------------------------------------------------------------------------
 
 

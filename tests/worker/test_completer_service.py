@@ -190,3 +190,29 @@ async def test_a_row_whose_completion_waits_out_its_lock_is_tried_again_alone(
     assert waiting[1].result() == CompletionOutcome.DONE
     assert await states(db, jobs) == ["succeeded"] * 4
     assert not completer.health.failing
+
+
+async def test_each_handed_over_completion_is_told_its_outcome_once_and_a_failing_listener_costs_only_itself(
+    completer: Completer, db: AsyncConnection[Any], queries: Queries
+) -> None:
+    """complete_soon (how the executor hands a success over): each job's listener is called once,
+    from the completer's pass, with its outcome; one that raises keeps no other from its own."""
+    jobs = await claimed(db, queries, 3)
+    told: list[tuple[int, str, Any]] = []
+
+    def listener(n: int) -> Any:
+        def settled(outcome: str, rejected: Any) -> None:
+            told.append((n, outcome, rejected))
+            if n == 0:
+                raise RuntimeError("this listener is broken")
+
+        return settled
+
+    for n, job in enumerate(jobs):
+        completer.complete_soon(job, completer.clock.monotonic() + 30, None, listener(n))
+    assert await completer.run_once() == 3
+    assert sorted(told) == [(n, CompletionOutcome.DONE, None) for n in range(3)]
+    await completer.drain()
+    assert len(told) == 3
+    assert await states(db, jobs) == ["succeeded"] * 3
+    assert not completer.health.failing

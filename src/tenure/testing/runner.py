@@ -143,10 +143,15 @@ class JobRunner:
         if not claimed:
             return None
         job = claimed[0]
-        execution = executor.start(job, lambda: None, sent_at)
-        assert execution.task is not None
-        # The execution's task ends once its outcome is written (the completer's, or a failure's).
-        await asyncio.wait_for(asyncio.shield(execution.task), RUN_TIMEOUT)
+        # Ended once its outcome is written (the completer's, or a failure's).
+        ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def end() -> None:
+            if not ended.done():
+                ended.set_result(None)
+
+        executor.start(job, lambda: None, sent_at, on_end=end)
+        await asyncio.wait_for(asyncio.shield(ended), RUN_TIMEOUT)
         # A job completed in its own transaction (ctx.atomic) stores its result just after.
         await executor.services.settled(timeout=RUN_TIMEOUT)
         stored = await self.job(job.id)

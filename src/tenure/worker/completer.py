@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,16 +61,22 @@ class CompletionOutcome:
     the commit might not be replicated, or (require_sync_replication) no standby confirmed it."""
 
 
+#: Told a completion's outcome once it is known: the CompletionOutcome, and for REJECTED the
+#: database's refusal.
+Settled = Callable[[str, "CompletionRejected | None"], None]
+
+
 @dataclass
 class _Pending:
     job: ClaimedJob
     expires: float  # local monotonic estimate of the lease's end: past it, writing is pointless
-    done: asyncio.Future[str]
+    settled: Settled
     result: Any = None  # the job's result, checked JSON; None stores none
     busy_tries: int = 0
     # Set when the job's row failed alone for a reason of its own: ends its wait with this error.
     rejected: CompletionRejected | None = None
     not_before: float = field(default=0.0)
+    outcome: str | None = None  # once settled
 
 
 class Completer(Service):
@@ -102,17 +109,29 @@ class Completer(Service):
         #: The completions' own connection (kept_connection.py).
         self.connection = KeptConnection(services.pool, services.options.statement_bound)
 
-    async def complete(self, job: ClaimedJob, expires: float, result: Any = None) -> str:
-        """A CompletionOutcome; `expires` is the local monotonic estimate of the lease's end,
-        `result` the job's result to store with it (checked JSON, or None)."""
-        done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        pending = _Pending(job, expires, done, result)
-        self._queued.append(pending)
+    def complete_soon(self, job: ClaimedJob, expires: float, result: Any, settled: Settled) -> None:
+        """Queues `job`'s completion; `settled` is called with its outcome once that is known
+        (from the completer's own task: it must not block). `expires` is the local monotonic
+        estimate of the lease's end, `result` the job's result to store with it (checked JSON,
+        or None). The worker's executor hands its jobs over this way: a future and a task woken
+        per job to learn the outcome cost a no-op job a tenth of its worker CPU."""
+        self._queued.append(_Pending(job, expires, settled, result))
         self._arrived.set()
-        outcome = await done
-        if pending.rejected is not None:
-            raise pending.rejected
-        return outcome
+
+    async def complete(self, job: ClaimedJob, expires: float, result: Any = None) -> str:
+        """`complete_soon`, waited for: the CompletionOutcome, or CompletionRejected raised."""
+        done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+        def settled(outcome: str, rejected: CompletionRejected | None) -> None:
+            if done.done():
+                return
+            if rejected is not None:
+                done.set_exception(rejected)
+            else:
+                done.set_result(outcome)
+
+        self.complete_soon(job, expires, result, settled)
+        return await done
 
     async def run_once(self) -> int:
         """Waits for completions (or a retry falling due) and writes one batch; a write that
@@ -263,8 +282,13 @@ class Completer(Service):
 
     @staticmethod
     def _settle(pending: _Pending, outcome: str) -> None:
-        if not pending.done.done():
-            pending.done.set_result(outcome)
+        if pending.outcome is not None:
+            return
+        pending.outcome = outcome
+        try:
+            pending.settled(outcome, pending.rejected)
+        except Exception:  # the caller's own fault: it must not stop the batch's other outcomes
+            log.exception("job %s: handling its completion's outcome (%s) failed", pending.job.id, outcome)
 
     async def _probe(self) -> None:
         """An empty fenced completion: it changes no row but needs everything a real one does

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import logging
 import time
@@ -88,6 +89,12 @@ class Execution:
     span: Any = None
     #: Told when the handler's code has stopped and its slot is free for another job.
     slot_freed: Callable[[], None] = field(default=lambda: None, repr=False)
+    #: Its success is with the completer, whose word ends the execution (Executor._completed).
+    outcome_pending: bool = False
+    #: Left `Executor.running`: its outcome is written, or it is given up.
+    ended: bool = False
+    #: Told once it has ended (tenure.testing waits for a job's outcome with it).
+    on_end: Callable[[], None] | None = field(default=None, repr=False)
 
     def set_expiry(self, expires_at: Any, db_now: Any, sent_at: float) -> None:
         # Only a duration crosses from the database clock to ours, never a wall-clock time,
@@ -131,9 +138,17 @@ class Executor:
         self.busy = 0
         self._latest_token: dict[int, int] = {}
 
-    def start(self, job: ClaimedJob, on_done: Any, sent_at: float, traced: bool = True) -> Execution:
+    def start(
+        self,
+        job: ClaimedJob,
+        on_done: Any,
+        sent_at: float,
+        traced: bool = True,
+        on_end: Callable[[], None] | None = None,
+    ) -> Execution:
         """Runs `job` in a task of its own; `traced`: a tracer provider may record its span (asked
-        once per claim by the caller, not once per job)."""
+        once per claim by the caller, not once per job). `on_done` is told when its slot frees and
+        again when it ends; `on_end` only when it ends, its outcome written."""
         key = (job.id, job.lease.token)
         if key in self.running:
             return self._claimed_again(self.running[key], job, sent_at)
@@ -148,19 +163,30 @@ class Executor:
         self._latest_token[job.id] = job.lease.token
         self.running[key] = execution
         execution.slot_freed = on_done
+        execution.on_end = on_end
         self.busy += 1
         run = self._run(execution) if traced else self._attempt(execution)
         execution.task = asyncio.create_task(run, name=f"tenure-job-{job.id}")
-
-        def finished(_: asyncio.Task[None]) -> None:
-            self.running.pop(key, None)
-            self._release_slot(execution)  # a task cancelled before its handler returned
-            if self._latest_token.get(job.id) == job.lease.token:
-                del self._latest_token[job.id]
-            on_done()  # its slot, or its place among the completions waiting, is free
-
-        execution.task.add_done_callback(finished)
+        execution.task.add_done_callback(functools.partial(self._task_done, execution))
         return execution
+
+    def _task_done(self, execution: Execution, _: asyncio.Task[None]) -> None:
+        self._release_slot(execution)  # a task cancelled before its handler returned
+        self._end_if_done(execution)
+
+    def _end_if_done(self, execution: Execution) -> None:
+        """Ends the execution once its task is done and no outcome of its is still being written."""
+        task = execution.task
+        if execution.ended or execution.outcome_pending or (task is not None and not task.done()):
+            return
+        execution.ended = True
+        job = execution.job
+        self.running.pop((job.id, job.lease.token), None)
+        if self._latest_token.get(job.id) == job.lease.token:
+            del self._latest_token[job.id]
+        execution.slot_freed()  # its slot, or its place among the completions waiting, is free
+        if execution.on_end is not None:
+            execution.on_end()
 
     def _claimed_again(self, execution: Execution, job: ClaimedJob, sent_at: float) -> Execution:
         """The database handed this worker a lease it already runs: the same job, the same token.
@@ -421,12 +447,37 @@ class Executor:
         # A waited-for job always gets a result, JSON null for none: a waiter reads SQL NULL as
         # "still on its way" (see job_result_get).
         stored = Jsonb(result) if result is not None or job.result_wanted else None
-        try:
-            outcome = await self.completer.complete(job, execution.local_expiry, stored)
-        except CompletionRejected as rejected:
-            # The same completion would fail again: the job fails now, with the database's word.
-            await self._fail(execution, task, "COMPLETION_REJECTED", str(rejected), FailureClass.PERMANENT)
+        # Handed over, not waited for: the task ends here, and the completer's word, in this
+        # task's context (its log lines name the job), ends the execution.
+        execution.outcome_pending = True
+        context = contextvars.copy_context()
+
+        def settled(outcome: str, rejected: CompletionRejected | None) -> None:
+            context.run(self._completed, execution, task, outcome, rejected)
+
+        self.completer.complete_soon(job, execution.local_expiry, stored, settled)
+
+    def _completed(
+        self, execution: Execution, task: AnyTask, outcome: str, rejected: CompletionRejected | None
+    ) -> None:
+        """The completer's word on a success handed to it."""
+        execution.outcome_pending = False
+        if rejected is not None:
+            # The same completion would fail again: the job fails now, with the database's word,
+            # in a task of its own that the execution now waits for.
+            failing = self._fail(
+                execution, task, "COMPLETION_REJECTED", str(rejected), FailureClass.PERMANENT
+            )
+            execution.task = asyncio.get_running_loop().create_task(
+                failing, name=f"tenure-job-{execution.job.id}"
+            )
+            execution.task.add_done_callback(functools.partial(self._task_done, execution))
             return
+        self._record_completion(execution, outcome)
+        self._end_if_done(execution)
+
+    def _record_completion(self, execution: Execution, outcome: str) -> None:
+        job, ctx = execution.job, execution.ctx
         if outcome == CompletionOutcome.DONE:
             self._succeeded(execution)
         elif outcome == CompletionOutcome.NOT_REPLICATED:

@@ -284,12 +284,16 @@ class Worker:
         options = self.options
         if executor.running and not self._force:
             log.info("waiting up to %ss for %s running jobs", options.shutdown_grace, len(executor.running))
-            pending = [e.task for e in executor.running.values() if e.task is not None]
+            # Until each has ended: its task done and its outcome written (a success is written
+            # by the completer, still running here, after the task has ended).
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(options.shutdown_grace):
-                    while pending and not self._force:
-                        _, still = await asyncio.wait(pending, timeout=0.05)
-                        pending = list(still)
+                    while executor.running and not self._force:
+                        tasks = [e.task for e in executor.running.values() if e.task and not e.task.done()]
+                        if tasks:
+                            await asyncio.wait(tasks, timeout=0.05)
+                        else:
+                            await asyncio.sleep(0.01)
         # Jobs still running after the grace period: async handlers are cancelled; thread
         # handlers are told (LeaseLost at their next ctx.check/ctx.progress) and given a moment.
         unfinished = [e for e in executor.running.values() if not e.ctx.lease_lost and not e.handler_done]
