@@ -226,6 +226,26 @@ async def test_a_completion_reads_its_batch_once_on_statistics_older_than_the_ba
     assert not rereads, json.dumps(plan)
 
 
+async def test_telling_a_completion_s_unsettled_jobs_apart_reads_only_those_rows(dsn: str) -> None:
+    """The statement that says why a completion left some jobs unsettled (busy, lost, a repeat)
+    reaches them by primary key on a generic plan, on statistics older than the 20,000 pending
+    jobs: it never scans the table for the few it is given."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"VACUUM ANALYZE {SCHEMA}.jobs")
+    await _load(dsn, 20_000)
+    q = Queries(SCHEMA)
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+        claimed = await q.job_claim(
+            aconn, queue=QUEUE, owner="x10", limit=5, default_lease_seconds=30, default_runtime_seconds=60
+        )
+    params = q._complete_params("someone-else", [(j.id, j.lease.token) for j in claimed], None)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        plan = _generic_plan_run(conn, named_queries(SCHEMA)["job_complete_unsettled"], params)
+    assert _indexes_reaching(plan, "j") == {"jobs_pkey"}, json.dumps(plan)
+    scans = [(n.get("Node Type"), n.get("Relation Name")) for n in _nodes(plan)]
+    assert ("Seq Scan", "jobs") not in scans, json.dumps(plan)
+
+
 def _generic_plan_run(
     conn: psycopg.Connection[Any], statement: str, params: dict[str, Any]
 ) -> dict[str, Any]:

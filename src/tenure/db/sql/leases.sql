@@ -225,22 +225,18 @@ WITH clock AS (
 SELECT * FROM claimed;
 
 -- name: job_complete_many
--- Fenced success for a batch. Rows are locked with SKIP LOCKED, so a row lock held elsewhere
--- (an operator's open SELECT ... FOR UPDATE) costs only that row: it comes back as 'busy' and
--- the worker tries it again alone, while the rest of the batch completes.
--- Outcomes, per (id, token): 'done' (succeeded under this token, now or by an earlier write of
--- ours whose reply was lost), 'busy' (the fence holds but the row is locked elsewhere), 'lost'
--- (the fence does not hold: logged as fencing_lost). A job that succeeded earlier under the
--- token answers 'done' only with %(repeat_is_done)s: a completion in the handler's own transaction
--- (ctx.atomic) passes false, because its work must not commit beside a success already recorded,
--- and after a failover that lost a claim that success can be another worker's under the same
--- token (the row keeps no owner once succeeded). Each job's result is stored with it,
--- and a job a caller waits for (result_wanted) notifies %(results_channel)s unless
--- %(notify_results)s is false (ctx.atomic: the result is stored after the commit, and notifies).
+-- Fenced success for a batch: each (id, token) whose fence holds and whose row this statement
+-- can lock succeeds, and is returned. Rows are locked with SKIP LOCKED, so a row lock held
+-- elsewhere (an operator's open SELECT ... FOR UPDATE) costs only that row, which is not
+-- returned. Every pair not returned is told apart by job_complete_unsettled, which the caller
+-- runs for those alone (usually none): the usual batch pays for nothing but its success.
+-- Each job's result is stored with it, and a job a caller waits for (result_wanted) notifies
+-- %(results_channel)s unless %(notify_results)s is false (ctx.atomic: the result is stored after
+-- the commit, and notifies).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), input AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(results)s::jsonb[]) AS u(id, token, result)
+    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS u(id, token)
 ), locked AS (
     -- By primary key, not joined on input: joined, the plan scans every running job of every
     -- worker, or, on statistics older than the batch, reads all of input again for each job (a
@@ -277,18 +273,27 @@ WITH clock AS (
 ), waited AS (
     SELECT count(pg_notify(%(results_channel)s, d.id::text)) AS n
     FROM done d WHERE d.result_wanted AND %(notify_results)s::boolean
-), unlocked AS MATERIALIZED (
-    -- Usually none: only these rows are looked up again, to tell 'busy' from 'lost'.
-    SELECT i.id, i.token
-    FROM input i
-    WHERE (i.id, i.token) NOT IN (SELECT l.id, l.token FROM locked l)
+)
+SELECT id, token FROM done CROSS JOIN waited;
+
+-- name: job_complete_unsettled
+-- The outcome of each (id, token) of a fenced success that job_complete_many did not complete:
+-- 'done' (succeeded under this token, by an earlier write of ours whose reply was lost), 'busy'
+-- (the fence holds but the row is locked elsewhere: try again) or 'lost' (the fence does not
+-- hold: logged as fencing_lost). A job that succeeded earlier under the token answers 'done' only
+-- with %(repeat_is_done)s: a completion in the handler's own transaction (ctx.atomic) passes
+-- false, because its work must not commit beside a success already recorded, and after a
+-- failover that lost a claim that success can be another worker's under the same token (the row
+-- keeps no owner once succeeded). Reads the rows without locking them: it changes none.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), others AS (
     SELECT i.id, i.token,
            CASE WHEN j.state = 'succeeded' AND j.lease_token = i.token AND %(repeat_is_done)s::boolean
                 THEN 'done'
                 WHEN j.lease_token = i.token AND __part_lease_live__ THEN 'busy'
                 ELSE 'lost' END AS outcome
-    FROM unlocked i
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS i(id, token)
     CROSS JOIN clock
     LEFT JOIN __schema__.jobs j ON j.id = i.id
 ), lost AS (
@@ -297,8 +302,6 @@ WITH clock AS (
     FROM others o CROSS JOIN clock
     WHERE o.outcome = 'lost'
 )
-SELECT id, token, 'done' AS outcome FROM done CROSS JOIN waited
-UNION ALL
 SELECT id, token, outcome FROM others;
 
 -- name: job_fail

@@ -49,7 +49,7 @@ class HandlerQueries:
         return {
             "ids": [i for i, _ in ordered],
             "tokens": [t for _, t in ordered],
-            # NULL when no job has a result (the usual case): unnest pads it with NULLs, and no
+            # NULL when no job has a result (the usual case): each job's is then NULL, and no
             # array of nulls is built and sent.
             "results": [result_json(found.get(lease)) for lease in ordered] if found else None,
             "results_channel": self.results_channel,
@@ -78,7 +78,15 @@ class HandlerQueries:
         params = self._complete_params(owner, leases, now, results, notify_results, repeat_is_done)
         with conn.cursor() as cur:
             cur.execute(self._sql["job_complete_many"], params)
-            return {(job_id, token): outcome for job_id, token, outcome in cur.fetchall()}
+            outcomes = {(job_id, token): "done" for job_id, token in cur.fetchall()}
+            if len(outcomes) < len(params["ids"]):
+                # Usually none are left: a row locked elsewhere, a lease lost, a repeat.
+                pairs = zip(params["ids"], params["tokens"], strict=True)
+                rest = [lease for lease in pairs if lease not in outcomes]
+                params |= {"ids": [i for i, _ in rest], "tokens": [t for _, t in rest]}
+                cur.execute(self._sql["job_complete_unsettled"], params)
+                outcomes |= {(job_id, token): outcome for job_id, token, outcome in cur.fetchall()}
+            return outcomes
 
     def session_reset(self, conn: Connection[Any]) -> None:
         """Undoes session settings a handler's unit of work may have made (SET ...)."""
