@@ -5,7 +5,7 @@ statement. Written once, async; tools/async_to_sync.py writes its blocking twin
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +17,13 @@ from tenure.db.fetch import fetch
 from tenure.db.sqlfiles import named_queries
 
 ASYNC = True
+
+
+def bigint_array(values: Iterable[int]) -> str:
+    """Integers as a bigint[] in PostgreSQL's text form, for a statement that casts the parameter
+    (`%(ids)s::bigint[]`): psycopg builds the same from a list element by element, which cost a
+    no-op job about a microsecond of worker CPU in every completion batch."""
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 def result_json(result: Any) -> Jsonb | None:
@@ -46,8 +53,8 @@ class HandlerQueries:
         ordered = sorted(leases)  # one lock order for every writer
         found = results or {}
         return {
-            "ids": [i for i, _ in ordered],
-            "tokens": [t for _, t in ordered],
+            "ids": bigint_array(i for i, _ in ordered),
+            "tokens": bigint_array(t for _, t in ordered),
             # NULL when no job has a result (the usual case): each job's is then NULL, and no
             # array of nulls is built and sent.
             "results": [result_json(found.get(lease)) for lease in ordered] if found else None,
@@ -78,11 +85,11 @@ class HandlerQueries:
         async with conn.cursor() as cur:
             await cur.execute(self._sql["job_complete_many"], params)
             outcomes = {(job_id, token): "done" for job_id, token in await cur.fetchall()}
-            if len(outcomes) < len(params["ids"]):
+            if len(outcomes) < len(leases):
                 # Usually none are left: a row locked elsewhere, a lease lost, a repeat.
-                pairs = zip(params["ids"], params["tokens"], strict=True)
-                rest = [lease for lease in pairs if lease not in outcomes]
-                params |= {"ids": [i for i, _ in rest], "tokens": [t for _, t in rest]}
+                rest = sorted(lease for lease in leases if lease not in outcomes)
+                params["ids"] = bigint_array(i for i, _ in rest)
+                params["tokens"] = bigint_array(t for _, t in rest)
                 await cur.execute(self._sql["job_complete_unsettled"], params)
                 outcomes |= {(job_id, token): outcome for job_id, token, outcome in await cur.fetchall()}
             return outcomes

@@ -216,7 +216,7 @@ class Claimer(Service):
         services.stats.claimed += len(jobs)
         traced = tracing_on()
         for job in jobs:
-            self.executor.start(job, self._slot_freed, sent_at, traced)
+            self.executor.start(job, self._slot_freed, sent_at, traced, self._completion_written)
         return jobs
 
     def _resting(self, queue: str, now: float) -> bool:
@@ -244,6 +244,13 @@ class Claimer(Service):
         # free, else a few milliseconds later, by when more have usually freed. A claim per
         # finished job costs a commit per job when jobs finish at different times.
         self._refill_soon()
+
+    def _completion_written(self) -> None:
+        # A job's place among the completions waiting is free: that frees a slot only when they
+        # had filled up (free_slots' second bound), so only then is it worth a look.
+        concurrency = self.services.options.concurrency
+        if 2 * concurrency - len(self.executor.running) <= concurrency - self.executor.busy:
+            self._refill_soon()
 
     def _refill_soon(self) -> None:
         if self.free_slots() >= self._refill_at:

@@ -147,8 +147,9 @@ class Executor:
         on_end: Callable[[], None] | None = None,
     ) -> Execution:
         """Runs `job` in a task of its own; `traced`: a tracer provider may record its span (asked
-        once per claim by the caller, not once per job). `on_done` is told when its slot frees and
-        again when it ends; `on_end` only when it ends, its outcome written."""
+        once per claim by the caller, not once per job). `on_done` is told when its slot frees,
+        `on_end` when it ends, its outcome written (and its place among the completions waiting
+        free)."""
         key = (job.id, job.lease.token)
         if key in self.running:
             return self._claimed_again(self.running[key], job, sent_at)
@@ -171,7 +172,8 @@ class Executor:
         return execution
 
     def _task_done(self, execution: Execution, _: asyncio.Task[None]) -> None:
-        self._release_slot(execution)  # a task cancelled before its handler returned
+        if self._release_slot(execution):  # a task cancelled before its handler returned
+            execution.slot_freed()
         self._end_if_done(execution)
 
     def _end_if_done(self, execution: Execution) -> None:
@@ -184,7 +186,6 @@ class Executor:
         self.running.pop((job.id, job.lease.token), None)
         if self._latest_token.get(job.id) == job.lease.token:
             del self._latest_token[job.id]
-        execution.slot_freed()  # its slot, or its place among the completions waiting, is free
         if execution.on_end is not None:
             execution.on_end()
 

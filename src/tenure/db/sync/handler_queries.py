@@ -8,7 +8,7 @@ statement. Written once, async; tools/async_to_sync.py writes its blocking twin
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -18,6 +18,13 @@ from psycopg.types.json import Jsonb
 from tenure.db.channels import results_channel
 from tenure.db.sqlfiles import named_queries
 from tenure.db.sync.fetch import fetch
+
+
+def bigint_array(values: Iterable[int]) -> str:
+    """Integers as a bigint[] in PostgreSQL's text form, for a statement that casts the parameter
+    (`%(ids)s::bigint[]`): psycopg builds the same from a list element by element, which cost a
+    no-op job about a microsecond of worker CPU in every completion batch."""
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 def result_json(result: Any) -> Jsonb | None:
@@ -47,8 +54,8 @@ class HandlerQueries:
         ordered = sorted(leases)  # one lock order for every writer
         found = results or {}
         return {
-            "ids": [i for i, _ in ordered],
-            "tokens": [t for _, t in ordered],
+            "ids": bigint_array(i for i, _ in ordered),
+            "tokens": bigint_array(t for _, t in ordered),
             # NULL when no job has a result (the usual case): each job's is then NULL, and no
             # array of nulls is built and sent.
             "results": [result_json(found.get(lease)) for lease in ordered] if found else None,
@@ -79,11 +86,11 @@ class HandlerQueries:
         with conn.cursor() as cur:
             cur.execute(self._sql["job_complete_many"], params)
             outcomes = {(job_id, token): "done" for job_id, token in cur.fetchall()}
-            if len(outcomes) < len(params["ids"]):
+            if len(outcomes) < len(leases):
                 # Usually none are left: a row locked elsewhere, a lease lost, a repeat.
-                pairs = zip(params["ids"], params["tokens"], strict=True)
-                rest = [lease for lease in pairs if lease not in outcomes]
-                params |= {"ids": [i for i, _ in rest], "tokens": [t for _, t in rest]}
+                rest = sorted(lease for lease in leases if lease not in outcomes)
+                params["ids"] = bigint_array(i for i, _ in rest)
+                params["tokens"] = bigint_array(t for _, t in rest)
                 cur.execute(self._sql["job_complete_unsettled"], params)
                 outcomes |= {(job_id, token): outcome for job_id, token, outcome in cur.fetchall()}
             return outcomes
