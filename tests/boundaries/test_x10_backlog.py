@@ -210,14 +210,8 @@ async def test_the_claim_takes_its_rows_by_primary_key_on_statistics_older_than_
 async def test_a_completion_reads_its_batch_once_on_statistics_older_than_the_batch(dsn: str) -> None:
     """On statistics taken while the table was empty, the fenced completion of 100 claimed jobs
     reads the batch it was given once, not once more for each job it locks."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"VACUUM ANALYZE {SCHEMA}.jobs")
-    await _load(dsn, 2_000)
     q = Queries(SCHEMA)
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
-        claimed = await q.job_claim(
-            aconn, queue=QUEUE, owner="x10", limit=100, default_lease_seconds=30, default_runtime_seconds=60
-        )
+    claimed = await _claimed_on_stale_statistics(dsn, q, pending=2_000, batch=100)
     assert len(claimed) == 100
     params = q._complete_params("x10", [(j.id, j.lease.token) for j in claimed], None)
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -230,20 +224,25 @@ async def test_telling_a_completion_s_unsettled_jobs_apart_reads_only_those_rows
     """The statement that says why a completion left some jobs unsettled (busy, lost, a repeat)
     reaches them by primary key on a generic plan, on statistics older than the 20,000 pending
     jobs: it never scans the table for the few it is given."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"VACUUM ANALYZE {SCHEMA}.jobs")
-    await _load(dsn, 20_000)
     q = Queries(SCHEMA)
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
-        claimed = await q.job_claim(
-            aconn, queue=QUEUE, owner="x10", limit=5, default_lease_seconds=30, default_runtime_seconds=60
-        )
+    claimed = await _claimed_on_stale_statistics(dsn, q, pending=20_000, batch=5)
     params = q._complete_params("someone-else", [(j.id, j.lease.token) for j in claimed], None)
     with psycopg.connect(dsn, autocommit=True) as conn:
         plan = _generic_plan_run(conn, named_queries(SCHEMA)["job_complete_unsettled"], params)
     assert _indexes_reaching(plan, "j") == {"jobs_pkey"}, json.dumps(plan)
     scans = [(n.get("Node Type"), n.get("Relation Name")) for n in _nodes(plan)]
     assert ("Seq Scan", "jobs") not in scans, json.dumps(plan)
+
+
+async def _claimed_on_stale_statistics(dsn: str, q: Queries, *, pending: int, batch: int) -> list[Any]:
+    """`batch` jobs claimed from `pending` loaded after the table's statistics were taken empty."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"VACUUM ANALYZE {SCHEMA}.jobs")
+    await _load(dsn, pending)
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+        return await q.job_claim(
+            aconn, queue=QUEUE, owner="x10", limit=batch, default_lease_seconds=30, default_runtime_seconds=60
+        )
 
 
 def _generic_plan_run(

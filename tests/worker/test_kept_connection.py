@@ -90,11 +90,10 @@ async def test_an_idle_loop_gives_its_connection_back(
 ) -> None:
     """A loop that sends nothing for IDLE_SECONDS holds no connection from the pool."""
     monkeypatch.setattr(kept_connection, "IDLE_SECONDS", 0.05)
-    kept = KeptConnection(pool, bound=5.0)
-    await backend(kept)
+    await backend(KeptConnection(pool, bound=5.0))
     assert lent(pool) == 1
     for _ in range(100):
-        if lent(pool) == 0:
+        if not lent(pool):
             break
         await asyncio.sleep(0.02)
     assert lent(pool) == 0
