@@ -5,6 +5,7 @@ signal, a deadline, a cancel and an operator's end has exactly one outcome."""
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -24,6 +25,18 @@ async def waits(db: AsyncConnection[Any], job_id: int) -> list[tuple[Any, ...]]:
         (job_id,),
     )
     return await cur.fetchall()
+
+
+async def swept(db: AsyncConnection[Any], job_id: int, timeout: float = 10) -> None:
+    """Until a worker's sweep has looked at every wait of the job."""
+    deadline = time.monotonic() + timeout
+    while True:
+        cur = await db.execute("SELECT bool_and(swept) FROM tenure.job_waits WHERE job_id = %s", (job_id,))
+        row = await cur.fetchone()
+        if row is not None and row[0]:
+            return
+        assert time.monotonic() < deadline, f"the waits of job {job_id} were not swept"
+        await asyncio.sleep(0.02)
 
 
 async def db_now(db: AsyncConnection[Any]) -> Any:
@@ -70,6 +83,10 @@ async def test_a_signal_wakes_a_waiting_job_and_its_handler_goes_on_past_the_wai
         row = await wait_state(db, job.id, "waiting")
         assert (row["lease_owner"], row["lease_expires_at"], row["attempt_count"]) == (None, None, 0)
         assert await waits(db, job.id) == [("approve:7", "approve:7", "waiting", False)]
+        # Once the worker's sweep has looked at the new wait (and found no signal kept for it),
+        # nothing locks its row: the signal is delivered at once. A signal that meets the sweep
+        # at its row is kept, and the next sweep delivers it (docs/waits.md).
+        await swept(db, job.id)
         sent = await app.signal("approve:7", {"by": "ana"})
         assert (sent.outcome, sent.job_id) == ("delivered", job.id)
         row = await wait_state(db, job.id, "succeeded")
