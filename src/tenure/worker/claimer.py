@@ -125,8 +125,14 @@ class Claimer(Service):
     def free_slots(self) -> int:
         """Slots whose handler has returned are free, even while their outcome is written; at
         most `concurrency` such writes wait at once, so a slow write path slows claims down."""
-        concurrency = self.services.options.concurrency
-        return min(concurrency - self.executor.busy, 2 * concurrency - len(self.executor.running))
+        return min(self._idle_slots(), self._completion_room())
+
+    def _idle_slots(self) -> int:
+        return self.services.options.concurrency - self.executor.busy
+
+    def _completion_room(self) -> int:
+        """How many more jobs may hold a lease here: their handlers and the writes waiting."""
+        return 2 * self.services.options.concurrency - len(self.executor.running)
 
     def claim_plan(self) -> list[tuple[str, int]]:
         """(queue, slots) to claim, most underserved queue first.
@@ -247,9 +253,8 @@ class Claimer(Service):
 
     def _completion_written(self) -> None:
         # A job's place among the completions waiting is free: that frees a slot only when they
-        # had filled up (free_slots' second bound), so only then is it worth a look.
-        concurrency = self.services.options.concurrency
-        if 2 * concurrency - len(self.executor.running) <= concurrency - self.executor.busy:
+        # had filled up (the bound of free_slots that binds), so only then is it worth a look.
+        if self._completion_room() <= self._idle_slots():
             self._refill_soon()
 
     def _refill_soon(self) -> None:

@@ -14,12 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
+
+from tenure.worker.health import describe_error
+
+log = logging.getLogger("tenure.worker")
 
 #: A kept connection goes back to the pool once its loop has sent nothing for this long (seconds).
 IDLE_SECONDS = 1.0
@@ -76,9 +81,16 @@ class KeptConnection:
     def _idle(self) -> None:
         self._idle_timer = None
         if not self._in_use and self._conn is not None:
-            task = asyncio.get_running_loop().create_task(self.release())
+            task = asyncio.get_running_loop().create_task(self._release_idle())
             self._returning.add(task)
             task.add_done_callback(self._returning.discard)
+
+    async def _release_idle(self) -> None:
+        # In a task nobody awaits: a failure is said here, or it would go unheard.
+        try:
+            await self.release()
+        except Exception as exc:
+            log.warning("could not give an idle kept connection back to its pool: %s", describe_error(exc))
 
     def _cancel_idle_timer(self) -> None:
         if self._idle_timer is not None:
