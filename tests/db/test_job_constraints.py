@@ -14,6 +14,7 @@ from psycopg import AsyncConnection
 from tenure.db.control_queries import ControlQueries
 from tenure.db.queries import Queries
 from tenure.model.jobs import JobSpec, JobState
+from tenure.model.validation import QUEUE_PATTERN
 
 CLAIM = {"queue": "default", "limit": 10, "default_lease_seconds": 30, "default_runtime_seconds": 60}
 
@@ -82,6 +83,42 @@ async def test_check_constraints_reject_illegal_states(db: AsyncConnection[Any],
                 await db.execute(f"UPDATE tenure.jobs SET {assignment} WHERE id = %s", (job_id,))
         assert info.value.diag.constraint_name == constraint, assignment
         assert await queries.job_get(db, job_id) == before
+
+
+QUEUE_NAMES = [
+    "a",
+    "billing.v2",
+    "Emails:eu-1_x",
+    "q" * 63,
+    "q" * 64,
+    "",
+    "_jobs",
+    ".jobs",
+    "-jobs",
+    "bad queue",
+    "jobs\n",
+    "ém",
+    "e" * 62 + "é",
+    "jobs/eu",
+]
+
+
+async def test_the_database_takes_exactly_the_queue_names_the_client_does(db: AsyncConnection[Any]) -> None:
+    """The queue-name CHECK of every table that holds one admits a name exactly when the client's
+    pattern does: the cheap form of the rule (an open class and a byte length) is the same rule."""
+    for table in ("jobs", "workflow_steps", "schedules", "task_policies"):
+        row = await (
+            await db.execute(
+                "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = %s",
+                (f"{table}_queue_format",),
+            )
+        ).fetchone()
+        assert row is not None, table
+        rule = row[0].removeprefix("CHECK ").replace("queue", "%(name)s::text")
+        for name in QUEUE_NAMES:
+            got = await (await db.execute(f"SELECT {rule}", {"name": name})).fetchone()
+            assert got is not None
+            assert got[0] is (QUEUE_PATTERN.fullmatch(name) is not None), (table, name)
 
 
 async def test_audit_log_refuses_unknown_events(db: AsyncConnection[Any]) -> None:

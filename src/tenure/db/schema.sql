@@ -35,7 +35,9 @@ CREATE TABLE __schema__.jobs (
     unique_key       text,
     unique_states    __schema__.job_state[],
     trace_context    jsonb,
-    CONSTRAINT jobs_queue_format CHECK (queue ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$'),
+    -- Every CHECK is evaluated on every write of a row, claim and completion included: each is
+    -- written to cost little (a bounded repetition, {0,62}, cost 1.5 us a row; migration 0028).
+    CONSTRAINT jobs_queue_format CHECK (queue ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]*$' AND octet_length(queue) <= 63),
     CONSTRAINT jobs_task_length CHECK (char_length(task) BETWEEN 1 AND 200),
     CONSTRAINT jobs_payload_object CHECK (jsonb_typeof(payload) = 'object'),
     CONSTRAINT jobs_attempts_in_budget CHECK (max_attempts >= 1 AND attempt_count BETWEEN 0 AND max_attempts),
@@ -312,7 +314,7 @@ CREATE TABLE __schema__.schedules (
     resume_reason   text,
     CONSTRAINT schedules_name_length CHECK (char_length(name) BETWEEN 1 AND 200),
     CONSTRAINT schedules_task_length CHECK (char_length(task) BETWEEN 1 AND 200),
-    CONSTRAINT schedules_queue_format CHECK (queue ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$'),
+    CONSTRAINT schedules_queue_format CHECK (queue ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]*$' AND octet_length(queue) <= 63),
     CONSTRAINT schedules_cron_length CHECK (char_length(cron) BETWEEN 1 AND 200),
     CONSTRAINT schedules_payload_object CHECK (jsonb_typeof(payload) = 'object'),
     CONSTRAINT schedules_attempts_positive CHECK (max_attempts >= 1),
@@ -357,7 +359,7 @@ CREATE TABLE __schema__.task_policies (
     declared_by   text NOT NULL,
     declared_at   timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT task_policies_task_length CHECK (char_length(task) BETWEEN 1 AND 200),
-    CONSTRAINT task_policies_queue_format CHECK (queue ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$'),
+    CONSTRAINT task_policies_queue_format CHECK (queue ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]*$' AND octet_length(queue) <= 63),
     CONSTRAINT task_policies_attempts CHECK (max_attempts BETWEEN 1 AND 1000),
     CONSTRAINT task_policies_unique CHECK (
         (unique_states IS NULL) = NOT (unique_whole OR unique_fields IS NOT NULL)
@@ -668,7 +670,7 @@ CREATE TABLE __schema__.workflow_steps (
     CONSTRAINT workflow_steps_job_unique UNIQUE (job_id),
     CONSTRAINT workflow_steps_name_length CHECK (char_length(name) BETWEEN 1 AND 200),
     CONSTRAINT workflow_steps_task_length CHECK (char_length(task) BETWEEN 1 AND 200),
-    CONSTRAINT workflow_steps_queue_format CHECK (queue ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$'),
+    CONSTRAINT workflow_steps_queue_format CHECK (queue ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]*$' AND octet_length(queue) <= 63),
     CONSTRAINT workflow_steps_payload_object CHECK (jsonb_typeof(payload) = 'object'),
     CONSTRAINT workflow_steps_attempts CHECK (max_attempts BETWEEN 1 AND 1000),
     CONSTRAINT workflow_steps_input CHECK (
