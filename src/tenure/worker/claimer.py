@@ -40,10 +40,12 @@ TRICKLE_GAP = 0.005
 
 
 def claim_terms(registry: TaskRegistry, options: WorkerOptions) -> tuple[list[str], list[TaskLeasePolicy]]:
-    """The tasks a worker of `registry` claims, and each one's lease and runtime. Only tasks it
-    can run: a job of a task registered elsewhere (a mixed-version deploy) is left for a worker
-    that has it, with no attempt spent. tenure.testing claims on the same terms."""
+    """The tasks a worker of `registry` claims, and the lease and runtime of each one whose own
+    differ from the worker's (the claim gives every other task the worker's, without looking it
+    up). Only tasks it can run: a job of a task registered elsewhere (a mixed-version deploy) is
+    left for a worker that has it, with no attempt spent. tenure.testing claims on the same terms."""
     tasks = sorted(t.name for t in registry)
+    defaults = (options.lease_seconds, options.max_runtime_seconds)
     policies = [
         TaskLeasePolicy(
             t.name,
@@ -52,7 +54,7 @@ def claim_terms(registry: TaskRegistry, options: WorkerOptions) -> tuple[list[st
         )
         for t in registry
     ]
-    return tasks, policies
+    return tasks, [p for p in policies if (p.lease_seconds, p.max_runtime_seconds) != defaults]
 
 
 class Claimer(Service):

@@ -28,13 +28,15 @@ from rich.table import Table
 
 from tenure import Tenure
 from tenure.db.connect import connect
-from tenure.db.queries import Queries, TaskLeasePolicy
+from tenure.db.queries import Queries
 from tenure.lab.bench.cpu import cpu_seconds
 from tenure.lab.bench.queries import fetch
 from tenure.lab.bench.raw_worker import RawStatements
 from tenure.lab.bench.sections import load, reset
 from tenure.lab.bench.server import SCHEMA, Databases, check_server
-from tenure.lab.bench.tenure_worker import QUEUE
+from tenure.lab.bench.tenure_worker import QUEUE, app
+from tenure.worker.claimer import claim_terms
+from tenure.worker.options import WorkerOptions
 
 BATCH = 100
 OWNER = "bench-statement-cost"
@@ -45,10 +47,11 @@ async def _index_reads(conn: AsyncConnection[Any]) -> dict[str, int]:
     return {r["name"]: int(r["tuples_read"]) for r in await fetch(conn, SCHEMA, "bench_index_reads")}
 
 
-#: The claim's terms as a worker of the bench's app sends them: the tasks it runs, each with its
-#: lease and runtime (tenure.worker.claimer.claim_terms), and a tenth of each batch oldest first.
-TASKS = ["noop", "probe", "signal_probe"]
-POLICIES = [TaskLeasePolicy(task, 30.0, 600.0) for task in TASKS]
+#: The claim's terms as a worker of the bench's app sends them: the tasks it runs, the lease of
+#: each whose own differs from the worker's (none do: tenure.worker.claimer.claim_terms), and a
+#: tenth of each batch oldest first.
+OPTIONS = WorkerOptions(lease_seconds=30, max_runtime_seconds=600)
+TASKS, POLICIES = claim_terms(app.registry, OPTIONS)
 
 
 async def _tenure_batch(conn: AsyncConnection[Any], queries: Queries) -> int:
@@ -57,8 +60,8 @@ async def _tenure_batch(conn: AsyncConnection[Any], queries: Queries) -> int:
         queue=QUEUE,
         owner=OWNER,
         limit=BATCH,
-        default_lease_seconds=30,
-        default_runtime_seconds=600,
+        default_lease_seconds=OPTIONS.lease_seconds,
+        default_runtime_seconds=OPTIONS.max_runtime_seconds,
         policies=POLICIES,
         tasks=TASKS,
         oldest=BATCH // 10,
