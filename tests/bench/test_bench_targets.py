@@ -211,6 +211,23 @@ def test_cpu_per_job_is_held_to_077x_pgqueuers_and_each_side_shown_beside_it() -
     assert alone["status"] == NOT_MEASURED and "peers" in alone["note"]
 
 
+def test_targets_against_pgqueuer_judge_the_tenure_drain_run_in_pgqueuers_rounds() -> None:
+    """Where Tenure's drain ran in PgQueuer's own rounds (tenure_beside), the drain and CPU targets
+    against PgQueuer judge that run, not the throughput section's from minutes before: the
+    machine's speed drifts between sections, and one commit's ratio moved from 0.85x to 1.22x."""
+    throughput = _throughput(1000, 5000)
+    throughput["tenure_n"] = _drain(1000, worker_cpu_us_per_job=60.0, server_cpu_us_per_job=60.0)
+    pgq = _pgqueuer(1000)
+    for drained in pgq["by_size"].values():
+        drained["best"] = dict(drained["best"], worker_cpu_us_per_job=50.0, server_cpu_us_per_job=50.0)
+        drained["tenure_beside"] = _drain(1300, worker_cpu_us_per_job=40.0, server_cpu_us_per_job=37.0)
+    found = _found({"throughput": throughput, "peers": {"pgqueuer": pgq}})
+    assert [(t["status"], t["value"]) for t in _starting(found, "drain vs pgqueuer")] == [(MET, 1300)] * 2
+    (cpu,) = _starting(found, "CPU per job, worker + server, vs pgqueuer at its best batch")
+    assert (cpu["status"], cpu["value"], cpu["ratio"]) == (MET, 77.0, 0.77)
+    assert found["server CPU per job vs pgqueuer, 50,000 jobs"]["value"] == 37.0
+
+
 def test_index_entries_per_job_name_each_step_and_index() -> None:
     """The index entries a job's path writes, counted on the schema, with each step's indexes."""
     throughput = _throughput(1000, 2000)

@@ -9,7 +9,14 @@ from typing import Any
 
 from tenure.lab.bench.index_entries import describe
 from tenure.lab.bench.rows import fmt, ratio_at_most
-from tenure.lab.bench.verdicts import Sections, Target, jobs_label, reported, target, why_missing
+from tenure.lab.bench.verdicts import (
+    Sections,
+    Target,
+    jobs_label,
+    reported,
+    target,
+    why_missing,
+)
 
 #: What a job costs in the drain, each reported beside the raw loop's from the same drain: the
 #: key in the drain's result, the unit, and the figure's name.
@@ -70,14 +77,17 @@ def cpu_targets(s: Sections) -> list[Target]:
     pgq = _pgqueuer_best(s, size)
     why = "" if pgq else why_missing(s, "peers") or "pgqueuer not measured"
     baseline = f"pgqueuer batch {pgq['batch']}" if pgq else "pgqueuer"
-    tenure = _cpu_total(tp["tenure_n"])
+    at_size = s.get("peers", {}).get("pgqueuer", {}).get("by_size", {}).get(str(size), {})
+    # Tenure's drain from PgQueuer's own rounds where it ran there; the throughput section's else.
+    beside: dict[str, Any] = at_size.get("tenure_beside") or tp["tenure_n"]
+    tenure = _cpu_total(beside)
     if tenure is None and not why:
         why = "the server is not on this machine"
     # Not measured without PgQueuer's figure: a target is judged against its baseline only.
     judged = tenure if _cpu_total(pgq) is not None else None
     found = [target(name, "<= 0.77x", judged, "us/job", baseline, _cpu_total(pgq), ratio_at_most(0.77), why)]
     for key, side in (("worker_cpu_us_per_job", "worker"), ("server_cpu_us_per_job", "server")):
-        value = tp["tenure_n"].get(key)
+        value = beside.get(key)
         found.append(
             reported(
                 f"{side} CPU per job vs pgqueuer, {jobs_label(size)}",

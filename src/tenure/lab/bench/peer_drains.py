@@ -1,7 +1,10 @@
 """The peers' drains, each at its best settings, at the run's sizes.
 
 PgQueuer: as many processes as Tenure's, `batch_size` swept (`max_concurrent_tasks` twice each),
-interleaved round by round like the raw ceiling, the best median at each size standing.
+interleaved round by round like the raw ceiling, the best median at each size standing; Tenure's
+own drain runs in the same rounds, and the targets against PgQueuer are judged on it. Judged on
+the throughput section's Tenure drain, minutes apart, the ratio of one commit's runs spread from
+0.85x to 1.22x on this machine as its speed drifted.
 Procrastinate: once per size, with a pool sized for its concurrency as its docs advise, on a
 tenth of each size (it runs 20-50x slower than the others, so the full sizes would take minutes;
 started behind the gate, its rate over that many jobs is steady)."""
@@ -13,22 +16,31 @@ from typing import Any
 
 from tenure.lab.bench import peers
 from tenure.lab.bench.rounds import Drain, DrainRounds, best_of, median_run
-from tenure.lab.bench.sections import peer_drain
+from tenure.lab.bench.sections import peer_drain, tenure_drain
 
 #: PgQueuer's batch where the peers section did not sweep it (the end-to-end section alone): its
 #: best in the standard runs so far.
 PGQUEUER_UNSWEPT_BATCH = 100
 #: Procrastinate drains this fraction of each size.
 SLOW_PEER_FRACTION = 10
+#: The key of Tenure's drain among PgQueuer's batch sizes in the peers' rounds.
+TENURE = "tenure"
 
 
-async def pgqueuer_best(dsn: str, rounds: DrainRounds, batches: tuple[int, ...]) -> dict[str, Any]:
+async def pgqueuer_best(
+    dsn: str, rounds: DrainRounds, batches: tuple[int, ...], tenure_dsn: str | None = None
+) -> dict[str, Any]:
+    """PgQueuer's drains at each batch size, and with `tenure_dsn` Tenure's beside them in the
+    same rounds (`tenure_beside` at each size)."""
     contenders = rounds.contenders
-    drains: dict[int, Drain] = {
+    drains: dict[int | str, Drain] = {
         batch: partial(peer_drain, "pgqueuer", dsn, contenders, processes=rounds.processes, batch=batch)
         for batch in batches
     }
-    runs = await rounds.interleaved("peer pgqueuer", f"batch sizes {list(batches)}", drains)
+    if tenure_dsn is not None:
+        drains[TENURE] = partial(tenure_drain, tenure_dsn, contenders, processes=rounds.processes)
+    swept = f"batch sizes {list(batches)}" + (", and Tenure's drain" if tenure_dsn is not None else "")
+    runs = await rounds.interleaved("peer pgqueuer", swept, drains)
     by_size: dict[str, dict[str, Any]] = {}
     for size in rounds.sizes:
         sweep = {
@@ -40,6 +52,8 @@ async def pgqueuer_best(dsn: str, rounds: DrainRounds, batches: tuple[int, ...])
             "batch_sweep": {str(b): r for b, r in sweep.items()},
             "best": sweep[best] | {"batch": best},
         }
+        if tenure_dsn is not None:
+            by_size[str(size)]["tenure_beside"] = median_run(runs[(TENURE, size)])
     primary = by_size[str(max(rounds.sizes))]["best"]
     return {"version": peers.version("pgqueuer"), "batches": list(batches), "by_size": by_size, **primary}
 

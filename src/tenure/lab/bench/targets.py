@@ -25,6 +25,7 @@ from tenure.lab.bench.verdicts import (
     jobs_label,
     reported,
     target,
+    tenure_beside_pgqueuer,
     why_missing,
 )
 
@@ -89,11 +90,12 @@ def _pgqueuer_targets(s: Sections) -> list[Target]:
     found = []
     for size, drained in pgq["by_size"].items():
         best = drained["best"]
+        tenure = tenure_beside_pgqueuer(tp, drained, size)
         found.append(
             target(
                 f"{name}, {jobs_label(size)}",
                 ">= 1.3x",
-                tp["by_size"][size]["tenure_n"]["jobs_per_second"],
+                None if tenure is None else tenure["jobs_per_second"],
                 "jobs/s",
                 f"pgqueuer batch {best['batch']}, {tp['processes']} processes",
                 best["jobs_per_second"],

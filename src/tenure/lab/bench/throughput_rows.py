@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from tenure.lab.bench.rows import Row, ratio_at_least, row, value_at_most
+from tenure.lab.bench.verdicts import tenure_beside_pgqueuer
 
 
 def _jobs(size: str | int) -> str:
@@ -79,7 +80,7 @@ def peer_rows(tp: dict[str, Any], peers: dict[str, Any]) -> list[Row]:
             won = " (its best)" if int(batch) == best["batch"] else ""
             rows.append(_against_the_ceiling(tp, size, f"pgqueuer batch {batch}, {_jobs(size)}{won}", swept))
         vs = f"tenure vs pgqueuer (batch {best['batch']}), {_jobs(size)}"
-        rows += _tenure_against(tp, size, vs, "pgqueuer", best, 1.3)
+        rows += _tenure_against(tp, size, vs, "pgqueuer", best, 1.3, tenure_beside_pgqueuer(tp, at, size))
     pro = peers.get("procrastinate", {})
     for size, drained in pro.get("by_size", {}).items():
         setting = f"concurrency {pro['concurrency_per_process']}, pool {pro['pool_max_size']}"
@@ -103,12 +104,15 @@ def _tenure_against(
     peer: str,
     drained: dict[str, Any],
     bound: float | None = None,
+    beside: dict[str, Any] | None = None,
 ) -> list[Row]:
     """Tenure's drain against a peer's at the same size, held to `bound` times the peer's rate
-    where there is a target."""
-    if not tp or size not in tp["by_size"]:
-        return []
-    tenure = tp["by_size"][size]["tenure_n"]["jobs_per_second"]
+    where there is a target; `beside`: Tenure's drain from the peer's own rounds, where it ran."""
+    if beside is None:
+        if not tp or size not in tp["by_size"]:
+            return []
+        beside = tp["by_size"][size]["tenure_n"]
+    tenure = beside["jobs_per_second"]
     target = (f">= {bound:g}x", ratio_at_least(bound)) if bound is not None else ("", None)
     return [row("peers", figure, tenure, "jobs/s", peer, drained["jobs_per_second"], *target)]
 
