@@ -214,7 +214,8 @@ def test_cpu_per_job_is_held_to_077x_pgqueuers_and_each_side_shown_beside_it() -
 def test_targets_against_pgqueuer_judge_the_tenure_drain_run_in_pgqueuers_rounds() -> None:
     """Where Tenure's drain ran in PgQueuer's own rounds (tenure_beside), the drain and CPU targets
     against PgQueuer judge that run, not the throughput section's from minutes before: the
-    machine's speed drifts between sections, and one commit's ratio moved from 0.85x to 1.22x."""
+    machine's speed drifts between sections (one afternoon's runs: 0.85x to 1.18x for code that
+    measured the same in alternated drains)."""
     throughput = _throughput(1000, 5000)
     throughput["tenure_n"] = _drain(1000, worker_cpu_us_per_job=60.0, server_cpu_us_per_job=60.0)
     pgq = _pgqueuer(1000)

@@ -3,8 +3,8 @@
 PgQueuer: as many processes as Tenure's, `batch_size` swept (`max_concurrent_tasks` twice each),
 interleaved round by round like the raw ceiling, the best median at each size standing; Tenure's
 own drain runs in the same rounds, and the targets against PgQueuer are judged on it. Judged on
-the throughput section's Tenure drain, minutes apart, the ratio of one commit's runs spread from
-0.85x to 1.22x on this machine as its speed drifted.
+the throughput section's Tenure drain, minutes apart, the CPU ratio of code whose alternated
+drains measured the same spread from 0.85x to 1.18x across runs as the machine's speed drifted.
 Procrastinate: once per size, with a pool sized for its concurrency as its docs advise, on a
 tenth of each size (it runs 20-50x slower than the others, so the full sizes would take minutes;
 started behind the gate, its rate over that many jobs is steady)."""
