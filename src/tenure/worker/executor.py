@@ -9,7 +9,7 @@ import functools
 import logging
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -166,12 +166,15 @@ class Executor:
         execution.slot_freed = on_done
         execution.on_end = on_end
         self.busy += 1
-        run = self._run(execution) if traced else self._attempt(execution)
+        self._run_in_task(execution, self._run(execution) if traced else self._attempt(execution))
+        return execution
+
+    def _run_in_task(self, execution: Execution, work: Coroutine[Any, Any, None]) -> None:
+        """Runs `work` as the execution's task, which ends it (_task_done) once done."""
         # The loop's own create_task takes the name as it makes the task: asyncio.create_task
         # names it a second time, after the default name (half a microsecond a job).
-        execution.task = asyncio.get_running_loop().create_task(run, name=f"tenure-job-{job.id}")
+        execution.task = asyncio.get_running_loop().create_task(work, name=f"tenure-job-{execution.job.id}")
         execution.task.add_done_callback(functools.partial(self._task_done, execution))
-        return execution
 
     def _task_done(self, execution: Execution, _: asyncio.Task[None]) -> None:
         if self._release_slot(execution):  # a task cancelled before its handler returned
@@ -471,10 +474,7 @@ class Executor:
             failing = self._fail(
                 execution, task, "COMPLETION_REJECTED", str(rejected), FailureClass.PERMANENT
             )
-            execution.task = asyncio.get_running_loop().create_task(
-                failing, name=f"tenure-job-{execution.job.id}"
-            )
-            execution.task.add_done_callback(functools.partial(self._task_done, execution))
+            self._run_in_task(execution, failing)
             return
         self._record_completion(execution, outcome)
         self._end_if_done(execution)
