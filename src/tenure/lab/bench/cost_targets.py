@@ -15,6 +15,7 @@ from tenure.lab.bench.verdicts import (
     jobs_label,
     reported,
     target,
+    tenure_beside_pgqueuer,
     why_missing,
 )
 
@@ -78,8 +79,7 @@ def cpu_targets(s: Sections) -> list[Target]:
     why = "" if pgq else why_missing(s, "peers") or "pgqueuer not measured"
     baseline = f"pgqueuer batch {pgq['batch']}" if pgq else "pgqueuer"
     at_size = s.get("peers", {}).get("pgqueuer", {}).get("by_size", {}).get(str(size), {})
-    # Tenure's drain from PgQueuer's own rounds where it ran there; the throughput section's else.
-    beside: dict[str, Any] = at_size.get("tenure_beside") or tp["tenure_n"]
+    beside: dict[str, Any] = tenure_beside_pgqueuer(at_size, tp["tenure_n"]) or {}
     tenure = _cpu_total(beside)
     if tenure is None and not why:
         why = "the server is not on this machine"

@@ -90,7 +90,7 @@ def _pgqueuer_targets(s: Sections) -> list[Target]:
     found = []
     for size, drained in pgq["by_size"].items():
         best = drained["best"]
-        tenure = tenure_beside_pgqueuer(tp, drained, size)
+        tenure = tenure_beside_pgqueuer(drained, tp["by_size"][size]["tenure_n"])
         found.append(
             target(
                 f"{name}, {jobs_label(size)}",

@@ -80,7 +80,7 @@ def peer_rows(tp: dict[str, Any], peers: dict[str, Any]) -> list[Row]:
             won = " (its best)" if int(batch) == best["batch"] else ""
             rows.append(_against_the_ceiling(tp, size, f"pgqueuer batch {batch}, {_jobs(size)}{won}", swept))
         vs = f"tenure vs pgqueuer (batch {best['batch']}), {_jobs(size)}"
-        rows += _tenure_against(tp, size, vs, "pgqueuer", best, 1.3, tenure_beside_pgqueuer(tp, at, size))
+        rows += _tenure_against(tp, size, vs, "pgqueuer", best, 1.3, tenure_beside_pgqueuer(at, None))
     pro = peers.get("procrastinate", {})
     for size, drained in pro.get("by_size", {}).items():
         setting = f"concurrency {pro['concurrency_per_process']}, pool {pro['pool_max_size']}"

@@ -90,11 +90,9 @@ def print_targets(found: list[Target], console: Console) -> None:
 
 
 def tenure_beside_pgqueuer(
-    tp: dict[str, Any] | None, at_size: dict[str, Any], size: str
+    at_size: dict[str, Any], otherwise: dict[str, Any] | None
 ) -> dict[str, Any] | None:
-    """Tenure's drain of `size` to set beside PgQueuer's best (`at_size`, the peers section's figures
-    at that size): the one run in PgQueuer's own rounds, else the throughput section's."""
+    """Tenure's drain to set beside PgQueuer's best (`at_size`, the peers section's figures at one
+    size): the one run in PgQueuer's own rounds, else `otherwise` (the throughput section's)."""
     beside: dict[str, Any] | None = at_size.get("tenure_beside")
-    if beside is None and tp and size in tp["by_size"]:
-        beside = tp["by_size"][size]["tenure_n"]
-    return beside
+    return otherwise if beside is None else beside
