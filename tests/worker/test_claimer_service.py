@@ -1,11 +1,14 @@
 """The claimer stepped pass by pass on a real database with a fake local clock: a pass claims only
 into free slots and says how many it took, a slot frees when its handler returns (before its
 completion is written) and is filled by the next pass, at most `concurrency` completions wait at
-once, and no pass claims while completions cannot be written."""
+once, no pass claims while completions cannot be written, and a job stopped before its task first
+ran still gives its slot back."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
+import warnings
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -135,3 +138,25 @@ async def test_no_pass_claims_while_completions_cannot_be_written(
     stepped.completer.health.succeeded()
     assert await stepped.claimer.run_once() == 1
     assert await running(db) == 1
+
+
+async def test_a_job_stopped_before_its_task_first_runs_still_gives_its_slot_back(
+    stepped: Stepped, db: AsyncConnection[Any], queries: Queries
+) -> None:
+    """Jobs stopped in the same turn of the loop that claimed them (their tasks cancelled before
+    their first step, so their work never begins) still free their slots and leave the running
+    set, and their never-begun work is closed, not left to warn that it was never awaited."""
+    await queries.job_insert_many(db, [JobSpec(task="held") for _ in range(SLOTS)])
+    executor = stepped.claimer.executor
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert await stepped.claimer.run_once() == SLOTS
+        for execution in list(executor.running.values()):
+            executor.stop_for_shutdown(execution)
+        async with asyncio.timeout(10):
+            while executor.running:
+                await asyncio.sleep(0)
+        gc.collect()
+    assert executor.busy == 0
+    assert stepped.claimer.free_slots() == SLOTS
+    assert not [w for w in caught if "never awaited" in str(w.message)]

@@ -78,6 +78,8 @@ class Execution:
     job: ClaimedJob
     ctx: JobContext
     task: asyncio.Task[None] | None = None
+    #: What the task runs (Executor._run_in_task).
+    work: Coroutine[Any, Any, None] | None = field(default=None, repr=False)
     thread: asyncio.Future[Any] | None = None
     local_deadline: float = 0.0
     cancel_reason: str | None = None
@@ -91,6 +93,8 @@ class Execution:
     slot_freed: Callable[[], None] = field(default=lambda: None, repr=False)
     #: Its success is with the completer, whose word ends the execution (Executor._completed).
     outcome_pending: bool = False
+    #: Its task's work has returned or raised (or the task was cancelled before it began).
+    work_done: bool = False
     #: Left `Executor.running`: its outcome is written, or it is given up.
     ended: bool = False
     #: Told once it has ended (tenure.testing waits for a job's outcome with it).
@@ -169,22 +173,56 @@ class Executor:
         self._run_in_task(execution, self._run(execution) if traced else self._attempt(execution))
         return execution
 
-    def _run_in_task(self, execution: Execution, work: Coroutine[Any, Any, None]) -> None:
-        """Runs `work` as the execution's task, which ends it (_task_done) once done."""
+    def _run_in_task(
+        self,
+        execution: Execution,
+        work: Coroutine[Any, Any, None],
+        context: contextvars.Context | None = None,
+    ) -> None:
+        """Runs `work` as the execution's task, which ends the execution once `work` is done."""
+        execution.work_done = False
         # The loop's own create_task takes the name as it makes the task: asyncio.create_task
         # names it a second time, after the default name (half a microsecond a job).
-        execution.task = asyncio.get_running_loop().create_task(work, name=f"tenure-job-{execution.job.id}")
-        execution.task.add_done_callback(functools.partial(self._task_done, execution))
+        execution.task = asyncio.get_running_loop().create_task(
+            self._ending(execution, work), name=f"tenure-job-{execution.job.id}", context=context
+        )
+        execution.work = work
 
-    def _task_done(self, execution: Execution, _: asyncio.Task[None]) -> None:
+    async def _ending(self, execution: Execution, work: Coroutine[Any, Any, None]) -> None:
+        # The execution's end is run by its own task as `work` returns, not by a done callback:
+        # a callback scheduled and run for every job cost about a microsecond of worker CPU a
+        # job. A task cancelled before it began never gets here: _cancel covers that one.
+        try:
+            await work
+        finally:
+            self._work_done(execution)
+
+    def _work_done(self, execution: Execution, _: object = None) -> None:
+        if execution.work_done:
+            return
+        execution.work_done = True
         if self._release_slot(execution):  # a task cancelled before its handler returned
             execution.slot_freed()
         self._end_if_done(execution)
 
-    def _end_if_done(self, execution: Execution) -> None:
-        """Ends the execution once its task is done and no outcome of its is still being written."""
+    def _cancel(self, execution: Execution) -> None:
+        """Cancels the execution's task. One cancelled before its first step never runs its
+        work, so a done callback ends the execution then (closing the work, never begun)."""
         task = execution.task
-        if execution.ended or execution.outcome_pending or (task is not None and not task.done()):
+        if task is None or task.done():
+            return
+        task.cancel()
+        task.add_done_callback(functools.partial(self._cancelled, execution))
+
+    def _cancelled(self, execution: Execution, _: asyncio.Task[None]) -> None:
+        if not execution.work_done:
+            if execution.work is not None:
+                execution.work.close()
+            self._work_done(execution)
+
+    def _end_if_done(self, execution: Execution) -> None:
+        """Ends the execution once its work is done and no outcome of its is still being written."""
+        if execution.ended or execution.outcome_pending or not execution.work_done:
             return
         execution.ended = True
         job = execution.job
@@ -253,16 +291,13 @@ class Executor:
     def abandon(self, execution: Execution) -> None:
         """Stops waiting for a thread that will not return (the worker is exiting)."""
         execution.abandoned = True
-        if execution.task is not None and not execution.task.done():
-            execution.task.cancel()
+        self._cancel(execution)
 
-    @staticmethod
-    def _interrupt(execution: Execution, reason: str) -> None:
+    def _interrupt(self, execution: Execution, reason: str) -> None:
         if execution.cancel_reason is not None or execution.handler_done:
             return
         execution.cancel_reason = reason
-        if execution.task is not None:
-            execution.task.cancel()
+        self._cancel(execution)
 
     async def _record_loss(self, job: ClaimedJob, code: str, reason: str) -> None:
         try:
@@ -352,8 +387,11 @@ class Executor:
         )
         if execution.thread is None or execution.thread.done():
             self._code_stopped(execution)
-        await self._settle(execution, task, error, secrets, value)
-        await self._until_code_stops(execution)
+        writing = self._settle(execution, task, error, secrets, value)
+        if writing is not None:
+            await writing
+        if execution.thread is not None:
+            await self._until_code_stops(execution)
 
     async def _until_code_stops(self, execution: Execution) -> None:
         """Keeps the slot until a thread handler returns, however long it runs on."""
@@ -382,21 +420,23 @@ class Executor:
         self.busy -= 1
         return True
 
-    async def _settle(
+    def _settle(
         self, execution: Execution, task: AnyTask, error: Exception | None, secrets: list[str], value: Any
-    ) -> None:
-        """Writes the attempt's outcome, if it is still this worker's to write: `error` raised,
-        or `value` returned (a result, or a Snooze)."""
+    ) -> Coroutine[Any, Any, None] | None:
+        """Settles the attempt's outcome, if it is still this worker's to write: `error` raised,
+        or `value` returned (a result, or a Snooze). A success is handed to the completer; a
+        failure or a snooze is returned as the write to await (a coroutine only for those: the
+        success of every job would otherwise make one and await it)."""
         job, ctx = execution.job, execution.ctx
         if ctx.waiting_on is not None:
             # The wait's own statement ended the attempt and wrote its outcome; whatever the
             # handler did after it (caught WaitStarted, raised) cannot land.
             self.services.stats.waited += 1
             self._finished(execution, Outcome.WAITING, None)
-            return
+            return None
         if execution.cancel_reason == MAX_RUNTIME:
             runtime = (job.lease.deadline - job.db_now).total_seconds()
-            await self._fail(
+            return self._fail(
                 execution,
                 task,
                 "MAX_RUNTIME",
@@ -404,28 +444,25 @@ class Executor:
                 FailureClass.TRANSIENT,
                 at_deadline=True,
             )
-            return
         if execution.cancel_reason is not None:
-            return  # lease lost or shutdown: the job is no longer ours to write
+            return None  # lease lost or shutdown: the job is no longer ours to write
         if isinstance(error, LeaseLost):
             if not ctx.lease_lost:
                 self.lose(execution, LOST)
-            return
+            return None
         snooze = error if isinstance(error, Snooze) else value if isinstance(value, Snooze) else None
         if snooze is not None and not ctx.completed and not ctx.lease_lost:
-            await self._snooze(execution, task, snooze)
-            return
+            return self._snooze(execution, task, snooze)
         if error is not None:
             if ctx.completed or ctx.lease_lost:
                 # The type only: an exception's text may quote the payload.
                 log.warning("job %s raised %s after its outcome was settled", job.id, type(error).__name__)
                 if ctx.completed:
                     self._succeeded(execution)  # committed by ctx.atomic: a success
-                return
+                return None
             failure = task.policy.failure.classify(error)
             detail = redact("".join(traceback.format_exception(error, limit=8)), secrets)[-1900:]
-            await self._fail(execution, task, error_code(error), detail, failure, error)
-            return
+            return self._fail(execution, task, error_code(error), detail, failure, error)
         result = None
         if value is not None and snooze is None:
             try:
@@ -436,9 +473,8 @@ class Executor:
                 if ctx.completed:
                     log.warning("job %s succeeded, but its result is not stored: %s", job.id, refused)
                     self._succeeded(execution)
-                    return
-                await self._fail(execution, task, refused.code, str(refused), FailureClass.PERMANENT)
-                return
+                    return None
+                return self._fail(execution, task, refused.code, str(refused), FailureClass.PERMANENT)
         if ctx.completed:
             # Completed in the handler's own transaction; the result follows that commit.
             if result is not None or job.result_wanted:
@@ -447,21 +483,19 @@ class Executor:
                 self._succeeded(execution)
             else:
                 self._not_replicated(execution, "its ctx.atomic commit")
-            return
+            return None
         if ctx.lease_lost:
-            return
+            return None
         # A waited-for job always gets a result, JSON null for none: a waiter reads SQL NULL as
         # "still on its way" (see job_result_get).
         stored = Jsonb(result) if result is not None or job.result_wanted else None
-        # Handed over, not waited for: the task ends here, and the completer's word, in this
-        # task's context (its log lines name the job), ends the execution.
+        # Handed over, not waited for: the task ends here, and the completer's word ends the
+        # execution. It is told in the completer's own context, not a copy of this task's: its
+        # rare paths name the job in their log lines themselves (_completed).
         execution.outcome_pending = True
-        context = contextvars.copy_context()
-
-        def settled(outcome: str, rejected: CompletionRejected | None) -> None:
-            context.run(self._completed, execution, task, outcome, rejected)
-
+        settled = functools.partial(self._completed, execution, task)
         self.completer.complete_soon(job, execution.local_expiry, stored, settled)
+        return None
 
     def _completed(
         self, execution: Execution, task: AnyTask, outcome: str, rejected: CompletionRejected | None
@@ -474,7 +508,9 @@ class Executor:
             failing = self._fail(
                 execution, task, "COMPLETION_REJECTED", str(rejected), FailureClass.PERMANENT
             )
-            self._run_in_task(execution, failing)
+            context = contextvars.copy_context()  # the completer's: the job is bound in the copy
+            context.run(bind_job, execution.job, self.services.owner)
+            self._run_in_task(execution, failing, context)
             return
         self._record_completion(execution, outcome)
         self._end_if_done(execution)
@@ -490,7 +526,12 @@ class Executor:
             self.services.events.fencing_loss(job, "FENCED_COMPLETE")
             self._finished(execution, Outcome.FENCED, "FENCED_COMPLETE")
             ctx.mark_lost("fence refused the completion")
-            log.warning("job %s: completion refused by the fence (token %s)", job.id, job.lease.token)
+            log.warning(
+                "job %s: completion refused by the fence (token %s)",
+                job.id,
+                job.lease.token,
+                extra=job_fields(job, self.services.owner),
+            )
         else:
             self.lose(execution, "lease ran out before its completion could be written", "WRITE_FAILED")
 
