@@ -256,10 +256,12 @@ class Claimer(Service):
     def _completion_written(self) -> None:
         # A job's place among the completions waiting is free: that frees a slot only when they
         # had filled up (the bound of free_slots that binds), so only then is it worth a look.
-        if self._completion_room() <= self._idle_slots():
+        if not self._wake.is_set() and self._completion_room() <= self._idle_slots():
             self._refill_soon()
 
     def _refill_soon(self) -> None:
+        if self._wake.is_set():
+            return  # a claim is due already: it takes every slot free by then
         if self.free_slots() >= self._refill_at:
             self._wake.set()
         elif self._refill_timer is None:

@@ -66,7 +66,7 @@ class CompletionOutcome:
 Settled = Callable[[str, "CompletionRejected | None"], None]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Pending:
     job: ClaimedJob
     expires: float  # local monotonic estimate of the lease's end: past it, writing is pointless

@@ -66,7 +66,7 @@ def _within_hooks(hooks: tuple[ThreadHook, ...], call: Callable[[], Any]) -> Any
         return call()
 
 
-@dataclass
+@dataclass(slots=True)
 class Execution:
     """A job this worker is running, with its lease's expiry as measured on the local clock.
 
