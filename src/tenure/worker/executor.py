@@ -197,7 +197,7 @@ class Executor:
         finally:
             self._work_done(execution)
 
-    def _work_done(self, execution: Execution, _: object = None) -> None:
+    def _work_done(self, execution: Execution) -> None:
         if execution.work_done:
             return
         execution.work_done = True
