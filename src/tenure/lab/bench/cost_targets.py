@@ -51,9 +51,15 @@ def _reference(tp: Sections) -> dict[str, Any]:
     return reference
 
 
+def _pgqueuer_at(s: Sections, size: int) -> dict[str, Any] | None:
+    """The peers section's PgQueuer figures at `size`, None where it was not measured."""
+    found: dict[str, Any] | None = s.get("peers", {}).get("pgqueuer", {}).get("by_size", {}).get(str(size))
+    return found
+
+
 def _pgqueuer_best(s: Sections, size: int) -> dict[str, Any] | None:
     """PgQueuer's best drain of `size` (the peers section), None where it was not measured."""
-    drained = s.get("peers", {}).get("pgqueuer", {}).get("by_size", {}).get(str(size))
+    drained = _pgqueuer_at(s, size)
     return None if drained is None else dict(drained["best"])
 
 
@@ -78,8 +84,7 @@ def cpu_targets(s: Sections) -> list[Target]:
     pgq = _pgqueuer_best(s, size)
     why = "" if pgq else why_missing(s, "peers") or "pgqueuer not measured"
     baseline = f"pgqueuer batch {pgq['batch']}" if pgq else "pgqueuer"
-    at_size = s.get("peers", {}).get("pgqueuer", {}).get("by_size", {}).get(str(size), {})
-    beside: dict[str, Any] = tenure_beside_pgqueuer(at_size, tp["tenure_n"]) or {}
+    beside: dict[str, Any] = tenure_beside_pgqueuer(_pgqueuer_at(s, size) or {}, tp["tenure_n"]) or {}
     tenure = _cpu_total(beside)
     if tenure is None and not why:
         why = "the server is not on this machine"
