@@ -82,18 +82,51 @@ def test_lifespan_start_fails_when_worker_cannot_start(empty_dsn: str) -> None:
         pass
 
 
+#: The example's two tests take a few seconds; past this, its pytest prints every thread's stack.
+STACKS_AFTER = 60
+#: ... and past this the run is stopped, and what its database was doing is reported.
+GIVE_UP_AFTER = 120
+
+
 @pytest.mark.slow
 def test_the_examples_own_tests_pass(empty_dsn: str) -> None:
     """examples/fastapi_shop/test_shop.py, the test docs/fastapi.md shows, passes as a reader runs it."""
     env = {**os.environ, "TENURE_DSN": empty_dsn, "PYTHONPATH": os.pathsep.join([str(SRC), str(SHOP)])}
-    done = subprocess.run(
-        # This repository's addopts (xdist) and cache are not the reader's.
-        [sys.executable, "-m", "pytest", "-q", "-o", "addopts=", "-p", "no:cacheprovider", "test_shop.py"],
+    # This repository's addopts (xdist) and cache are not the reader's. Live logs and a stack
+    # dump say where a run that hangs stood, instead of only that it timed out.
+    command = [sys.executable, "-m", "pytest", "-q", "-o", "addopts=", "-p", "no:cacheprovider"]
+    command += [
+        "-o",
+        f"faulthandler_timeout={STACKS_AFTER}",
+        "-o",
+        "log_cli=true",
+        "-o",
+        "log_cli_level=INFO",
+    ]
+    with subprocess.Popen(
+        [*command, "test_shop.py"],
         cwd=SHOP,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "2 passed" in done.stdout, done.stdout
+    ) as run:
+        try:
+            output, _ = run.communicate(timeout=GIVE_UP_AFTER)
+        except subprocess.TimeoutExpired:
+            sessions = _sessions(empty_dsn)
+            run.kill()
+            output, _ = run.communicate()
+            pytest.fail(f"the example's tests hung; its sessions then:\n{sessions}\n{output}")
+    assert run.returncode == 0, output
+    assert "2 passed" in output, output
+
+
+def _sessions(dsn: str) -> str:
+    """What each session of the example's database was doing: a lock wait, a statement, idle."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT application_name, state, wait_event_type, wait_event, left(query, 200)"
+            " FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    return "\n".join(" | ".join(str(v) for v in row) for row in rows) or "(none)"
