@@ -104,3 +104,112 @@ async def test_the_health_watch_gives_up_on_a_critical_service_failing_too_long(
     assert reasons and "the claimer has failed" in reasons[0] and "refused" in reasons[0]
     board.service("claimer").succeeded()
     assert await watch.run_once() is None
+
+
+class LosesCancels(Service):
+    """Sleeps an hour in its pass (`in_pass`) or in its wait before the next one; the first
+    `lose` cancellations that reach that sleep are lost there, as 3.11's asyncio.wait_for loses
+    one when what it waited on ends in the same turn. After a lost one the pass returns, while
+    the wait sleeps on."""
+
+    name = "loser"
+
+    def __init__(self, lose: int, *, in_pass: bool) -> None:
+        self.health = ServiceHealth(self.name, critical=False)
+        self.lose = lose
+        self.sleeps_in_pass = in_pass
+        self.lost = 0
+        self.stopped_calls = 0
+        self.sleeping = asyncio.Event()
+
+    async def _sleep(self, *, return_when_lost: bool) -> None:
+        self.sleeping.set()
+        while True:
+            try:
+                await asyncio.sleep(3600)
+                return
+            except asyncio.CancelledError:
+                if self.lost >= self.lose:
+                    raise
+                self.lost += 1
+                if return_when_lost:
+                    return
+
+    async def run_once(self) -> None:
+        if self.sleeps_in_pass:
+            await self._sleep(return_when_lost=True)
+
+    def next_delay(self, result: None) -> float:
+        return 3600.0
+
+    async def wait(self, delay: float) -> None:
+        await self._sleep(return_when_lost=False)
+
+    async def stopped(self) -> None:
+        self.stopped_calls += 1
+
+
+async def closes(supervisor: Supervisor, within: float = 5.0) -> bool:
+    """Whether `supervisor.close()` returns within `within` seconds; it is not cancelled (a close
+    that swallows its own cancellation would look done)."""
+    closing = asyncio.ensure_future(supervisor.close())
+    done, _ = await asyncio.wait({closing}, timeout=within)
+    return closing in done
+
+
+async def test_a_loop_whose_cancellation_was_lost_in_a_pass_ends_at_its_next_check() -> None:
+    """A pass that loses the close's cancellation and returns ends its loop at the next check,
+    instead of waiting out its hour-long delay: the close returns, and `stopped` was told."""
+    service = LosesCancels(1, in_pass=True)
+    supervisor = Supervisor()
+    supervisor.start(service)
+    await service.sleeping.wait()
+    assert await closes(supervisor)
+    assert service.lost == 1 and service.stopped_calls == 1
+
+
+async def test_a_loop_whose_cancellation_was_lost_in_its_wait_is_cancelled_again() -> None:
+    """A wait that loses the close's cancellation and sleeps on is cancelled again, and ends."""
+    service = LosesCancels(1, in_pass=False)
+    supervisor = Supervisor()
+    supervisor.start(service)
+    await service.sleeping.wait()
+    assert await closes(supervisor)
+    assert service.lost == 1 and service.stopped_calls == 1
+
+
+async def test_a_loop_that_never_ends_is_left_behind_with_an_error(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loop that loses every cancellation is left running after CLOSE_PATIENCE, with an error
+    naming its service: the worker's stop goes on without it."""
+    monkeypatch.setattr("tenure.worker.service.CLOSE_PATIENCE", 0.3)
+    service = LosesCancels(1_000_000, in_pass=False)
+    supervisor = Supervisor()
+    task = supervisor.start(service)
+    await service.sleeping.wait()
+    assert await closes(supervisor)
+    assert not task.done() and service.lost >= 2  # cancelled again, in vain
+    assert "loser did not stop within 0.3s of being cancelled: it is left running" in caplog.text
+    service.lose = 0  # the test's own cancel ends it
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_a_close_cancelled_by_its_caller_raises_there() -> None:
+    """Cancelling close() itself (its caller's own timeout) raises CancelledError in the caller:
+    the close never swallows a cancellation meant for it."""
+    service = LosesCancels(1_000_000, in_pass=False)
+    supervisor = Supervisor()
+    task = supervisor.start(service)
+    await service.sleeping.wait()
+    closing = asyncio.ensure_future(supervisor.close())
+    await asyncio.sleep(0.05)
+    closing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await closing
+    service.lose = 0
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task

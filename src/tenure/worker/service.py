@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -27,6 +26,12 @@ import psycopg
 from tenure.worker.health import ServiceHealth, ServiceHealthBoard, describe_error
 
 log = logging.getLogger("tenure.worker")
+
+#: How long `Supervisor.close` keeps cancelling a loop that has not ended before it leaves the
+#: loop behind, with an error naming its service (seconds).
+CLOSE_PATIENCE = 5.0
+#: How often it cancels such a loop again meanwhile (seconds).
+CANCEL_AGAIN_EVERY = 0.1
 
 
 class Clock(Protocol):
@@ -84,6 +89,9 @@ class Supervisor:
 
     def __init__(self) -> None:
         self._tasks: dict[Service, asyncio.Task[None]] = {}
+        self._closing = False
+        #: Services whose loop has ended and whose `stopped` hook runs: not cancelled again.
+        self._ended: set[Service] = set()
 
     def start(self, service: Service, *, until: asyncio.Event | None = None) -> asyncio.Task[None]:
         """Runs `service` in the background: for ever, or until `until` is set (checked between
@@ -96,7 +104,7 @@ class Supervisor:
         """`service`'s loop: a pass, its delay, a pass; an exception never ends it."""
         health = service.health
         try:
-            while until is None or not until.is_set():
+            while not self._ending(until):
                 try:
                     result = await service.run_once()
                 except asyncio.CancelledError:
@@ -108,24 +116,48 @@ class Supervisor:
                 else:
                     health.succeeded()
                     delay = service.next_delay(result)
-                if delay > 0 and (until is None or not until.is_set()):
+                if delay > 0 and not self._ending(until):
                     await service.wait(delay)
         finally:
+            self._ended.add(service)
             await service.stopped()
+
+    def _ending(self, until: asyncio.Event | None) -> bool:
+        return self._closing or (until is not None and until.is_set())
 
     async def finish(self, service: Service) -> None:
         """Waits for the loop of a service started with `until` to end on its own."""
         await self._tasks.pop(service)
 
     async def close(self) -> None:
-        """Cancels every loop still running and waits for each to end."""
-        tasks = list(self._tasks.values())
-        self._tasks.clear()
-        for task in tasks:
+        """Cancels every loop still running and waits for each to end.
+
+        A cancellation can be lost: on Python 3.11, `asyncio.wait_for` returns what it waited on,
+        instead of raising, when that ended in the same turn of the event loop as the cancel
+        came (so may a library's wait built on it). Such a loop ends at its next check, and one
+        lost inside a long wait is cancelled again (never a `stopped` hook under way); a loop
+        still running after CLOSE_PATIENCE is left behind with an error naming its service. One
+        service never hangs a worker's stop."""
+        self._closing = True
+        tasks, self._tasks = self._tasks, {}
+        pending = set(tasks.values())
+        deadline = time.monotonic() + CLOSE_PATIENCE
+        for task in pending:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        while pending and (left := deadline - time.monotonic()) > 0:
+            _, pending = await asyncio.wait(pending, timeout=min(CANCEL_AGAIN_EVERY, left))
+            for service, task in tasks.items():
+                if task in pending and service not in self._ended:
+                    task.cancel()  # its cancellation was lost, and it still waits inside its loop
+        for service, task in tasks.items():
+            if not task.done():
+                log.error(
+                    "%s did not stop within %gs of being cancelled: it is left running",
+                    service.name,
+                    CLOSE_PATIENCE,
+                )
+            elif not task.cancelled() and (exc := task.exception()) is not None:
+                log.warning("%s failed as it stopped: %s", service.name, describe_error(exc))
 
 
 class HealthWatch(Service):
