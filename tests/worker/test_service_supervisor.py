@@ -11,7 +11,7 @@ import pytest
 from _clock import FakeClock
 
 from tenure.worker.health import ServiceHealth, ServiceHealthBoard
-from tenure.worker.service import HealthWatch, Service, Supervisor
+from tenure.worker.service import HealthWatch, Service, Supervisor, set_within
 
 
 class Flaky(Service):
@@ -213,3 +213,21 @@ async def test_a_close_cancelled_by_its_caller_raises_there() -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def test_set_within_says_whether_the_event_came_and_keeps_a_cancellation() -> None:
+    """set_within is True for an event set before or during the wait, False after its timeout,
+    and a cancellation that comes in the same turn as the event raises instead of being lost."""
+    event = asyncio.Event()
+    assert await set_within(event, 0.01) is False
+    asyncio.get_running_loop().call_later(0.01, event.set)
+    assert await set_within(event, 5) is True
+    assert await set_within(event, None) is True  # already set
+
+    event.clear()
+    waiting = asyncio.ensure_future(set_within(event, 5))
+    await asyncio.sleep(0)  # the wait has begun
+    event.set()
+    waiting.cancel()  # in the same turn: asyncio.wait_for on 3.11 would return True here
+    with pytest.raises(asyncio.CancelledError):
+        await waiting

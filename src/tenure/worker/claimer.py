@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 
@@ -20,7 +19,7 @@ from tenure.worker.health import describe_error
 from tenure.worker.kept_connection import KeptConnection
 from tenure.worker.oldest_share import OldestShare
 from tenure.worker.options import WorkerOptions
-from tenure.worker.service import Service
+from tenure.worker.service import Service, set_within
 from tenure.worker.services import WorkerServices
 
 log = logging.getLogger("tenure.worker")
@@ -301,6 +300,4 @@ class Claimer(Service):
     async def wait(self, delay: float) -> None:
         """Until woken or `delay` passes; after a failure, the whole backoff (a notification
         must not cut it short), unless the worker stops."""
-        event = self.stopping if self._backing_off else self._wake
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout=delay)
+        await set_within(self.stopping if self._backing_off else self._wake, delay)

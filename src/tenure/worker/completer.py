@@ -17,7 +17,7 @@ from tenure.model.jobs import ClaimedJob
 from tenure.telemetry.tracing import batch_span, set_batch_size
 from tenure.worker.health import describe_error
 from tenure.worker.kept_connection import KeptConnection
-from tenure.worker.service import Service
+from tenure.worker.service import Service, set_within
 from tenure.worker.services import WorkerServices
 
 log = logging.getLogger("tenure.worker")
@@ -180,9 +180,7 @@ class Completer(Service):
         if not self._queued and not any(p.not_before <= now for p in self._retry):
             waits = [p.not_before - now for p in self._retry]
             timeout = min(waits) if waits else (PROBE_EVERY if self.health.failing else None)
-            try:
-                await asyncio.wait_for(self._arrived.wait(), timeout)
-            except TimeoutError:
+            if not await set_within(self._arrived, timeout):
                 return self._due()
         return self._due() + self._take_queued([])
 

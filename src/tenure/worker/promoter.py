@@ -5,7 +5,6 @@ notifies its queue."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -17,7 +16,7 @@ from psycopg import AsyncConnection
 from tenure.db.queries import Promotion
 from tenure.db.wait_queries import WaitQueries
 from tenure.worker.health import describe_error
-from tenure.worker.service import Service
+from tenure.worker.service import Service, set_within
 from tenure.worker.services import WorkerServices
 
 log = logging.getLogger("tenure.worker")
@@ -129,8 +128,7 @@ class Promoter(Service):
         resolution is deferred to it, so that a burst of schedules costs one pass, not one each."""
         while (left := self._wake_at - self.clock.monotonic()) > 0:
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=left)
+            await set_within(self._wake, left)
             if self._db_base is None:
                 return  # scheduled for an unknown time: look now
         if self._db_base is not None:

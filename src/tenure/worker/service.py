@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -82,6 +83,17 @@ class Service(abc.ABC):
 
     async def stopped(self) -> None:  # noqa: B027 - a hook: most services have nothing to say
         """The service's loop ended (the worker stops): its last words, bounded in time."""
+
+
+async def set_within(event: asyncio.Event, timeout: float | None) -> bool:
+    """Waits for `event` for at most `timeout` seconds (None: for as long as it takes) and says
+    whether it is set. Unlike `asyncio.wait_for` on Python 3.11, a cancellation that comes as
+    the event is set is never lost, and no task is made for the wait."""
+    if not event.is_set():
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await event.wait()
+    return event.is_set()
 
 
 class Supervisor:
