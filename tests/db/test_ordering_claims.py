@@ -144,6 +144,51 @@ async def test_a_crashed_head_is_recovered_and_still_runs_before_its_followers(
     assert token == (2,)
 
 
+def _claim_params(oldest: int, limit: int) -> dict[str, Any]:
+    return {
+        "queue": "q",
+        "owner": OWNER,
+        "limit": limit,
+        "oldest": oldest,
+        "by_priority": limit - oldest,
+        "tasks": None,
+        "only": None,
+        "default_lease_seconds": 30.0,
+        "default_runtime_seconds": 300.0,
+        "policy_tasks": [],
+        "policy_leases": [],
+        "policy_runtimes": [],
+        "now": None,
+    }
+
+
+def _scans_of(plan: dict[str, Any], index: str) -> list[dict[str, Any]]:
+    found = [plan] if plan.get("Index Name") == index else []
+    for child in plan.get("Plans", []):
+        found += _scans_of(child, index)
+    return found
+
+
+async def test_a_claim_whose_oldest_lane_came_back_short_does_not_walk_the_priority_lane(
+    db: AsyncConnection[Any], queries: Queries
+) -> None:
+    """With fewer claimable jobs than the oldest lane asks for, that lane takes them all and the
+    priority lane's index is never scanned (each lane walks the entries claimed jobs left since
+    the last vacuum); a full oldest lane still leaves the rest of the batch to the priority lane."""
+    await db.execute(
+        "INSERT INTO tenure.jobs (queue, task, priority) SELECT 'q', 't', g % 3 FROM generate_series(1, 3) g"
+    )
+    sql = queries._sql["job_claim"]
+    for oldest, priority_scans in ((5, 0), (2, 1)):
+        async with db.transaction(force_rollback=True):
+            cur = await db.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", _claim_params(oldest, limit=10))
+            [[explained]] = await cur.fetchall()
+        plan = explained[0]["Plan"]
+        assert plan["Actual Rows"] == 3, plan  # every claimable job, either way
+        [scan] = _scans_of(plan, "jobs_claimable_idx")
+        assert scan["Actual Loops"] == priority_scans, (oldest, json.dumps(plan))
+
+
 async def test_the_claim_plan_uses_the_claim_index_and_the_ordering_index(
     db: AsyncConnection[Any], queries: Queries
 ) -> None:

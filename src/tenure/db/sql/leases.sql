@@ -116,6 +116,11 @@ WITH __part_claim_clock__, paused AS (
     WHERE __part_claimable__
       -- SKIP LOCKED does not skip rows this statement itself locked in the other lane.
       AND c.id NOT IN (SELECT id FROM oldest)
+      -- An oldest lane that came back short took every job it could (the same jobs, by age): this
+      -- lane would find none, and is not walked. Each lane's scan steps over the entries that
+      -- jobs claimed since the last vacuum left at the front of its index, so a claim that finds
+      -- fewer jobs than it asks for (jobs arriving one by one, an idle queue) walks once, not twice.
+      AND (SELECT count(*) FROM oldest) >= %(oldest)s
     ORDER BY c.priority DESC, c.available_at, c.id
     LIMIT %(by_priority)s
     FOR UPDATE SKIP LOCKED
