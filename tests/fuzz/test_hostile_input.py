@@ -212,6 +212,7 @@ def test_cli_rejects_invalid_utf8_arguments_cleanly(dsn: str) -> None:
 @example(dsn="postgresql://u:Pw9se%00cret@h/db")
 @example(dsn="host=h password=Pw9first Pw9secondhalf")
 @example(dsn="\ud800")
+@example(dsn="postgresql://:Pw9@[\r/")  # libpq quotes it across a line break
 def test_dsn_is_accepted_or_rejected_with_a_clear_error(dsn: str) -> None:
     """A DSN string is either parsed or refused with DatabaseUnavailable naming the DSN; neither the
     refusal nor the description used in logs ever shows (part of) the password."""

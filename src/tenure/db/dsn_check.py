@@ -21,6 +21,7 @@ URI_PREFIXES = ("postgresql://", "postgres://")
 _SCHEME = re.compile(r"^\s*([A-Za-z][A-Za-z0-9+.:-]*)://")
 _WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _QUOTED = re.compile(r'"([^"]*)"')
+_OPEN_QUOTE = re.compile(r'"([^"]*)$')
 _ENCODE_HINT = "in a URI, percent-encode what the user name or password holds of @ : / ? # % (@ is %40)"
 _QUERY_HINT = "a URI's parameters follow '?' as key=value pairs joined by &, as in ?sslmode=require"
 EXAMPLE = "postgresql://user@host:5432/dbname"
@@ -197,4 +198,11 @@ def _redacted(said: str, dsn: str) -> str:
             return '"…" (part of the password)'
         return match.group(0)
 
-    return _QUOTED.sub(shown, said.removesuffix(" in connection info string")) or "unparseable"
+    said = _QUOTED.sub(shown, said.removesuffix(" in connection info string"))
+    # A quote left open: the DSN held a line break inside it, and only the message's first line
+    # is kept. Whatever of the password is still there is masked where it stands.
+    said = _OPEN_QUOTE.sub(lambda m: f'"{_masked(m.group(1))}', said)
+    for secret in secrets:
+        if len(secret) > 1:
+            said = said.replace(secret, "***")
+    return said or "unparseable"
