@@ -216,7 +216,7 @@ async def test_a_completion_reads_its_batch_once_on_statistics_older_than_the_ba
     params = q._complete_params("x10", [(j.id, j.lease.token) for j in claimed], None)
     with psycopg.connect(dsn, autocommit=True) as conn:
         plan = _generic_plan_run(conn, named_queries(SCHEMA)["job_complete_many"], params)
-    rereads = [n for n in _nodes(plan) if n.get("CTE Name") == "targets" and n.get("Actual Loops", 0) > 1]
+    rereads = [n for n in _nodes(plan) if n.get("CTE Name") == "ids" and n.get("Actual Loops", 0) > 1]
     assert not rereads, json.dumps(plan)
 
 

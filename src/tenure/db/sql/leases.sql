@@ -21,13 +21,13 @@ AND j.lease_expires_at > clock.now
 
 -- part: id_bounds
 -- The rows of j that a statement takes by primary key (`j.id = ANY(...)` beside this) lie between
--- the least and the greatest id of its `targets` CTE. That says nothing the ids do not, but it
+-- the least and the greatest id of its `ids` CTE. That says nothing the ids do not, but it
 -- keeps the plan on jobs_pkey when the plan was made while the planner took the table for small
 -- (never analyzed: ten pages; analyzed nearly empty) and a prepared statement then reuses it as
 -- the table grows. Without the bounds, `id = ANY` over an array of unknown length costs more by
 -- index than a scan of those ten pages, and the cached plan scanned the whole table for every
 -- claim and completion: 21 ms a claim at 200,000 rows, against 2 ms planned afresh.
-j.id BETWEEN (SELECT min(id) FROM targets) AND (SELECT max(id) FROM targets)
+j.id BETWEEN (SELECT min(id) FROM ids) AND (SELECT max(id) FROM ids)
 
 -- part: attempt_holds
 -- Job %(id)s runs under this attempt's lease (token %(token)s), live by the database's clock (j:
@@ -62,10 +62,10 @@ AND NOT (SELECT yes FROM paused)
 -- part: lease_policy
 -- The policy CTE's rows (the clock CTE in scope): each task the worker sent a lease policy for,
 -- with the end of its lease and of its runtime for a job claimed now, worked out once a claim.
-SELECT p.task, clock.now + make_interval(secs => p.runtime_seconds) AS deadline,
-       clock.now + make_interval(secs => least(p.lease_seconds, p.runtime_seconds)) AS expiry
+SELECT p.task, clock.now + make_interval(secs => p.runtime) AS deadline,
+       clock.now + make_interval(secs => least(p.lease, p.runtime)) AS expiry
 FROM unnest(%(policy_tasks)s::text[], %(policy_leases)s::float8[], %(policy_runtimes)s::float8[])
-    AS p(task, lease_seconds, runtime_seconds)
+    AS p(task, lease, runtime)
     CROSS JOIN clock
 
 -- part: take_lease
@@ -134,7 +134,7 @@ WITH __part_claim_clock__, paused AS (
     ORDER BY c.priority DESC, c.available_at, c.id
     LIMIT %(by_priority)s
     FOR UPDATE SKIP LOCKED
-), targets AS (
+), ids AS (
     SELECT id FROM oldest
     UNION ALL
     SELECT id FROM by_priority
@@ -150,7 +150,7 @@ FROM clock
 -- them since. No state test here: `state = 'pending'` lets the planner reach the ids through a
 -- claimable partial index, and on statistics that predate a bulk load it did, reading every
 -- pending entry of the queue for each claim (40-60 ms a claim at 30,000 pending).
-WHERE j.id = ANY(ARRAY(SELECT id FROM targets))
+WHERE j.id = ANY(ARRAY(SELECT id FROM ids))
   AND __part_id_bounds__
 RETURNING __part_claimed_columns__;
 
@@ -200,7 +200,7 @@ WITH __part_claim_clock__, lim AS (
         coalesce(l.max_running - (SELECT count(*) FROM live), %(limit)s),
         coalesce((SELECT floor(tokens)::integer FROM bucket), %(limit)s)))::integer AS n
     FROM lim l
-), candidates AS (
+), pool AS (
     SELECT c.id, c.priority, c.available_at,
            CASE WHEN l.key_field IS NULL THEN c.id::text ELSE c.payload ->> l.key_field END AS k
     FROM __schema__.jobs c CROSS JOIN lim l
@@ -217,7 +217,7 @@ WITH __part_claim_clock__, lim AS (
     GROUP BY 1
 ), ranked AS (
     SELECT c.*, row_number() OVER (PARTITION BY c.k ORDER BY c.priority DESC, c.available_at, c.id) AS rn
-    FROM candidates c
+    FROM pool c
 ), chosen AS (
     -- Every job the limits allow, best first; the claim takes the first the budget allows of
     -- those it can lock, so a job locked elsewhere costs only itself, not its place in the batch.
@@ -225,7 +225,7 @@ WITH __part_claim_clock__, lim AS (
     FROM ranked r CROSS JOIN lim l
     LEFT JOIN held h ON h.k IS NOT DISTINCT FROM r.k
     WHERE l.key_field IS NULL OR coalesce(h.n, 0) + r.rn <= l.max_running_per_key
-), targets AS (
+), ids AS (
     SELECT j.id
     FROM unnest(ARRAY(SELECT id FROM chosen ORDER BY ord)) WITH ORDINALITY AS c(id, ord)
     JOIN __schema__.jobs j ON j.id = c.id
@@ -239,8 +239,8 @@ WITH __part_claim_clock__, lim AS (
     UPDATE __schema__.jobs j
     SET __part_take_lease__
     FROM clock
-    -- Locked pending by `targets` above: no state test, as in job_claim.
-    WHERE j.id = ANY(ARRAY(SELECT id FROM targets))
+    -- Locked pending by `ids` above: no state test, as in job_claim.
+    WHERE j.id = ANY(ARRAY(SELECT id FROM ids))
       AND __part_id_bounds__
     RETURNING __part_claimed_columns__
 ), spent AS (
@@ -262,12 +262,12 @@ SELECT * FROM claimed;
 -- the commit, and notifies).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
-), targets AS (
+), ids AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS u(id, token)
 ), locked AS (
-    -- By primary key, not joined on targets: joined, the plan scans every running job of every
-    -- worker, or, on statistics older than the batch, reads all of targets again for each job (a
-    -- tenth of a millisecond a job). Each row's (id, token) is looked up in a hash of targets'
+    -- By primary key, not joined on `ids`: joined, the plan scans every running job of every
+    -- worker, or, on statistics older than the batch, reads all of `ids` again for each job (a
+    -- tenth of a millisecond a job). Each row's (id, token) is looked up in a hash of `ids`'
     -- pairs, built once a statement: `IS TRUE` keeps the IN a filter (a hashed subplan) that the
     -- planner cannot turn into that join. Looked up by its place in the arrays instead
     -- (array_position), the token cost a scan of the ids for each job: 4 us a job of server CPU
@@ -278,7 +278,7 @@ WITH clock AS (
     CROSS JOIN clock
     WHERE j.id = ANY(%(ids)s::bigint[])
       AND __part_id_bounds__
-      AND ((j.id, j.lease_token) IN (SELECT t.id, t.token FROM targets t)) IS TRUE
+      AND ((j.id, j.lease_token) IN (SELECT t.id, t.token FROM ids t)) IS TRUE
       AND __part_lease_live__
     ORDER BY j.id
     FOR UPDATE OF j SKIP LOCKED
@@ -315,7 +315,7 @@ SELECT id, token FROM done CROSS JOIN waited;
 -- keeps no owner once succeeded). Reads the rows without locking them: it changes none.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
-), targets AS (
+), ids AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS u(id, token)
 ), others AS (
     SELECT i.id, i.token,
@@ -323,7 +323,7 @@ WITH clock AS (
                 THEN 'done'
                 WHEN j.lease_token = i.token AND __part_lease_live__ THEN 'busy'
                 ELSE 'lost' END AS outcome
-    FROM targets i
+    FROM ids i
     CROSS JOIN clock
     LEFT JOIN __schema__.jobs j ON j.id = i.id AND j.id = ANY(%(ids)s::bigint[]) AND __part_id_bounds__
 ), lost AS (
@@ -399,13 +399,13 @@ FROM verdict v LEFT JOIN failed f ON true;
 -- SKIP LOCKED: a row locked elsewhere is left for the next beat instead of stalling the others.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
-), targets AS (
+), ids AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(progress)s::jsonb[],
                          %(lease_seconds)s::float8[]) AS u(id, token, progress, lease_seconds)
 ), locked AS (
     SELECT j.id, i.progress, i.lease_seconds
     FROM __schema__.jobs j
-    JOIN targets i ON i.id = j.id AND i.token = j.lease_token
+    JOIN ids i ON i.id = j.id AND i.token = j.lease_token
     CROSS JOIN clock
     WHERE j.id = ANY(%(ids)s::bigint[])
       AND __part_id_bounds__
@@ -427,12 +427,12 @@ RETURNING j.id, j.lease_token, j.lease_expires_at, clock.now AS db_now;
 -- A row locked elsewhere is skipped: its lease expires and recovery gives it back instead.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
-), targets AS (
+), ids AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS u(id, token)
 ), locked AS (
     SELECT j.id
     FROM __schema__.jobs j
-    JOIN targets i ON i.id = j.id AND i.token = j.lease_token
+    JOIN ids i ON i.id = j.id AND i.token = j.lease_token
     CROSS JOIN clock
     WHERE j.id = ANY(%(ids)s::bigint[])
       AND __part_id_bounds__
@@ -537,12 +537,12 @@ SELECT s.id FROM stored s CROSS JOIN notified;
 -- Which of these (id, token) leases this worker no longer holds: revoked, taken over, finished
 -- or gone. The heartbeat asks it every beat, so a revoke reaches even a job that reports no
 -- progress when the notification did not.
-WITH targets AS (
+WITH ids AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS u(id, token)
 )
 SELECT i.id, i.token, j.state::text AS state, j.lease_token AS current_token, j.last_error_code,
        j.last_error
-FROM targets i
+FROM ids i
 LEFT JOIN __schema__.jobs j
     ON j.id = i.id AND j.id = ANY(%(ids)s::bigint[]) AND __part_id_bounds__
 WHERE j.id IS NULL
