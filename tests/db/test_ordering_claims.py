@@ -145,6 +145,7 @@ async def test_a_crashed_head_is_recovered_and_still_runs_before_its_followers(
 
 
 def _claim_params(oldest: int, limit: int) -> dict[str, Any]:
+    """job_claim's parameters for queue q: `oldest` of `limit` by age, the rest by priority."""
     return {
         "queue": "q",
         "owner": OWNER,
@@ -201,21 +202,7 @@ async def test_the_claim_plan_uses_the_claim_index_and_the_ordering_index(
     )
     await db.execute("ANALYZE tenure.jobs")
     sql = queries._sql["job_claim"]
-    params = {
-        "queue": "q7",
-        "owner": OWNER,
-        "limit": 10,
-        "oldest": 1,
-        "by_priority": 9,
-        "tasks": None,
-        "only": None,
-        "default_lease_seconds": 30.0,
-        "default_runtime_seconds": 300.0,
-        "policy_tasks": [],
-        "policy_leases": [],
-        "policy_runtimes": [],
-        "now": None,
-    }
+    params = _claim_params(oldest=1, limit=10) | {"queue": "q7"}
     cur = await db.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)  # plans only, runs nothing
     [[plan]] = await cur.fetchall()
     text = json.dumps(plan)
