@@ -1,18 +1,22 @@
 """A busy loop's kept connection on a real pool: its statements go through one backend, a failed
 statement gives the connection back for the pool to judge, a second use at once gets a connection
-of its own, and an idle or stopped loop gives its connection back."""
+of its own, an idle or stopped loop gives its connection back, and a claim prepared on an empty
+table is planned again as it fills."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from tenure.db.pool import open_pool
+from tenure.db.queries import Queries
 from tenure.worker import kept_connection
 from tenure.worker.kept_connection import KeptConnection
 
@@ -107,3 +111,73 @@ async def test_a_connection_kept_past_the_hold_goes_back_after_its_statement(
     kept = KeptConnection(pool, bound=5.0)
     await backend(kept)
     assert lent(pool) == 0
+
+
+async def _claim(kept: KeptConnection) -> int:
+    async with kept.use() as conn:
+        jobs = await Queries("tenure").job_claim(
+            conn, queue="q", owner="w", limit=100, default_lease_seconds=30, default_runtime_seconds=60
+        )
+    return len(jobs)
+
+
+async def _cached_claim_plan(kept: KeptConnection) -> str:
+    """The plan of the claim prepared on the kept connection, as its next run would take it."""
+    claim = Queries("tenure")._sql["job_claim"]
+    async with kept.use() as conn:
+        cur = await conn.execute(
+            "SELECT name FROM pg_prepared_statements WHERE statement LIKE %s", ["%lease_token + 1%"]
+        )
+        rows = await cur.fetchall()
+        assert len(rows) == 1, rows
+        names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", claim)))
+        args = ", ".join(sql.Literal(CLAIM_ARGS[n]).as_string(conn) for n in names)
+        cur = await conn.execute(f"EXPLAIN EXECUTE {rows[0][0]}({args})".encode())
+        return "\n".join(r[0] for r in await cur.fetchall())
+
+
+#: Runs after which a statement is prepared (psycopg's threshold, 5) and planned generically
+#: (PostgreSQL plans a prepared statement for its values its first 5 runs).
+PREPARED_AND_GENERIC = 12
+
+CLAIM_ARGS: dict[str, Any] = {
+    "queue": "q",
+    "owner": "w",
+    "limit": 100,
+    "oldest": 10,
+    "by_priority": 90,
+    "tasks": None,
+    "only": None,
+    "default_lease_seconds": 30.0,
+    "default_runtime_seconds": 60.0,
+    "policy_tasks": [],
+    "policy_leases": [],
+    "policy_runtimes": [],
+    "now": None,
+}
+
+
+async def test_a_claim_prepared_on_an_empty_table_is_planned_again_as_the_table_fills(
+    pool: AsyncConnectionPool[Any], dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim prepared while jobs was analyzed empty scans it; once the kept connection's replan
+    time has come, its prepared statements are dropped, and the claim prepared again on the
+    filled table takes its rows by primary key."""
+    monkeypatch.setattr(kept_connection, "REPLAN_AT", (0.5,))
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute("VACUUM ANALYZE tenure.jobs")  # empty, and PostgreSQL knows it
+        admin.execute("INSERT INTO tenure.jobs (queue, task) SELECT 'q', 't' FROM generate_series(1, 3)")
+    kept = KeptConnection(pool, bound=5.0)
+    # Prepared by psycopg at its 6th run, planned for its values 5 times more, then generically.
+    assert sum([await _claim(kept) for _ in range(PREPARED_AND_GENERIC)]) == 3
+    assert "Seq Scan on jobs j" in await _cached_claim_plan(kept)  # the plan a worker then keeps
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(
+            "INSERT INTO tenure.jobs (queue, task, state, finished_at) "
+            "SELECT 'q', 't', 'succeeded', now() FROM generate_series(1, 30000)"
+        )
+    await asyncio.sleep(0.6)
+    assert sum([await _claim(kept) for _ in range(PREPARED_AND_GENERIC)]) == 0  # dropped, then again
+    plan = await _cached_claim_plan(kept)
+    assert "Seq Scan on jobs" not in plan and "jobs_pkey" in plan, plan
+    await kept.release()

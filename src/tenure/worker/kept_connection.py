@@ -8,20 +8,31 @@ which send a statement every few milliseconds under load, each keep one instead,
 back to the pool as soon as keeping it could cost anything: after an error (its state is then
 unknown, and the pool checks it), when the loop has been idle a moment, after a while in any
 case (so that the pool's own care of its connections still reaches it), and when the loop stops.
+
+A kept connection's prepared statements are also dropped a few times in its first minute
+(REPLAN_AT), so that PostgreSQL plans them again. A worker prepares its claim and completion as
+it starts, often on a table that is empty or was last analyzed empty; on such a table a scan of
+`jobs` is the cheapest plan, PostgreSQL keeps it, and as the table fills every claim would read
+it whole until autovacuum analyzes `jobs` again (a minute or more). Planned again once the table
+holds its jobs, the statements take their rows by primary key. Not through a pooler, whose
+server sessions are not this connection's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import logging
 import time
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
+from tenure.db.pooler import behind_pooler, drop_prepared_statements
 from tenure.worker.health import describe_error
 
 log = logging.getLogger("tenure.worker")
@@ -30,6 +41,13 @@ log = logging.getLogger("tenure.worker")
 IDLE_SECONDS = 1.0
 #: ... and at the first statement's end past this long after it was taken (seconds).
 HOLD_SECONDS = 60.0
+#: When, counted from the first time a connection is kept, its prepared statements are dropped
+#: to be planned again (seconds): often while a table fills from empty, then no more (after
+#: that, autovacuum's analyze of the table makes PostgreSQL plan them again).
+REPLAN_AT = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+
+#: Per connection: when it was first kept, and how many of REPLAN_AT it has had.
+_replans: weakref.WeakKeyDictionary[AsyncConnection[Any], tuple[float, int]] = weakref.WeakKeyDictionary()
 
 
 class KeptConnection:
@@ -45,6 +63,8 @@ class KeptConnection:
         self._in_use = False
         self._idle_timer: asyncio.TimerHandle | None = None
         self._returning: set[asyncio.Task[None]] = set()
+        #: Whether the pool's connections reach PostgreSQL directly; None until first asked.
+        self._direct: bool | None = None
 
     @contextlib.asynccontextmanager
     async def use(self) -> AsyncIterator[AsyncConnection[Any]]:
@@ -60,6 +80,7 @@ class KeptConnection:
                     self._conn = await self._pool.getconn()
                     self._taken_at = time.monotonic()
                 try:
+                    await self._replan_if_due(self._conn)
                     yield self._conn
                 except BaseException:
                     await self.release()  # after a failure the pool judges the connection
@@ -70,6 +91,19 @@ class KeptConnection:
             self._in_use = False
             if self._conn is not None:
                 self._idle_timer = asyncio.get_running_loop().call_later(IDLE_SECONDS, self._idle)
+
+    async def _replan_if_due(self, conn: AsyncConnection[Any]) -> None:
+        """Drops `conn`'s prepared statements when the next of REPLAN_AT has come for it."""
+        now = time.monotonic()
+        first, done = _replans.setdefault(conn, (now, 0))
+        due = bisect.bisect_right(REPLAN_AT, now - first)  # several passed while it was not kept: one
+        if due <= done or conn.prepare_threshold is None:
+            return
+        _replans[conn] = (first, due)
+        if self._direct is None:
+            self._direct = not await behind_pooler(conn)
+        if self._direct:
+            await drop_prepared_statements(conn)
 
     async def release(self) -> None:
         """Gives the kept connection back to the pool, if one is kept."""
