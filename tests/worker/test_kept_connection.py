@@ -160,9 +160,9 @@ CLAIM_ARGS: dict[str, Any] = {
 async def test_a_claim_prepared_on_an_empty_table_is_planned_again_as_the_table_fills(
     pool: AsyncConnectionPool[Any], dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A claim prepared while jobs was analyzed empty scans it; once the kept connection's replan
-    time has come, its prepared statements are dropped, and the claim prepared again on the
-    filled table takes its rows by primary key."""
+    """A claim prepared while jobs was analyzed empty scans it; once the loop's replan time has
+    come, its kept connection is replaced, and the claim prepared again on the filled table takes
+    its rows by primary key."""
     monkeypatch.setattr(kept_connection, "REPLAN_AT", (0.5,))
     with psycopg.connect(dsn, autocommit=True) as admin:
         admin.execute("VACUUM ANALYZE tenure.jobs")  # empty, and PostgreSQL knows it
@@ -177,7 +177,8 @@ async def test_a_claim_prepared_on_an_empty_table_is_planned_again_as_the_table_
             "SELECT 'q', 't', 'succeeded', now() FROM generate_series(1, 30000)"
         )
     await asyncio.sleep(0.6)
-    assert sum([await _claim(kept) for _ in range(PREPARED_AND_GENERIC)]) == 0  # dropped, then again
+    # The first claim now replaces the kept connection; the claim is prepared on the new one.
+    assert sum([await _claim(kept) for _ in range(PREPARED_AND_GENERIC)]) == 0
     plan = await _cached_claim_plan(kept)
     assert "Seq Scan on jobs" not in plan and "jobs_pkey" in plan, plan
     await kept.release()

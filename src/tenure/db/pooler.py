@@ -86,12 +86,6 @@ async def behind_pooler(conn: AsyncConnection[Any]) -> bool:
     return await _backend_pid(conn) != conn.info.backend_pid
 
 
-async def drop_prepared_statements(conn: AsyncConnection[Any]) -> None:
-    """Drops the statements `conn` has prepared, on the server and in psycopg's cache: they are
-    planned again when next prepared. Never through a pooler (its sessions are not this one's)."""
-    await conn.execute(plain_queries()["prepared_statements_drop"], prepare=False)
-
-
 async def prepared_statements_carried(open_connection: Opener) -> bool | None:
     """True when a statement prepared in one transaction still runs, as itself, in a later one on
     another server session; False when it does not; None when the probe could not tell.

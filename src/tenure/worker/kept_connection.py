@@ -9,13 +9,14 @@ back to the pool as soon as keeping it could cost anything: after an error (its 
 unknown, and the pool checks it), when the loop has been idle a moment, after a while in any
 case (so that the pool's own care of its connections still reaches it), and when the loop stops.
 
-A kept connection's prepared statements are also dropped a few times in its first minute
-(REPLAN_AT), so that PostgreSQL plans them again. A worker prepares its claim and completion as
-it starts, often on a table that is empty or was last analyzed empty; on such a table a scan of
-`jobs` is the cheapest plan, PostgreSQL keeps it, and as the table fills every claim would read
-it whole until autovacuum analyzes `jobs` again (a minute or more). Planned again once the table
-holds its jobs, the statements take their rows by primary key. Not through a pooler, whose
-server sessions are not this connection's.
+A loop's kept connection is also replaced by a new one a few times in the loop's first minute
+(REPLAN_AT), so that its statements are prepared, and planned, again. A worker prepares its claim
+and completion as it starts, often on a table that is empty or was last analyzed empty; on such a
+table a scan of `jobs` is the cheapest plan, PostgreSQL keeps it for the prepared statement, and
+as the table fills every claim would read it whole until autovacuum analyzes `jobs` again (a
+minute or more). Prepared again once the table holds its jobs, the statements take their rows by
+primary key. (Dropping the statements instead, with DEALLOCATE ALL, leaves psycopg believing in
+them unless it notices the command, which it does only the first time it sees its text.)
 """
 
 from __future__ import annotations
@@ -25,14 +26,12 @@ import bisect
 import contextlib
 import logging
 import time
-import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from tenure.db.pooler import behind_pooler, drop_prepared_statements
 from tenure.worker.health import describe_error
 
 log = logging.getLogger("tenure.worker")
@@ -41,13 +40,11 @@ log = logging.getLogger("tenure.worker")
 IDLE_SECONDS = 1.0
 #: ... and at the first statement's end past this long after it was taken (seconds).
 HOLD_SECONDS = 60.0
-#: When, counted from the first time a connection is kept, its prepared statements are dropped
-#: to be planned again (seconds): often while a table fills from empty, then no more (after
-#: that, autovacuum's analyze of the table makes PostgreSQL plan them again).
+#: When, counted from the loop's first statement, its kept connection is replaced by a new one
+#: whose statements are prepared and planned again (seconds): often while a table fills from
+#: empty, then no more (after that, autovacuum's analyze of the table makes PostgreSQL plan them
+#: again).
 REPLAN_AT = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
-
-#: Per connection: when it was first kept, and how many of REPLAN_AT it has had.
-_replans: weakref.WeakKeyDictionary[AsyncConnection[Any], tuple[float, int]] = weakref.WeakKeyDictionary()
 
 
 class KeptConnection:
@@ -63,8 +60,9 @@ class KeptConnection:
         self._in_use = False
         self._idle_timer: asyncio.TimerHandle | None = None
         self._returning: set[asyncio.Task[None]] = set()
-        #: Whether the pool's connections reach PostgreSQL directly; None until first asked.
-        self._direct: bool | None = None
+        #: When the loop first used its kept connection, and how many of REPLAN_AT it has had.
+        self._first_used: float | None = None
+        self._replanned = 0
 
     @contextlib.asynccontextmanager
     async def use(self) -> AsyncIterator[AsyncConnection[Any]]:
@@ -76,11 +74,12 @@ class KeptConnection:
         self._cancel_idle_timer()
         try:
             async with asyncio.timeout(self._bound):
+                if self._replan_due() and self._conn is not None and self._conn.prepare_threshold is not None:
+                    await self._replace()  # nothing prepared on it (a pooler): nothing to plan again
                 if self._conn is None:
                     self._conn = await self._pool.getconn()
                     self._taken_at = time.monotonic()
                 try:
-                    await self._replan_if_due(self._conn)
                     yield self._conn
                 except BaseException:
                     await self.release()  # after a failure the pool judges the connection
@@ -92,18 +91,24 @@ class KeptConnection:
             if self._conn is not None:
                 self._idle_timer = asyncio.get_running_loop().call_later(IDLE_SECONDS, self._idle)
 
-    async def _replan_if_due(self, conn: AsyncConnection[Any]) -> None:
-        """Drops `conn`'s prepared statements when the next of REPLAN_AT has come for it."""
+    def _replan_due(self) -> bool:
+        """Whether the next of REPLAN_AT has come (several passed since the last use: one)."""
         now = time.monotonic()
-        first, done = _replans.setdefault(conn, (now, 0))
-        due = bisect.bisect_right(REPLAN_AT, now - first)  # several passed while it was not kept: one
-        if due <= done or conn.prepare_threshold is None:
-            return
-        _replans[conn] = (first, due)
-        if self._direct is None:
-            self._direct = not await behind_pooler(conn)
-        if self._direct:
-            await drop_prepared_statements(conn)
+        if self._first_used is None:
+            self._first_used = now
+        due = bisect.bisect_right(REPLAN_AT, now - self._first_used)
+        if due <= self._replanned:
+            return False
+        self._replanned = due
+        return True
+
+    async def _replace(self) -> None:
+        """Closes the kept connection (the pool opens another in its place): the next one takes
+        from the pool prepares its statements afresh."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()
+            await self._pool.putconn(conn)
 
     async def release(self) -> None:
         """Gives the kept connection back to the pool, if one is kept."""

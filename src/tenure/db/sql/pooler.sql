@@ -10,8 +10,3 @@ SELECT pg_backend_pid() AS pid;
 -- client's statement with the same name on the server session the run lands on; the probe's own
 -- nonce, put in place of __probe_nonce__, tells it from an earlier probe's statement left there.
 SELECT pg_backend_pid() AS pid, %(marker)s::text AS marker, '__probe_nonce__' AS nonce;
-
--- name: prepared_statements_drop
--- Drops every statement this session has prepared; psycopg, seeing the command's status, forgets
--- them too, so they are planned afresh on their next runs (tenure.worker.kept_connection).
-DEALLOCATE ALL;
