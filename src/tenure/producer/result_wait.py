@@ -87,6 +87,9 @@ async def wait_for_result(
             async with connection() as conn:
                 row = await control.result(conn, job_id)
                 step = None if row is not None else await control.unreleased_step(conn, job_id)
+                if row is None and step is None:
+                    # A step released between the two reads: its job committed with the release.
+                    row = await control.result(conn, job_id)
             done, value = settled(row, job_id, step, registry)
             if done:
                 return value
