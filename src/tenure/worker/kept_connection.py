@@ -103,11 +103,12 @@ class KeptConnection:
         return True
 
     async def _replace(self) -> None:
-        """Closes the kept connection (the pool opens another in its place): the next one takes
-        from the pool prepares its statements afresh."""
+        """Gives the kept connection back as one past its lifetime, which the pool closes and
+        replaces (quietly: a closed connection given back is logged as a warning): the next one
+        taken prepares its statements afresh."""
         conn, self._conn = self._conn, None
         if conn is not None:
-            await conn.close()
+            conn._expire_at = 0.0  # the pool's own max_lifetime mark, read as the connection returns
             await self._pool.putconn(conn)
 
     async def release(self) -> None:
