@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 from psycopg import sql as pgsql
 
+from _claims import CLAIM_ARGS
 from tenure.db.sqlfiles import named_queries
 
 SCHEMA = "tenure"
@@ -26,21 +27,6 @@ PER_BATCH = (
     "lease_extend_many",
     "lease_release_many",
 )
-CLAIM = {
-    "queue": "q",
-    "owner": "w",
-    "limit": 100,
-    "oldest": 10,
-    "by_priority": 90,
-    "tasks": None,
-    "only": None,
-    "default_lease_seconds": 30.0,
-    "default_runtime_seconds": 60.0,
-    "policy_tasks": [],
-    "policy_leases": [],
-    "policy_runtimes": [],
-    "now": None,
-}
 
 
 def _generic(statement: str) -> tuple[bytes, list[str]]:
@@ -85,7 +71,7 @@ def test_a_claim_planned_on_a_small_table_stays_cheap_as_the_table_grows(dsn: st
     whole table (581 on a plan that scanned it)."""
     generic, params = _generic(named_queries(SCHEMA)["job_claim"])
     with psycopg.connect(dsn, autocommit=True) as conn:
-        args = ", ".join(pgsql.Literal(CLAIM[name]).as_string(conn) for name in params)
+        args = ", ".join(pgsql.Literal(CLAIM_ARGS[name]).as_string(conn) for name in params)
         pending = f"INSERT INTO {SCHEMA}.jobs (queue, task) SELECT 'q', 't' FROM generate_series(1, 3)"
         conn.execute("SET plan_cache_mode = force_generic_plan")
         conn.execute(b"PREPARE claim AS " + generic)

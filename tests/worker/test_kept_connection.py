@@ -15,6 +15,7 @@ import pytest
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
+from _claims import CLAIM_ARGS
 from tenure.db.pool import open_pool
 from tenure.db.queries import Queries
 from tenure.worker import kept_connection
@@ -139,22 +140,6 @@ async def _cached_claim_plan(kept: KeptConnection) -> str:
 #: Runs after which a statement is prepared (psycopg's threshold, 5) and planned generically
 #: (PostgreSQL plans a prepared statement for its values its first 5 runs).
 PREPARED_AND_GENERIC = 12
-
-CLAIM_ARGS: dict[str, Any] = {
-    "queue": "q",
-    "owner": "w",
-    "limit": 100,
-    "oldest": 10,
-    "by_priority": 90,
-    "tasks": None,
-    "only": None,
-    "default_lease_seconds": 30.0,
-    "default_runtime_seconds": 60.0,
-    "policy_tasks": [],
-    "policy_leases": [],
-    "policy_runtimes": [],
-    "now": None,
-}
 
 
 async def test_a_claim_prepared_on_an_empty_table_is_planned_again_as_the_table_fills(
