@@ -74,8 +74,9 @@ class KeptConnection:
         self._cancel_idle_timer()
         try:
             async with asyncio.timeout(self._bound):
+                # A connection that prepares nothing (through a pooler) has nothing to plan again.
                 if self._replan_due() and self._conn is not None and self._conn.prepare_threshold is not None:
-                    await self._replace()  # nothing prepared on it (a pooler): nothing to plan again
+                    await self._replace()
                 if self._conn is None:
                     self._conn = await self._pool.getconn()
                     self._taken_at = time.monotonic()
