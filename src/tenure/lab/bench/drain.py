@@ -110,25 +110,37 @@ class DrainResult:
 
 
 class BackendCpu:
-    """CPU seconds of the server backends serving one process group, between two readings."""
+    """CPU seconds of the server backends serving one process group, between two readings.
+
+    A backend that exits meanwhile (a worker replacing a connection, a pool shrinking) takes its
+    CPU time with it, so the backends are read again at every `sample`, and each one counts
+    what it used up to its last reading: a connection replaced between two samples loses only
+    what its backend spent since the last one (at most a poll interval of one backend's work)."""
 
     def __init__(self, group: ProcessGroup) -> None:
         self.group = group
-        self.before: dict[int, float] = {}
+        self.first: dict[int, float] = {}
+        self.latest: dict[int, float] = {}
 
     async def _read(self, conn: AsyncConnection[Any]) -> dict[int, float]:
         rows = await fetch(conn, SCHEMA, "bench_group_backends", prefix=self.group.name_prefix)
         return backend_cpu_seconds([int(r["pid"]) for r in rows])
 
     async def start(self, conn: AsyncConnection[Any]) -> None:
-        self.before = await self._read(conn)
+        self.first = await self._read(conn)
+        self.latest = dict(self.first)
+
+    async def sample(self, conn: AsyncConnection[Any]) -> None:
+        """Reads the group's backends now; one opened since the start counts from zero."""
+        for pid, seconds in (await self._read(conn)).items():
+            self.first.setdefault(pid, 0.0)
+            self.latest[pid] = seconds
 
     async def used(self, conn: AsyncConnection[Any]) -> float | None:
-        after = await self._read(conn)
-        if not after:
+        await self.sample(conn)
+        if not self.latest:
             return None  # the server is not on this machine
-        # A backend opened during the drain (a pool growing) counts from zero.
-        return sum(seconds - self.before.get(pid, 0.0) for pid, seconds in after.items())
+        return sum(seconds - self.first[pid] for pid, seconds in self.latest.items())
 
 
 async def half_rates(
@@ -210,6 +222,9 @@ async def drain(
                     break
                 if now > deadline:
                     raise TimeoutError(f"jobs still unfinished after {timeout:.0f}s")
+                if start_gate is not None:
+                    await backends.sample(conn)
+                    own_reads += 1
                 await asyncio.sleep(POLL_SECONDS)
             if start_gate is not None:
                 server_cpu = await backends.used(conn)

@@ -81,6 +81,7 @@ async def _run(load: Load, jobs: int) -> dict[str, Any]:
                 break
             if now > deadline:
                 raise TimeoutError(f"end to end: not done after {now - started:.0f}s")
+            await worker_backends.sample(conn)
             await asyncio.sleep(POLL_SECONDS)
         seconds = now - started
         worker_server_cpu = await worker_backends.used(conn)
