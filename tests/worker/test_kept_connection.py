@@ -167,3 +167,99 @@ async def test_a_claim_prepared_on_an_empty_table_is_planned_again_as_the_table_
     plan = await _cached_claim_plan(kept)
     assert "Seq Scan on jobs" not in plan and "jobs_pkey" in plan, plan
     await kept.release()
+
+
+async def _warm_claim(conn: psycopg.AsyncConnection[Any]) -> None:
+    await Queries("tenure").job_claim(
+        conn, queue="q", owner="w", limit=0, default_lease_seconds=30, default_runtime_seconds=60
+    )
+
+
+async def _settled(pool: AsyncConnectionPool[Any], expected: int) -> None:
+    """Waits (two seconds at most) for the pool to have `expected` connections lent out."""
+    for _ in range(100):
+        if lent(pool) == expected:
+            return
+        await asyncio.sleep(0.02)
+    assert lent(pool) == expected
+
+
+async def _taken_over(kept: KeptConnection, old: int) -> int:
+    """The backend the kept connection has once its successor took over (within two seconds)."""
+    for _ in range(200):
+        now = await backend(kept)
+        if now != old:
+            return now
+        await asyncio.sleep(0.01)
+    raise AssertionError("the warmed replacement never took over")
+
+
+async def test_a_warmed_replacement_takes_over_without_a_statement_waiting_for_it(
+    pool: AsyncConnectionPool[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a warm statement, the use at replan time still runs on the old connection while the
+    successor is taken and warmed in the background; a later use runs on the successor, and the
+    old connection is back in the pool."""
+    monkeypatch.setattr(kept_connection, "REPLAN_AT", (0.2,))
+    warmed: list[int] = []
+
+    async def warm(conn: psycopg.AsyncConnection[Any]) -> None:
+        warmed.append(conn.info.backend_pid)
+        await _warm_claim(conn)
+
+    kept = KeptConnection(pool, bound=5.0, warm=warm)
+    old = await backend(kept)
+    await asyncio.sleep(0.25)
+    assert await backend(kept) == old  # the replan time came: this use did not wait for a new one
+    new = await _taken_over(kept, old)
+    assert warmed == [new]
+    await _settled(pool, 1)  # the old one back, the pool closing it as past its lifetime
+    await kept.release()
+    assert lent(pool) == 0
+
+
+async def test_releasing_a_kept_connection_gives_back_its_successor_too(
+    pool: AsyncConnectionPool[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loop that stops while a replacement is being warmed leaves no connection lent out."""
+    monkeypatch.setattr(kept_connection, "REPLAN_AT", (0.1,))
+    started = asyncio.Event()
+
+    async def slow_warm(conn: psycopg.AsyncConnection[Any]) -> None:
+        started.set()
+        await conn.execute("SELECT pg_sleep(0.3)")
+
+    kept = KeptConnection(pool, bound=5.0, warm=slow_warm)
+    await backend(kept)
+    await asyncio.sleep(0.15)
+    await backend(kept)  # the replan time came: the successor is being warmed
+    await asyncio.wait_for(started.wait(), 5)
+    assert lent(pool) == 2
+    await kept.release()
+    await _settled(pool, 0)  # the pool takes the cancelled warm-up's connection back in the background
+
+
+async def test_a_claim_planned_on_an_empty_table_is_planned_again_on_a_warmed_replacement(
+    pool: AsyncConnectionPool[Any], dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the claimer keeps its connection: the replacement, warmed by a claim of no jobs, takes
+    over and prepares the claim on the filled table, which it then reads by primary key."""
+    monkeypatch.setattr(kept_connection, "REPLAN_AT", (0.5,))
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute("VACUUM ANALYZE tenure.jobs")
+        admin.execute("INSERT INTO tenure.jobs (queue, task) SELECT 'q', 't' FROM generate_series(1, 3)")
+    kept = KeptConnection(pool, bound=5.0, warm=_warm_claim)
+    assert sum([await _claim(kept) for _ in range(PREPARED_AND_GENERIC)]) == 3
+    assert "Seq Scan on jobs j" in await _cached_claim_plan(kept)
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(
+            "INSERT INTO tenure.jobs (queue, task, state, finished_at) "
+            "SELECT 'q', 't', 'succeeded', now() FROM generate_series(1, 30000)"
+        )
+    await asyncio.sleep(0.6)
+    old = await backend(kept)  # starts the successor
+    await _taken_over(kept, old)
+    assert sum([await _claim(kept) for _ in range(PREPARED_AND_GENERIC)]) == 0
+    plan = await _cached_claim_plan(kept)
+    assert "Seq Scan on jobs" not in plan and "jobs_pkey" in plan, plan
+    await kept.release()

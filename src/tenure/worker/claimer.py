@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Any
 
 import psycopg
 
@@ -92,7 +93,7 @@ class Claimer(Service):
         self.failing_queues: dict[str, tuple[int, float]] = {}
         self.tasks, self.policies = claim_terms(executor.registry, services.options)
         #: The claims' own connection (kept_connection.py).
-        self.connection = KeptConnection(services.pool, services.options.statement_bound)
+        self.connection = KeptConnection(services.pool, services.options.statement_bound, self._warm)
 
     def wake(self) -> None:
         self._wake.set()
@@ -198,6 +199,20 @@ class Claimer(Service):
         elif claimed:
             self._paced_until = started + TRICKLE_GAP
         return claimed
+
+    async def _warm(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """A claim of no jobs: what a new connection runs before it takes over the claims."""
+        options = self.services.options
+        await self.services.queries.job_claim(
+            conn,
+            queue=self.queues[0],
+            owner=self.services.owner,
+            limit=0,
+            default_lease_seconds=options.lease_seconds,
+            default_runtime_seconds=options.max_runtime_seconds,
+            policies=self.policies,
+            tasks=self.tasks,
+        )
 
     async def _claim_queue(self, queue: str, want: int) -> list[ClaimedJob]:
         services, options = self.services, self.services.options

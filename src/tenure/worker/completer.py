@@ -107,7 +107,7 @@ class Completer(Service):
         self._arrived = asyncio.Event()
         self._retry: list[_Pending] = []
         #: The completions' own connection (kept_connection.py).
-        self.connection = KeptConnection(services.pool, services.options.statement_bound)
+        self.connection = KeptConnection(services.pool, services.options.statement_bound, self._warm)
 
     def complete_soon(self, job: ClaimedJob, expires: float, result: Any, settled: Settled) -> None:
         """Queues `job`'s completion; `settled` is called with its outcome once that is known
@@ -288,12 +288,15 @@ class Completer(Service):
         except Exception:  # the caller's own fault: it must not stop the batch's other outcomes
             log.exception("job %s: handling its completion's outcome (%s) failed", pending.job.id, outcome)
 
+    async def _warm(self, conn: AsyncConnection[Any]) -> None:
+        """A completion of no jobs: what a new connection runs before it takes over the writes."""
+        await self.services.queries.job_complete_many(conn, owner=self.services.owner, leases=[])
+
     async def _probe(self) -> None:
         """An empty fenced completion: it changes no row but needs everything a real one does
         (a connection, a writable server, UPDATE on jobs), so it tells when writes work again."""
-        services = self.services
         async with self.connection.use() as conn:
-            await services.queries.job_complete_many(conn, owner=services.owner, leases=[])
+            await self._warm(conn)
 
 
 def _may_be_one_rows(exc: BaseException) -> bool:

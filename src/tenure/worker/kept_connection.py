@@ -17,6 +17,12 @@ as the table fills every claim would read it whole until autovacuum analyzes `jo
 minute or more). Prepared again once the table holds its jobs, the statements take their rows by
 primary key. (Dropping the statements instead, with DEALLOCATE ALL, leaves psycopg believing in
 them unless it notices the command, which it does only the first time it sees its text.)
+
+A new backend's first statement is slow: it loads the catalog entries of every table, index and
+function it touches (a claim took 5 ms first, 1 ms after). So when a loop gives its `warm`
+statement, the successor is taken and warmed in the background while the old connection goes on
+serving, and it takes over at the first use after it is ready: no statement of the loop waits for
+a replacement (idle latency's p99 went from 4 to 8-10 ms when claims did).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import bisect
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -46,15 +52,23 @@ HOLD_SECONDS = 60.0
 #: again).
 REPLAN_AT = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 
+#: A statement that loads into a new backend's caches what the loop's own statements touch,
+#: changing nothing (the claimer's claim of no jobs, the completer's completion of none).
+Warm = Callable[[AsyncConnection[Any]], Awaitable[object]]
+
 
 class KeptConnection:
     """`use()` lends the kept connection, taking one from `pool` when none is kept, all within
     `bound` seconds (the wait for the pool and the statement, as WorkerServices.connection).
-    A second use while one is under way gets a connection of the pool's own."""
+    A second use while one is under way gets a connection of the pool's own. With `warm`, a
+    replacement is taken and warmed in the background (see the module's note)."""
 
-    def __init__(self, pool: AsyncConnectionPool[Any], bound: float) -> None:
+    def __init__(self, pool: AsyncConnectionPool[Any], bound: float, warm: Warm | None = None) -> None:
         self._pool = pool
         self._bound = bound
+        self._warm = warm
+        #: The replacement being taken and warmed, then waiting to take over.
+        self._successor: asyncio.Task[AsyncConnection[Any]] | None = None
         self._conn: AsyncConnection[Any] | None = None
         self._taken_at = 0.0
         self._in_use = False
@@ -74,9 +88,13 @@ class KeptConnection:
         self._cancel_idle_timer()
         try:
             async with asyncio.timeout(self._bound):
+                await self._take_over()
                 # A connection that prepares nothing (through a pooler) has nothing to plan again.
                 if self._replan_due() and self._conn is not None and self._conn.prepare_threshold is not None:
-                    await self._replace()
+                    if self._warm is None:
+                        await self._replace()
+                    elif self._successor is None:
+                        self._successor = asyncio.get_running_loop().create_task(self._warmed())
                 if self._conn is None:
                     self._conn = await self._pool.getconn()
                     self._taken_at = time.monotonic()
@@ -103,6 +121,42 @@ class KeptConnection:
         self._replanned = due
         return True
 
+    async def _warmed(self) -> AsyncConnection[Any]:
+        """A connection of the pool's, its caches loaded by the loop's warm statement."""
+        assert self._warm is not None
+        async with asyncio.timeout(self._bound):
+            conn: AsyncConnection[Any] = await self._pool.getconn()
+            try:
+                await self._warm(conn)
+            except BaseException:
+                await self._pool.putconn(conn)  # the pool judges it
+                raise
+        return conn
+
+    async def _take_over(self) -> None:
+        """Puts a ready successor in the kept connection's place; one that failed is dropped
+        (the old connection goes on serving, and the next replan time tries again)."""
+        successor = self._successor
+        if successor is None or not successor.done():
+            return
+        self._successor = None
+        if successor.cancelled():
+            return
+        if (exc := successor.exception()) is not None:
+            log.warning("could not warm a replacement for a kept connection: %s", describe_error(exc))
+            return
+        await self._replace()
+        self._conn, self._taken_at = successor.result(), time.monotonic()
+
+    async def _drop_successor(self) -> None:
+        successor, self._successor = self._successor, None
+        if successor is None:
+            return
+        successor.cancel()
+        await asyncio.wait([successor])  # a cancellation of this caller's own still propagates
+        if not successor.cancelled() and successor.exception() is None:
+            await self._pool.putconn(successor.result())
+
     async def _replace(self) -> None:
         """Gives the kept connection back as one past its lifetime, which the pool closes and
         replaces (quietly: a closed connection given back is logged as a warning): the next one
@@ -113,8 +167,9 @@ class KeptConnection:
             await self._pool.putconn(conn)
 
     async def release(self) -> None:
-        """Gives the kept connection back to the pool, if one is kept."""
+        """Gives the kept connection back to the pool, if one is kept, and any successor."""
         self._cancel_idle_timer()
+        await self._drop_successor()
         conn, self._conn = self._conn, None
         if conn is not None:
             await self._pool.putconn(conn)
