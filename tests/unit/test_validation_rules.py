@@ -8,16 +8,22 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tenure import JobSpec, ValidationError
+from tenure.model.secrets import credential_paths, has_plain_credentials
 from tenure.model.validation import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_PAYLOAD_DEPTH,
+    _check_values,
+    _plainly_storable,
     check_payload,
     check_queue,
     check_schema_name,
     check_spec,
     check_task_name,
+    payload_json,
 )
 
 
@@ -171,3 +177,56 @@ def test_large_floats_jsonb_would_change_are_rejected(value: float) -> None:
 def test_floats_jsonb_returns_equal_are_accepted(value: float) -> None:
     """Floats that come back from jsonb as an equal number pass validation."""
     assert check_payload({"f": value}) == {"f": value}
+
+
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(),  # with NULs and lone surrogates among them
+    st.datetimes(),
+    st.decimals(allow_nan=False),
+)
+_KEYS = st.one_of(st.text(max_size=8), st.integers(-3, 3))
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_KEYS, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(_KEYS, _VALUES, max_size=5))
+def test_the_quick_payload_walk_refuses_exactly_what_the_named_walk_refuses(payload: dict[Any, Any]) -> None:
+    """The enqueue's walk that names no paths lets a payload through only if the walk that names
+    the offending value finds none, so every refusal still names its value and its fix."""
+    try:
+        _check_values(payload)
+        named_refusal = None
+    except ValidationError as exc:
+        named_refusal = str(exc)
+    if _plainly_storable(payload):
+        assert named_refusal is None or "UTF-8" in named_refusal  # UTF-8: checked on the whole text
+    try:
+        payload_json(payload, max_bytes=10**9)
+        refused = None
+    except ValidationError as exc:
+        refused = str(exc)
+    assert refused == named_refusal
+
+
+_CREDENTIAL_KEYS = st.sampled_from(["password", "api-key", "Token", "user", "secret", "note", "$secret"])
+_CREDENTIAL_VALUES = st.recursive(
+    st.one_of(st.none(), st.text(max_size=3), st.integers()),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_CREDENTIAL_KEYS, inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_CREDENTIAL_KEYS, _CREDENTIAL_VALUES, max_size=4))
+def test_the_quick_credential_check_finds_what_the_path_listing_finds(payload: dict[str, Any]) -> None:
+    """Every enqueue asks whether a payload holds a plain credential without listing paths; the
+    answer is the listing's, so a warning or refusal is never skipped nor invented."""
+    assert has_plain_credentials(payload) == bool(credential_paths(payload))

@@ -57,7 +57,11 @@ class ProducerQueries:
         self._insert_allowed: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
     def _lone_insert(
-        self, specs: Sequence[JobSpec], now: datetime | None, wakeups: Wakeups | None
+        self,
+        specs: Sequence[JobSpec],
+        now: datetime | None,
+        wakeups: Wakeups | None,
+        payload_text: str | None = None,
     ) -> tuple[uuid.UUID, dict[str, Any]] | None:
         """The key and job_insert_one's parameters when `specs` is one job without keys (the
         usual enqueue: one job per transaction), else None: job_insert_many's turn."""
@@ -67,7 +71,7 @@ class ProducerQueries:
         key = idempotency_key_of(spec)
         return key, {
             **insert_columns(spec),
-            "payload": payload_json(spec.payload),
+            "payload": payload_json(spec.payload) if payload_text is None else payload_text,
             "idempotency_key": key,
             "run_at": spec.run_at,
             "delay": None if spec.delay is None else float(spec.delay),
@@ -122,6 +126,7 @@ class ProducerQueries:
         specs: Sequence[JobSpec],
         now: datetime | None = None,
         wakeups: Wakeups | None = None,
+        payload_text: str | None = None,
     ) -> list[EnqueuedJob]:
         """Stores the jobs, in order. A job whose idempotency key is stored already, or whose
         unique key another job holds, comes back as that job (`existing`) and is not stored.
@@ -131,12 +136,15 @@ class ProducerQueries:
         nothing and add what to notify to it, for the caller to send once it has committed.
 
         A role that may not insert jobs itself (the producer role) enqueues through the
-        database's enqueue() instead, which checks and completes each job (docs/sql.md)."""
+        database's enqueue() instead, which checks and completes each job (docs/sql.md).
+
+        `payload_text`: one job's payload as the client's checks encoded it (compact JSON), sent
+        as it is rather than encoded again."""
         if not await self.may_insert(conn):
             keys = [indexed_key_of(s) for s in specs]
             rows = await fetch(conn, self._sql["job_enqueue_call"], self._call_params(specs, keys, wakeups))
             return self._called(rows, specs, keys, wakeups)
-        if lone := self._lone_insert(specs, now, wakeups):
+        if lone := self._lone_insert(specs, now, wakeups, payload_text):
             rows = await fetch(conn, self._sql["job_insert_one"], lone[1])
             return [self._inserted(rows[0], lone[0], specs[0], wakeups)]
         out: list[EnqueuedJob | None] = [None] * len(specs)

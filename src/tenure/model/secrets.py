@@ -74,6 +74,30 @@ def is_secret_ref(value: object) -> bool:
     return isinstance(value, dict) and len(value) == 1 and isinstance(value.get(SECRET_KEY), str)
 
 
+def _looks_like_credential(key: object, item: object) -> bool:
+    return (
+        isinstance(key, str)
+        and isinstance(item, str)
+        and bool(item)
+        and bool(_CREDENTIAL_NAME.search(key.replace("-", "_")))
+    )
+
+
+def has_plain_credentials(payload: dict[str, Any]) -> bool:
+    """Whether credential_paths would find any, found without naming paths (every enqueue asks)."""
+    stack: list[object] = [payload]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict) and not is_secret_ref(value):
+            for key, item in value.items():
+                if _looks_like_credential(key, item):
+                    return True
+                stack.append(item)
+        elif isinstance(value, list):
+            stack.extend(value)
+    return False
+
+
 def credential_paths(payload: dict[str, Any]) -> list[str]:
     """Paths of payload keys that look like credentials and hold a plain (non-reference) value."""
     found: list[str] = []
@@ -83,12 +107,7 @@ def credential_paths(payload: dict[str, Any]) -> list[str]:
         if isinstance(value, dict) and not is_secret_ref(value):
             for key, item in value.items():
                 child = f"{path}.{key}"
-                if (
-                    isinstance(key, str)
-                    and _CREDENTIAL_NAME.search(key.replace("-", "_"))
-                    and isinstance(item, str)
-                    and item
-                ):
+                if _looks_like_credential(key, item):
                     found.append(child)
                 stack.append((item, child))
         elif isinstance(value, list):
@@ -97,11 +116,9 @@ def credential_paths(payload: dict[str, Any]) -> list[str]:
 
 
 def check_credentials(payload: dict[str, Any], policy: CredentialPolicy) -> None:
-    if policy is CredentialPolicy.ALLOW:
+    if policy is CredentialPolicy.ALLOW or not has_plain_credentials(payload):
         return
     paths = credential_paths(payload)
-    if not paths:
-        return
     message = (
         f"{', '.join(paths)} look(s) like credentials stored in the payload, which is kept in the "
         "database and shown to operators; pass tenure.secret('name') instead and register a "

@@ -102,6 +102,54 @@ def payload_json(payload: object, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES)
         raise ValidationError(
             f"payload must be a JSON object (a dict of keyword arguments), got {type(payload).__name__}"
         )
+    if not _plainly_storable(payload):
+        _check_values(payload)  # raises, naming the value, unless the doubt was unfounded
+    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        _check_values(payload)  # names the string that is not valid UTF-8
+        raise ValidationError(
+            f"payload is not valid UTF-8 ({exc.reason}); decode bytes before enqueueing"
+        ) from None
+    if size > max_bytes:
+        raise ValidationError(
+            f"payload is {size} bytes, over the limit of {max_bytes}; store large data elsewhere "
+            "and enqueue a reference to it, or raise max_payload_bytes"
+        )
+    return text
+
+
+def _plainly_storable(payload: dict[str, Any]) -> bool:
+    """Whether every value of `payload` is one jsonb stores exactly, found without naming any
+    value's path (the usual case, walked at every enqueue). False: some value needs a closer look
+    (_check_values). Strings' UTF-8 is checked once, on the whole JSON text."""
+    stack: list[tuple[object, int]] = [(payload, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_PAYLOAD_DEPTH:
+            return False
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str) or "\x00" in key:
+                    return False
+                stack.append((item, depth + 1))
+        elif isinstance(value, list | tuple):
+            stack.extend((item, depth + 1) for item in value)
+        elif isinstance(value, str):
+            if "\x00" in value:
+                return False
+        elif isinstance(value, float):
+            if not (abs(value) < 1e16):  # also NaN
+                return False
+        elif not (value is None or isinstance(value, bool | int)):
+            return False
+    return True
+
+
+def _check_values(payload: dict[str, Any]) -> None:
+    """Raises a ValidationError naming the first value of `payload` that jsonb cannot store
+    exactly, or a string that is not valid UTF-8; returns if there is none."""
     stack: list[tuple[object, str, int]] = [(payload, "payload", 0)]
     while stack:
         value, path, depth = stack.pop()
@@ -133,14 +181,6 @@ def payload_json(payload: object, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES)
                 "(for example a datetime to an ISO string, a Decimal to a string), or annotate the "
                 "handler's argument with its type, and Tenure converts it both ways"
             )
-    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
-    size = len(text.encode("utf-8"))
-    if size > max_bytes:
-        raise ValidationError(
-            f"payload is {size} bytes, over the limit of {max_bytes}; store large data elsewhere "
-            "and enqueue a reference to it, or raise max_payload_bytes"
-        )
-    return text
 
 
 def check_spec(spec: JobSpec, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> JobSpec:

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Unpack
 
 from tenure.db.wakeups import Wakeups
 from tenure.model.errors import UnknownTask, ValidationError
@@ -17,12 +17,13 @@ from tenure.model.keys import is_generated
 from tenure.model.secrets import CredentialPolicy, check_credentials, credential_policy_from
 from tenure.model.unique import unique_from
 from tenure.model.validation import DEFAULT_MAX_PAYLOAD_BYTES, check_spec_json
-from tenure.tasks import AnyTask, Task, TaskRegistry
+from tenure.tasks import ENQUEUE_OPTIONS, AnyTask, EnqueueOptions, Task, TaskRegistry
 
 # The state goes as text: in COPY's binary format an enum value is its label's bytes.
 #: The payload goes as jsonb's binary form, prepared by hand (see CopyRows): to psycopg, bytes.
 COPY_TYPES = ["text", "text", "bytea", "int2", "timestamptz", "text", "int4", "bool"]
 JSONB_BINARY_VERSION = b"\x01"
+OPTION_NAMES = frozenset(ENQUEUE_OPTIONS)
 
 
 class JobBuilder:
@@ -137,21 +138,38 @@ class JobBuilder:
             idempotency_key: the caller's own key for this enqueue: a retry after an ambiguous
                 commit returns the job the first attempt stored.
         """
-        name = task.name if isinstance(task, Task) else task
-        spec = JobSpec(
-            task=name,
-            payload={} if payload is None else payload,
+        return self.spec_json(
+            task,
+            payload,
             queue=queue,
             priority=priority,
+            delay=delay,
             run_at=run_at,
-            delay=delay.total_seconds() if isinstance(delay, timedelta) else delay,
             max_attempts=max_attempts,
             ordering_key=ordering_key,
             result_wanted=result_wanted,
             unique=unique,
             idempotency_key=idempotency_key,
-        )
-        return self.check(spec, task if isinstance(task, Task) else None)
+        )[0]
+
+    def spec_json(
+        self, task: str | AnyTask, payload: dict[str, Any] | None = None, **options: Unpack[EnqueueOptions]
+    ) -> tuple[JobSpec, str]:
+        """`spec`, and the payload's compact JSON text as its checks encoded it (what the insert
+        sends as it is, rather than encoding it again)."""
+        if unknown := options.keys() - OPTION_NAMES:  # typed callers cannot, others can
+            raise TypeError(
+                f"unknown enqueue option(s) {', '.join(map(repr, sorted(unknown)))}: "
+                f"the options are {', '.join(ENQUEUE_OPTIONS)}"
+            )
+        delay = options.get("delay")
+        fields: dict[str, Any] = {
+            **options,
+            "delay": delay.total_seconds() if isinstance(delay, timedelta) else delay,
+        }
+        name = task.name if isinstance(task, Task) else task
+        spec = JobSpec(task=name, payload={} if payload is None else payload, **fields)
+        return self.check_json(spec, task if isinstance(task, Task) else None)
 
 
 def known_tasks_hint(registry: TaskRegistry, name: str) -> str:

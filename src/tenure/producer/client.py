@@ -223,7 +223,8 @@ class Client:
         Raises NotReplicated when PostgreSQL says the commit may not be on a standby
         (docs/guarantees.md, "Across a failover"): the job is committed on the primary.
         """
-        return (await self._insert([self.builder.spec(task, payload, **options)], conn))[0]
+        spec, payload_text = self.builder.spec_json(task, payload, **options)
+        return (await self._insert([spec], conn, payload_text))[0]
 
     async def enqueue_many(
         self, specs: Iterable[JobSpec], *, conn: AsyncConnection[Any] | None = None
@@ -231,7 +232,10 @@ class Client:
         """Enqueues many jobs in one statement, all or none, each checked like `enqueue`'s."""
         return await self._insert([self.builder.check(s) for s in specs], conn)
 
-    async def _insert(self, checked: list[JobSpec], conn: AsyncConnection[Any] | None) -> list[EnqueuedJob]:
+    async def _insert(
+        self, checked: list[JobSpec], conn: AsyncConnection[Any] | None, payload_text: str | None = None
+    ) -> list[EnqueuedJob]:
+        """Stores checked jobs; `payload_text`: a lone job's payload as its checks encoded it."""
         if not checked:
             return []
         with enqueue_span(checked) as traced:
@@ -244,7 +248,9 @@ class Client:
                 wakeups = Wakeups() if own and inline is None else None
                 async with self.replication.acknowledged(c, strict=self.require_sync_replication) as ack:
                     if len(traced) == 1:
-                        jobs = await self.queries.job_insert_many(c, traced, wakeups=wakeups)
+                        jobs = await self.queries.job_insert_many(
+                            c, traced, wakeups=wakeups, payload_text=payload_text
+                        )
                     else:
                         async with c.transaction():  # several statements when keyed jobs are among them
                             jobs = await self.queries.job_insert_many(c, traced, wakeups=wakeups)

@@ -200,7 +200,8 @@ class SyncClient:
         Raises NotReplicated when PostgreSQL says the commit may not be on a standby
         (docs/guarantees.md, "Across a failover"): the job is committed on the primary.
         """
-        return (self._insert([self.builder.spec(task, payload, **options)], conn))[0]
+        spec, payload_text = self.builder.spec_json(task, payload, **options)
+        return (self._insert([spec], conn, payload_text))[0]
 
     def enqueue_many(
         self, specs: Iterable[JobSpec], *, conn: Connection[Any] | None = None
@@ -208,7 +209,10 @@ class SyncClient:
         """Enqueues many jobs in one statement, all or none, each checked like `enqueue`'s."""
         return self._insert([self.builder.check(s) for s in specs], conn)
 
-    def _insert(self, checked: list[JobSpec], conn: Connection[Any] | None) -> list[EnqueuedJob]:
+    def _insert(
+        self, checked: list[JobSpec], conn: Connection[Any] | None, payload_text: str | None = None
+    ) -> list[EnqueuedJob]:
+        """Stores checked jobs; `payload_text`: a lone job's payload as its checks encoded it."""
         if not checked:
             return []
         with enqueue_span(checked) as traced:
@@ -221,7 +225,9 @@ class SyncClient:
                 wakeups = Wakeups() if own and inline is None else None
                 with self.replication.acknowledged(c, strict=self.require_sync_replication) as ack:
                     if len(traced) == 1:
-                        jobs = self.queries.job_insert_many(c, traced, wakeups=wakeups)
+                        jobs = self.queries.job_insert_many(
+                            c, traced, wakeups=wakeups, payload_text=payload_text
+                        )
                     else:
                         with c.transaction():  # several statements when keyed jobs are among them
                             jobs = self.queries.job_insert_many(c, traced, wakeups=wakeups)

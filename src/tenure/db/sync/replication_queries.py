@@ -112,7 +112,7 @@ class ReplicationQueries:
         outside a transaction) counts as replicated only once a synchronous standby has
         confirmed it, within `within` seconds. A commit that is the caller's, after the block,
         is the caller's to watch (tenure.db.replication.watch_commits)."""
-        own = owns_commit(conn)
+        own = strict and owns_commit(conn)  # read before the block: its statement commits
         if strict:
             self.require_synchronous(conn)
         ack = Acknowledgement()
