@@ -230,7 +230,9 @@ class Client:
         self, specs: Iterable[JobSpec], *, conn: AsyncConnection[Any] | None = None
     ) -> list[EnqueuedJob]:
         """Enqueues many jobs in one statement, all or none, each checked like `enqueue`'s."""
-        return await self._insert([self.builder.check(s) for s in specs], conn)
+        checked = [self.builder.check_json(s) for s in specs]
+        lone_text = checked[0][1] if len(checked) == 1 else None  # a lone job sends its text as checked
+        return await self._insert([spec for spec, _ in checked], conn, lone_text)
 
     async def _insert(
         self, checked: list[JobSpec], conn: AsyncConnection[Any] | None, payload_text: str | None = None

@@ -207,7 +207,9 @@ class SyncClient:
         self, specs: Iterable[JobSpec], *, conn: Connection[Any] | None = None
     ) -> list[EnqueuedJob]:
         """Enqueues many jobs in one statement, all or none, each checked like `enqueue`'s."""
-        return self._insert([self.builder.check(s) for s in specs], conn)
+        checked = [self.builder.check_json(s) for s in specs]
+        lone_text = checked[0][1] if len(checked) == 1 else None  # a lone job sends its text as checked
+        return self._insert([spec for spec, _ in checked], conn, lone_text)
 
     def _insert(
         self, checked: list[JobSpec], conn: Connection[Any] | None, payload_text: str | None = None
