@@ -29,6 +29,11 @@ async def pool(dsn: str) -> AsyncIterator[AsyncConnectionPool[Any]]:
     await pool.close()
 
 
+async def _select_one(conn: psycopg.AsyncConnection[Any]) -> None:
+    """A warm statement for tests that are not about what it warms."""
+    await conn.execute("SELECT 1")
+
+
 async def backend(kept: KeptConnection) -> int:
     async with kept.use() as conn:
         cur = await conn.execute("SELECT pg_backend_pid()")
@@ -46,7 +51,7 @@ async def test_every_statement_of_a_busy_loop_goes_through_one_backend(
     pool: AsyncConnectionPool[Any],
 ) -> None:
     """The pool lends its connections in turn; the kept one is the same for every statement."""
-    kept = KeptConnection(pool, bound=5.0)
+    kept = KeptConnection(pool, bound=5.0, warm=_select_one)
     assert len({await backend(kept) for _ in range(10)}) == 1
     assert lent(pool) == 1
     await kept.release()
@@ -57,7 +62,7 @@ async def test_a_failed_statement_gives_the_connection_back_to_the_pool(
     pool: AsyncConnectionPool[Any],
 ) -> None:
     """After an error the connection's state is unknown: the pool gets it back, the next use takes one."""
-    kept = KeptConnection(pool, bound=5.0)
+    kept = KeptConnection(pool, bound=5.0, warm=_select_one)
     await backend(kept)
     with pytest.raises(psycopg.errors.DivisionByZero):
         async with kept.use() as conn:
@@ -72,7 +77,7 @@ async def test_a_statement_past_the_bound_is_cancelled_and_its_connection_given_
     pool: AsyncConnectionPool[Any],
 ) -> None:
     """The bound covers the statement, as for every worker statement; the connection goes back."""
-    kept = KeptConnection(pool, bound=0.3)
+    kept = KeptConnection(pool, bound=0.3, warm=_select_one)
     with pytest.raises(TimeoutError):
         async with kept.use() as conn:
             await conn.execute("SELECT pg_sleep(5)")
@@ -82,7 +87,7 @@ async def test_a_statement_past_the_bound_is_cancelled_and_its_connection_given_
 
 async def test_a_second_use_at_once_gets_a_connection_of_its_own(pool: AsyncConnectionPool[Any]) -> None:
     """Two statements at once never share one connection."""
-    kept = KeptConnection(pool, bound=5.0)
+    kept = KeptConnection(pool, bound=5.0, warm=_select_one)
     async with kept.use() as outer, kept.use() as inner:
         assert inner is not outer
         assert lent(pool) == 2
@@ -95,7 +100,7 @@ async def test_an_idle_loop_gives_its_connection_back(
 ) -> None:
     """A loop that sends nothing for IDLE_SECONDS holds no connection from the pool."""
     monkeypatch.setattr(kept_connection, "IDLE_SECONDS", 0.05)
-    await backend(KeptConnection(pool, bound=5.0))
+    await backend(KeptConnection(pool, bound=5.0, warm=_select_one))
     assert lent(pool) == 1
     for _ in range(100):
         if not lent(pool):
@@ -109,7 +114,7 @@ async def test_a_connection_kept_past_the_hold_goes_back_after_its_statement(
 ) -> None:
     """However busy the loop, the pool's own care (lifetime, reconnection) reaches the connection."""
     monkeypatch.setattr(kept_connection, "HOLD_SECONDS", 0.0)
-    kept = KeptConnection(pool, bound=5.0)
+    kept = KeptConnection(pool, bound=5.0, warm=_select_one)
     await backend(kept)
     assert lent(pool) == 0
 
@@ -140,33 +145,6 @@ async def _cached_claim_plan(kept: KeptConnection) -> str:
 #: Runs after which a statement is prepared (psycopg's threshold, 5) and planned generically
 #: (PostgreSQL plans a prepared statement for its values its first 5 runs).
 PREPARED_AND_GENERIC = 12
-
-
-async def test_a_claim_prepared_on_an_empty_table_is_planned_again_as_the_table_fills(
-    pool: AsyncConnectionPool[Any], dsn: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A claim prepared while jobs was analyzed empty scans it; once the loop's replan time has
-    come, its kept connection is replaced, and the claim prepared again on the filled table takes
-    its rows by primary key."""
-    monkeypatch.setattr(kept_connection, "REPLAN_AT", (0.5,))
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute("VACUUM ANALYZE tenure.jobs")  # empty, and PostgreSQL knows it
-        admin.execute("INSERT INTO tenure.jobs (queue, task) SELECT 'q', 't' FROM generate_series(1, 3)")
-    kept = KeptConnection(pool, bound=5.0)
-    # Prepared by psycopg at its 6th run, planned for its values 5 times more, then generically.
-    assert sum([await _claim(kept) for _ in range(PREPARED_AND_GENERIC)]) == 3
-    assert "Seq Scan on jobs j" in await _cached_claim_plan(kept)  # the plan a worker then keeps
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(
-            "INSERT INTO tenure.jobs (queue, task, state, finished_at) "
-            "SELECT 'q', 't', 'succeeded', now() FROM generate_series(1, 30000)"
-        )
-    await asyncio.sleep(0.6)
-    # The first claim now replaces the kept connection; the claim is prepared on the new one.
-    assert sum([await _claim(kept) for _ in range(PREPARED_AND_GENERIC)]) == 0
-    plan = await _cached_claim_plan(kept)
-    assert "Seq Scan on jobs" not in plan and "jobs_pkey" in plan, plan
-    await kept.release()
 
 
 async def _warm_claim(conn: psycopg.AsyncConnection[Any]) -> None:

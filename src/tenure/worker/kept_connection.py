@@ -19,10 +19,10 @@ primary key. (Dropping the statements instead, with DEALLOCATE ALL, leaves psyco
 them unless it notices the command, which it does only the first time it sees its text.)
 
 A new backend's first statement is slow: it loads the catalog entries of every table, index and
-function it touches (a claim took 5 ms first, 1 ms after). So when a loop gives its `warm`
-statement, the successor is taken and warmed in the background while the old connection goes on
-serving, and it takes over at the first use after it is ready: no statement of the loop waits for
-a replacement (idle latency's p99 went from 4 to 8-10 ms when claims did).
+function it touches (a claim took 5 ms first, 1 ms after). So the successor is taken and warmed,
+by the loop's own `warm` statement, in the background while the old connection goes on serving,
+and it takes over at the first use after it is ready: no statement of the loop waits for a
+replacement (idle latency's p99 went from 4 to 8-10 ms when claims did).
 """
 
 from __future__ import annotations
@@ -60,10 +60,10 @@ Warm = Callable[[AsyncConnection[Any]], Awaitable[object]]
 class KeptConnection:
     """`use()` lends the kept connection, taking one from `pool` when none is kept, all within
     `bound` seconds (the wait for the pool and the statement, as WorkerServices.connection).
-    A second use while one is under way gets a connection of the pool's own. With `warm`, a
-    replacement is taken and warmed in the background (see the module's note)."""
+    A second use while one is under way gets a connection of the pool's own. `warm` readies a
+    replacement in the background (see the module's note)."""
 
-    def __init__(self, pool: AsyncConnectionPool[Any], bound: float, warm: Warm | None = None) -> None:
+    def __init__(self, pool: AsyncConnectionPool[Any], bound: float, warm: Warm) -> None:
         self._pool = pool
         self._bound = bound
         self._warm = warm
@@ -90,11 +90,13 @@ class KeptConnection:
             async with asyncio.timeout(self._bound):
                 await self._take_over()
                 # A connection that prepares nothing (through a pooler) has nothing to plan again.
-                if self._replan_due() and self._conn is not None and self._conn.prepare_threshold is not None:
-                    if self._warm is None:
-                        await self._replace()
-                    elif self._successor is None:
-                        self._successor = asyncio.get_running_loop().create_task(self._warmed())
+                if (
+                    self._replan_due()
+                    and self._successor is None
+                    and self._conn is not None
+                    and self._conn.prepare_threshold is not None
+                ):
+                    self._successor = asyncio.get_running_loop().create_task(self._warmed())
                 if self._conn is None:
                     self._conn = await self._pool.getconn()
                     self._taken_at = time.monotonic()
@@ -123,7 +125,6 @@ class KeptConnection:
 
     async def _warmed(self) -> AsyncConnection[Any]:
         """A connection of the pool's, its caches loaded by the loop's warm statement."""
-        assert self._warm is not None
         async with asyncio.timeout(self._bound):
             conn: AsyncConnection[Any] = await self._pool.getconn()
             try:
