@@ -202,35 +202,39 @@ class Claimer(Service):
 
     async def _warm(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """A claim of no jobs: what a new connection runs before it takes over the claims."""
+        await self._claim(conn, self.queues[0], 0)
+
+    async def _claim(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        queue: str,
+        want: int,
+        oldest: int = 0,
+        limited: bool = False,
+    ) -> list[ClaimedJob]:
+        """The claim statement on this worker's terms: its tasks, their leases, its owner."""
         options = self.services.options
-        await self.services.queries.job_claim(
+        return await self.services.queries.job_claim(
             conn,
-            queue=self.queues[0],
+            queue=queue,
             owner=self.services.owner,
-            limit=0,
+            limit=want,
             default_lease_seconds=options.lease_seconds,
             default_runtime_seconds=options.max_runtime_seconds,
             policies=self.policies,
             tasks=self.tasks,
+            oldest=oldest,
+            limited=limited,
         )
 
     async def _claim_queue(self, queue: str, want: int) -> list[ClaimedJob]:
-        services, options = self.services, self.services.options
+        services = self.services
         with batch_span("claim", queue) as span:
             async with self.connection.use() as conn:
                 sent_at = time.monotonic()  # the executor measures leases on the process clock
                 claim_started = time.perf_counter()
-                jobs = await services.queries.job_claim(
-                    conn,
-                    queue=queue,
-                    owner=services.owner,
-                    limit=want,
-                    default_lease_seconds=options.lease_seconds,
-                    default_runtime_seconds=options.max_runtime_seconds,
-                    policies=self.policies,
-                    tasks=self.tasks,
-                    oldest=self.oldest_share.take(queue, want),
-                    limited=queue in self.limited,
+                jobs = await self._claim(
+                    conn, queue, want, self.oldest_share.take(queue, want), queue in self.limited
                 )
             set_batch_size(span, len(jobs))
         self.oldest_share.record(queue, len(jobs))
