@@ -20,6 +20,7 @@ import psycopg
 import pytest
 from psycopg import sql as pgsql
 
+from _claims import CLAIM_ARGS
 from tenure.db.queries import Queries
 from tenure.db.sqlfiles import named_queries
 from tenure.model.jobs import JobSpec
@@ -33,19 +34,13 @@ EXPIRED = 20_000
 
 
 def _claim_params(owner: str, now: datetime | None = None) -> dict[str, Any]:
-    return {
+    return CLAIM_ARGS | {
         "queue": QUEUE,
         "owner": owner,
         "limit": 10,
         "oldest": 1,
         "by_priority": 9,
         "tasks": ["x10.task", "x10.other"],
-        "only": None,
-        "default_lease_seconds": 30.0,
-        "default_runtime_seconds": 60.0,
-        "policy_tasks": [],
-        "policy_leases": [],
-        "policy_runtimes": [],
         "now": now,
     }
 
