@@ -1,7 +1,7 @@
 """A busy loop's kept connection on a real pool: its statements go through one backend, a failed
 statement gives the connection back for the pool to judge, a second use at once gets a connection
-of its own, an idle or stopped loop gives its connection back, and a claim prepared on an empty
-table is planned again as it fills."""
+of its own, an idle or stopped loop gives its connection back, a claim prepared on an empty table
+is planned again as it fills, and one prepared on a table that does not grow keeps its backend."""
 
 from __future__ import annotations
 
@@ -34,6 +34,22 @@ async def _select_one(conn: psycopg.AsyncConnection[Any]) -> None:
     await conn.execute("SELECT 1")
 
 
+async def _jobs_pages(conn: psycopg.AsyncConnection[Any]) -> int:
+    return await Queries("tenure").jobs_pages(conn)
+
+
+def _growing() -> kept_connection.Pages:
+    """A table size that doubles at every look, for tests of the replacement itself."""
+    looks = 0
+
+    async def pages(conn: psycopg.AsyncConnection[Any]) -> int:
+        nonlocal looks
+        looks += 1
+        return 100 * 2**looks
+
+    return pages
+
+
 async def backend(kept: KeptConnection) -> int:
     async with kept.use() as conn:
         cur = await conn.execute("SELECT pg_backend_pid()")
@@ -51,7 +67,7 @@ async def test_every_statement_of_a_busy_loop_goes_through_one_backend(
     pool: AsyncConnectionPool[Any],
 ) -> None:
     """The pool lends its connections in turn; the kept one is the same for every statement."""
-    kept = KeptConnection(pool, bound=5.0, warm=_select_one)
+    kept = KeptConnection(pool, bound=5.0, warm=_select_one, pages=_jobs_pages)
     assert len({await backend(kept) for _ in range(10)}) == 1
     assert lent(pool) == 1
     await kept.release()
@@ -62,7 +78,7 @@ async def test_a_failed_statement_gives_the_connection_back_to_the_pool(
     pool: AsyncConnectionPool[Any],
 ) -> None:
     """After an error the connection's state is unknown: the pool gets it back, the next use takes one."""
-    kept = KeptConnection(pool, bound=5.0, warm=_select_one)
+    kept = KeptConnection(pool, bound=5.0, warm=_select_one, pages=_jobs_pages)
     await backend(kept)
     with pytest.raises(psycopg.errors.DivisionByZero):
         async with kept.use() as conn:
@@ -77,7 +93,7 @@ async def test_a_statement_past_the_bound_is_cancelled_and_its_connection_given_
     pool: AsyncConnectionPool[Any],
 ) -> None:
     """The bound covers the statement, as for every worker statement; the connection goes back."""
-    kept = KeptConnection(pool, bound=0.3, warm=_select_one)
+    kept = KeptConnection(pool, bound=0.3, warm=_select_one, pages=_jobs_pages)
     with pytest.raises(TimeoutError):
         async with kept.use() as conn:
             await conn.execute("SELECT pg_sleep(5)")
@@ -87,7 +103,7 @@ async def test_a_statement_past_the_bound_is_cancelled_and_its_connection_given_
 
 async def test_a_second_use_at_once_gets_a_connection_of_its_own(pool: AsyncConnectionPool[Any]) -> None:
     """Two statements at once never share one connection."""
-    kept = KeptConnection(pool, bound=5.0, warm=_select_one)
+    kept = KeptConnection(pool, bound=5.0, warm=_select_one, pages=_jobs_pages)
     async with kept.use() as outer, kept.use() as inner:
         assert inner is not outer
         assert lent(pool) == 2
@@ -100,7 +116,7 @@ async def test_an_idle_loop_gives_its_connection_back(
 ) -> None:
     """A loop that sends nothing for IDLE_SECONDS holds no connection from the pool."""
     monkeypatch.setattr(kept_connection, "IDLE_SECONDS", 0.05)
-    await backend(KeptConnection(pool, bound=5.0, warm=_select_one))
+    await backend(KeptConnection(pool, bound=5.0, warm=_select_one, pages=_jobs_pages))
     assert lent(pool) == 1
     for _ in range(100):
         if not lent(pool):
@@ -114,7 +130,7 @@ async def test_a_connection_kept_past_the_hold_goes_back_after_its_statement(
 ) -> None:
     """However busy the loop, the pool's own care (lifetime, reconnection) reaches the connection."""
     monkeypatch.setattr(kept_connection, "HOLD_SECONDS", 0.0)
-    kept = KeptConnection(pool, bound=5.0, warm=_select_one)
+    kept = KeptConnection(pool, bound=5.0, warm=_select_one, pages=_jobs_pages)
     await backend(kept)
     assert lent(pool) == 0
 
@@ -185,7 +201,7 @@ async def test_a_warmed_replacement_takes_over_without_a_statement_waiting_for_i
         warmed.append(conn.info.backend_pid)
         await _warm_claim(conn)
 
-    kept = KeptConnection(pool, bound=5.0, warm=warm)
+    kept = KeptConnection(pool, bound=5.0, warm=warm, pages=_growing())
     old = await backend(kept)
     await asyncio.sleep(0.25)
     assert await backend(kept) == old  # the replan time came: this use did not wait for a new one
@@ -207,7 +223,7 @@ async def test_releasing_a_kept_connection_gives_back_its_successor_too(
         started.set()
         await conn.execute("SELECT pg_sleep(0.3)")
 
-    kept = KeptConnection(pool, bound=5.0, warm=slow_warm)
+    kept = KeptConnection(pool, bound=5.0, warm=slow_warm, pages=_growing())
     await backend(kept)
     await asyncio.sleep(0.15)
     await backend(kept)  # the replan time came: the successor is being warmed
@@ -226,7 +242,7 @@ async def test_a_claim_planned_on_an_empty_table_is_planned_again_on_a_warmed_re
     with psycopg.connect(dsn, autocommit=True) as admin:
         admin.execute("VACUUM ANALYZE tenure.jobs")
         admin.execute("INSERT INTO tenure.jobs (queue, task) SELECT 'q', 't' FROM generate_series(1, 3)")
-    kept = KeptConnection(pool, bound=5.0, warm=_warm_claim)
+    kept = KeptConnection(pool, bound=5.0, warm=_warm_claim, pages=_jobs_pages)
     assert sum([await _claim(kept) for _ in range(PREPARED_AND_GENERIC)]) == 3
     assert "Seq Scan on jobs j" in await _cached_claim_plan(kept)
     with psycopg.connect(dsn, autocommit=True) as admin:
@@ -240,4 +256,30 @@ async def test_a_claim_planned_on_an_empty_table_is_planned_again_on_a_warmed_re
     assert sum([await _claim(kept) for _ in range(PREPARED_AND_GENERIC)]) == 0
     plan = await _cached_claim_plan(kept)
     assert "Seq Scan on jobs" not in plan and "jobs_pkey" in plan, plan
+    await kept.release()
+
+
+async def test_a_claim_planned_on_a_filled_table_that_does_not_grow_keeps_its_backend(
+    pool: AsyncConnectionPool[Any], dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past every replan time, a kept connection whose table has not grown since its statements
+    were planned is not replaced: its plans are the table's, and a replacement costs a backend."""
+    monkeypatch.setattr(kept_connection, "REPLAN_AT", (0.1, 0.2))
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute("INSERT INTO tenure.jobs (queue, task) SELECT 'q', 't' FROM generate_series(1, 3000)")
+    warmed: list[int] = []
+
+    async def warm(conn: psycopg.AsyncConnection[Any]) -> None:
+        warmed.append(conn.info.backend_pid)
+
+    kept = KeptConnection(pool, bound=5.0, warm=warm, pages=_jobs_pages)
+    first = await backend(kept)
+    assert await _claim(kept) == 100
+    for _ in range(3):
+        await asyncio.sleep(0.12)
+        assert await backend(kept) == first
+        await asyncio.sleep(0.05)  # the look at the table's size, in the background
+    assert await backend(kept) == first
+    assert warmed == []
+    await _settled(pool, 1)  # the connection the look borrowed is back
     await kept.release()

@@ -197,6 +197,11 @@ class Queries(ProducerQueries, HandlerQueries):
 
     # -- the lease state machine ------------------------------------------------------------
 
+    async def jobs_pages(self, conn: AsyncConnection[Any]) -> int:
+        """The jobs table's size in pages now (a kept connection's statements are planned again
+        when it has grown: tenure.worker.kept_connection)."""
+        return int((await fetch(conn, self._sql["jobs_pages"], {}))[0]["pages"])
+
     async def job_claim(
         self,
         conn: AsyncConnection[Any],

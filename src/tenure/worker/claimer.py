@@ -93,7 +93,9 @@ class Claimer(Service):
         self.failing_queues: dict[str, tuple[int, float]] = {}
         self.tasks, self.policies = claim_terms(executor.registry, services.options)
         #: The claims' own connection (kept_connection.py).
-        self.connection = KeptConnection(services.pool, services.options.statement_bound, self._warm)
+        self.connection = KeptConnection(
+            services.pool, services.options.statement_bound, self._warm, services.queries.jobs_pages
+        )
 
     def wake(self) -> None:
         self._wake.set()

@@ -107,7 +107,9 @@ class Completer(Service):
         self._arrived = asyncio.Event()
         self._retry: list[_Pending] = []
         #: The completions' own connection (kept_connection.py).
-        self.connection = KeptConnection(services.pool, services.options.statement_bound, self._warm)
+        self.connection = KeptConnection(
+            services.pool, services.options.statement_bound, self._warm, services.queries.jobs_pages
+        )
 
     def complete_soon(self, job: ClaimedJob, expires: float, result: Any, settled: Settled) -> None:
         """Queues `job`'s completion; `settled` is called with its outcome once that is known

@@ -9,14 +9,18 @@ back to the pool as soon as keeping it could cost anything: after an error (its 
 unknown, and the pool checks it), when the loop has been idle a moment, after a while in any
 case (so that the pool's own care of its connections still reaches it), and when the loop stops.
 
-A loop's kept connection is also replaced by a new one a few times in the loop's first minute
-(REPLAN_AT), so that its statements are prepared, and planned, again. A worker prepares its claim
-and completion as it starts, often on a table that is empty or was last analyzed empty; on such a
-table a scan of `jobs` is the cheapest plan, PostgreSQL keeps it for the prepared statement, and
-as the table fills every claim would read it whole until autovacuum analyzes `jobs` again (a
-minute or more). Prepared again once the table holds its jobs, the statements take their rows by
-primary key. (Dropping the statements instead, with DEALLOCATE ALL, leaves psycopg believing in
-them unless it notices the command, which it does only the first time it sees its text.)
+A loop's kept connection is also replaced by a new one when the jobs table has grown since its
+statements were planned, looked at a few times in the loop's first minute (REPLAN_AT), so that its
+statements are prepared, and planned, again. A worker prepares its claim and completion as it
+starts, often on a table that is empty or was last analyzed empty; on such a table a scan of
+`jobs` is the cheapest plan, PostgreSQL keeps it for the prepared statement, and as the table
+fills every claim would read it whole until autovacuum analyzes `jobs` again (a minute or more).
+Prepared again once the table holds its jobs, the statements take their rows by primary key.
+(Dropping the statements instead, with DEALLOCATE ALL, leaves psycopg believing in them unless it
+notices the command, which it does only the first time it sees its text.) A table that has not
+grown keeps its connection: the plans were made for its size, and a replacement costs a new
+backend, its caches and its plans (in a drain of a filled table, one run in seconds, replacing at
+every look cost 6 us of worker CPU and 7 of server CPU a job).
 
 A new backend's first statement is slow: it loads the catalog entries of every table, index and
 function it touches (a claim took 5 ms first, 1 ms after). So the successor is taken and warmed,
@@ -46,29 +50,42 @@ log = logging.getLogger("tenure.worker")
 IDLE_SECONDS = 1.0
 #: ... and at the first statement's end past this long after it was taken (seconds).
 HOLD_SECONDS = 60.0
-#: When, counted from the loop's first statement, its kept connection is replaced by a new one
-#: whose statements are prepared and planned again (seconds): often while a table fills from
-#: empty, then no more (after that, autovacuum's analyze of the table makes PostgreSQL plan them
-#: again).
+#: When, counted from the loop's first statement, the jobs table's size is looked at, and the kept
+#: connection replaced by a new one whose statements are prepared and planned again if the table has
+#: grown (seconds): often while a table fills from empty, then no more (after that, autovacuum's
+#: analyze of the table makes PostgreSQL plan them again).
 REPLAN_AT = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+#: Grown: at least twice the pages it had when the statements were planned. PostgreSQL plans a
+#: table of fewer than SMALL_TABLE_PAGES pages that was never vacuumed as one of that many, so
+#: a table growing within them changes no plan.
+GROWTH = 2
+SMALL_TABLE_PAGES = 10
 
 #: A statement that loads into a new backend's caches what the loop's own statements touch,
 #: changing nothing (the claimer's claim of no jobs, the completer's completion of none).
 Warm = Callable[[AsyncConnection[Any]], Awaitable[object]]
+#: The jobs table's size in pages, as the server sees it now.
+Pages = Callable[[AsyncConnection[Any]], Awaitable[int]]
 
 
 class KeptConnection:
     """`use()` lends the kept connection, taking one from `pool` when none is kept, all within
     `bound` seconds (the wait for the pool and the statement, as WorkerServices.connection).
-    A second use while one is under way gets a connection of the pool's own. `warm` readies a
-    replacement in the background (see the module's note)."""
+    A second use while one is under way gets a connection of the pool's own. `pages` tells
+    whether the table has grown, and `warm` readies a replacement in the background (see the
+    module's note)."""
 
-    def __init__(self, pool: AsyncConnectionPool[Any], bound: float, warm: Warm) -> None:
+    def __init__(self, pool: AsyncConnectionPool[Any], bound: float, warm: Warm, pages: Pages) -> None:
         self._pool = pool
         self._bound = bound
         self._warm = warm
-        #: The replacement being taken and warmed, then waiting to take over.
-        self._successor: asyncio.Task[AsyncConnection[Any]] | None = None
+        self._pages = pages
+        #: The jobs table's pages when the kept connection's statements were planned (about: read
+        #: as the loop first used it, or as its replacement was warmed).
+        self._planned_pages: int | None = None
+        #: The look at the table's size, then the replacement being warmed and waiting to take
+        #: over, with the pages it was planned for (None: the table has not grown).
+        self._successor: asyncio.Task[tuple[AsyncConnection[Any], int] | None] | None = None
         self._conn: AsyncConnection[Any] | None = None
         self._taken_at = 0.0
         self._in_use = False
@@ -89,18 +106,17 @@ class KeptConnection:
         try:
             async with asyncio.timeout(self._bound):
                 await self._take_over()
-                # A connection that prepares nothing (through a pooler) has nothing to plan again.
-                if (
-                    self._replan_due()
-                    and self._successor is None
-                    and self._conn is not None
-                    and self._conn.prepare_threshold is not None
-                ):
-                    self._successor = asyncio.get_running_loop().create_task(self._warmed())
                 if self._conn is None:
                     self._conn = await self._pool.getconn()
                     self._taken_at = time.monotonic()
+                # A connection that prepares nothing (through a pooler) has nothing to plan again.
+                prepares = self._conn.prepare_threshold is not None
+                if self._replan_due() and self._successor is None and prepares:
+                    self._successor = asyncio.get_running_loop().create_task(self._successor_if_grown())
                 try:
+                    if self._planned_pages is None and prepares:
+                        # The loop's first use: what its statements are about to be planned for.
+                        self._planned_pages = await self._pages(self._conn)
                     yield self._conn
                 except BaseException:
                     await self.release()  # after a failure the pool judges the connection
@@ -123,16 +139,21 @@ class KeptConnection:
         self._replanned = due
         return True
 
-    async def _warmed(self) -> AsyncConnection[Any]:
-        """A connection of the pool's, its caches loaded by the loop's warm statement."""
+    async def _successor_if_grown(self) -> tuple[AsyncConnection[Any], int] | None:
+        """A connection of the pool's, its caches loaded by the loop's warm statement, if the table
+        has grown since the kept connection's statements were planned (with its pages now)."""
         async with asyncio.timeout(self._bound):
             conn: AsyncConnection[Any] = await self._pool.getconn()
             try:
+                pages = await self._pages(conn)
+                if pages < GROWTH * max(self._planned_pages or 0, SMALL_TABLE_PAGES):
+                    await self._pool.putconn(conn)
+                    return None
                 await self._warm(conn)
             except BaseException:
                 await self._pool.putconn(conn)  # the pool judges it
                 raise
-        return conn
+        return conn, pages
 
     async def _take_over(self) -> None:
         """Puts a ready successor in the kept connection's place; one that failed is dropped
@@ -144,10 +165,16 @@ class KeptConnection:
         if successor.cancelled():
             return
         if (exc := successor.exception()) is not None:
-            log.warning("could not warm a replacement for a kept connection: %s", describe_error(exc))
+            log.warning(
+                "could not size the jobs table or warm a replacement for a kept connection: %s",
+                describe_error(exc),
+            )
             return
+        if (ready := successor.result()) is None:
+            return  # the table has not grown: the plans are the table's
         await self._replace()
-        self._conn, self._taken_at = successor.result(), time.monotonic()
+        self._conn, self._planned_pages = ready
+        self._taken_at = time.monotonic()
 
     async def _drop_successor(self) -> None:
         successor, self._successor = self._successor, None
@@ -155,8 +182,8 @@ class KeptConnection:
             return
         successor.cancel()
         await asyncio.wait([successor])  # a cancellation of this caller's own still propagates
-        if not successor.cancelled() and successor.exception() is None:
-            await self._pool.putconn(successor.result())
+        if not successor.cancelled() and successor.exception() is None and (ready := successor.result()):
+            await self._pool.putconn(ready[0])
 
     async def _replace(self) -> None:
         """Gives the kept connection back as one past its lifetime, which the pool closes and

@@ -570,6 +570,11 @@ VALUES (%(id)s, 'fencing_lost', 'running', %(token)s, %(owner)s, %(error_code)s)
 INSERT INTO __schema__.job_events (job_id, event, from_state, token, worker, error_code, error)
 VALUES (%(id)s, 'lease_lost', 'running', %(token)s, %(owner)s, %(error_code)s, left(%(error)s, 2000));
 
+-- name: jobs_pages
+-- The jobs table's size in pages, as the server sees it now: a worker's kept connection is
+-- replaced, and its statements planned again, when the table has grown since they were planned.
+SELECT (pg_relation_size('__schema__.jobs') / current_setting('block_size')::int)::int AS pages;
+
 -- name: session_reset
 -- The last statement of a handler's own transaction (ctx.atomic), after its completion: its SETs
 -- must not outlive the transaction, whose server session a transaction pooler lends to another
