@@ -249,9 +249,18 @@ class FailoverCluster:
             return dict(_rows(conn, "cluster_synchronous_settings")[0])
 
     def primary(self) -> Node:
+        """The node the monitor has as primary: its reported and assigned states both a primary's,
+        else one of them. A demoted primary whose keeper was frozen goes on reporting `primary`
+        until it next reports, after its successor's promotion: the first node found reporting
+        `primary` was that one for a moment."""
         states = self.states()
-        for node in self.nodes:
-            if states.get(node.name, ("", ""))[0] in ("primary", "wait_primary", "single"):
+        roles = ("primary", "wait_primary", "single")
+        nodes = [(node, *states.get(node.name, ("", ""))) for node in self.nodes]
+        for node, reported, goal in nodes:
+            if reported in roles and goal in roles:
+                return node
+        for node, reported, goal in nodes:
+            if goal in roles or reported in roles:
                 return node
         raise DatabaseUnavailable(f"no primary: {states}")
 
