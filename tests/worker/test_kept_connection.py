@@ -283,3 +283,19 @@ async def test_a_claim_planned_on_a_filled_table_that_does_not_grow_keeps_its_ba
     assert warmed == []
     await _settled(pool, 1)  # the connection the look borrowed is back
     await kept.release()
+
+
+async def test_a_table_size_that_cannot_be_read_does_not_stop_the_loop(
+    pool: AsyncConnectionPool[Any],
+) -> None:
+    """The size looked at as the loop first uses its connection is a hint: refused, the
+    loop's own statement still runs, on the connection the loop keeps."""
+
+    async def refused(conn: psycopg.AsyncConnection[Any]) -> int:
+        await conn.execute("SELECT pg_relation_size('no_such_table')")
+        raise AssertionError("unreachable")
+
+    kept = KeptConnection(pool, bound=5.0, warm=_select_one, pages=refused)
+    first = await backend(kept)
+    assert await backend(kept) == first
+    await kept.release()

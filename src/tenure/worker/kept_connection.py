@@ -39,6 +39,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
@@ -113,10 +114,10 @@ class KeptConnection:
                 prepares = self._conn.prepare_threshold is not None
                 if self._replan_due() and self._successor is None and prepares:
                     self._successor = asyncio.get_running_loop().create_task(self._successor_if_grown())
+                if self._planned_pages is None and prepares:
+                    # The loop's first use: what its statements are about to be planned for.
+                    self._planned_pages = await self._baseline_pages(self._conn)
                 try:
-                    if self._planned_pages is None and prepares:
-                        # The loop's first use: what its statements are about to be planned for.
-                        self._planned_pages = await self._pages(self._conn)
                     yield self._conn
                 except BaseException:
                     await self.release()  # after a failure the pool judges the connection
@@ -127,6 +128,15 @@ class KeptConnection:
             self._in_use = False
             if self._conn is not None:
                 self._idle_timer = asyncio.get_running_loop().call_later(IDLE_SECONDS, self._idle)
+
+    async def _baseline_pages(self, conn: AsyncConnection[Any]) -> int:
+        """The table's pages now; 0 when they cannot be read (the loop's statement goes on: a
+        table taken for empty is only replanned sooner)."""
+        try:
+            return await self._pages(conn)
+        except psycopg.Error as exc:
+            log.warning("could not read the jobs table's size for a kept connection: %s", describe_error(exc))
+            return 0
 
     def _replan_due(self) -> bool:
         """Whether the next of REPLAN_AT has come (several passed since the last use: one)."""
