@@ -299,3 +299,21 @@ async def test_a_table_size_that_cannot_be_read_does_not_stop_the_loop(
     first = await backend(kept)
     assert await backend(kept) == first
     await kept.release()
+
+
+async def test_an_idle_release_that_runs_after_a_use_began_leaves_that_use_its_connection(
+    pool: AsyncConnectionPool[Any],
+) -> None:
+    """The idle timer's release runs in a task of its own, a loop iteration after the timer: a use
+    that began in between keeps its connection (given back mid-statement, the pool closed it under
+    the running query, which crashed the process)."""
+    kept = KeptConnection(pool, bound=5.0, warm=_select_one, pages=_jobs_pages)
+    first = await backend(kept)
+    kept._idle()  # the idle timer fires: its release is scheduled, not yet run
+    async with kept.use() as conn:
+        await conn.execute("SELECT pg_sleep(0.2)")  # the release task runs meanwhile
+        cur = await conn.execute("SELECT pg_backend_pid()")
+        assert (await cur.fetchone()) == (first,)
+    assert await backend(kept) == first
+    assert lent(pool) == 1
+    await kept.release()

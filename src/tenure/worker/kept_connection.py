@@ -207,8 +207,9 @@ class KeptConnection:
     async def release(self) -> None:
         """Gives the kept connection back to the pool, if one is kept, and any successor."""
         self._cancel_idle_timer()
-        await self._drop_successor()
+        # Taken before anything is awaited: a use that begins meanwhile takes a connection anew.
         conn, self._conn = self._conn, None
+        await self._drop_successor()
         if conn is not None:
             await self._pool.putconn(conn)
 
@@ -220,6 +221,10 @@ class KeptConnection:
             task.add_done_callback(self._returning.discard)
 
     async def _release_idle(self) -> None:
+        if self._in_use:
+            # A use began between the timer and this task: the connection is in use, not idle
+            # (given back now, the pool would close it under that use's statement).
+            return
         # In a task nobody awaits: a failure is said here, or it would go unheard.
         try:
             await self.release()
