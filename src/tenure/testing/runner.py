@@ -25,7 +25,7 @@ from tenure.model.errors import ValidationError
 from tenure.model.jobs import Job
 from tenure.testing.outcome import Ran
 from tenure.testing.queries import TestingQueries
-from tenure.worker.claimer import claim_terms
+from tenure.worker.claimer import ClaimTerms
 from tenure.worker.completer import Completer
 from tenure.worker.executor import Executor
 from tenure.worker.options import WorkerOptions
@@ -53,7 +53,7 @@ class JobRunner:
         self.options = WorkerOptions(
             worker_id=f"tenure-testing-{uuid.uuid4().hex[:8]}", lease_seconds=lease_seconds
         )
-        self.tasks, self.policies = claim_terms(app.registry, self.options)
+        self.terms = ClaimTerms.of(app.registry, self.options, self.options.worker_id)
         self._pool: AsyncConnectionPool[Any] | None = None
         self._threads: ThreadPoolExecutor | None = None
         self._supervisor = Supervisor()
@@ -118,28 +118,16 @@ class JobRunner:
         """The queues with a due job of the app's tasks (`queue` alone, when given)."""
         pool, _ = self._opened()
         async with pool.connection() as conn:
-            return await self.testing.due_queues(conn, tasks=self.tasks, queue=queue)
+            return await self.testing.due_queues(conn, tasks=self.terms.tasks, queue=queue)
 
     async def run_next(self, queue: str, only: list[int] | None = None) -> Ran | None:
         """Claims the next job of `queue` a worker of the app would (of `only`, when given) and
         runs it to its outcome; None when there is none to claim."""
         pool, executor = self._opened()
-        options = self.options
         async with pool.connection() as conn:
             limited = queue in {r.queue for r in await self.control.limits(conn)}
             sent_at = time.monotonic()
-            claimed = await self.queries.job_claim(
-                conn,
-                queue=queue,
-                owner=options.worker_id,
-                limit=1,
-                default_lease_seconds=options.lease_seconds,
-                default_runtime_seconds=options.max_runtime_seconds,
-                policies=self.policies,
-                tasks=self.tasks,
-                limited=limited,
-                only=only,
-            )
+            claimed = await self.terms.claim(self.queries, conn, queue, 1, limited=limited, only=only)
         if not claimed:
             return None
         job = claimed[0]
@@ -164,7 +152,7 @@ class JobRunner:
         job = await self.job(job_id)
         if job is None:
             raise ValidationError(f"there is no job {job_id}")
-        if job.task not in self.tasks:
+        if job.task not in self.terms.tasks:
             raise ValidationError(
                 f"job {job_id} is of task {job.task!r}, which this app does not register: a worker of "
                 "the app would not run it either (register the task with @app.task, or check its name)"

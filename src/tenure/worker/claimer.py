@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
 from tenure.db import wakeups
 from tenure.db.control_queries import ControlQueries
-from tenure.db.queries import TaskLeasePolicy
+from tenure.db.queries import Queries, TaskLeasePolicy
 from tenure.model.jobs import ClaimedJob
 from tenure.tasks import TaskRegistry
 from tenure.telemetry.tracing import batch_span, set_batch_size, tracing_on
@@ -57,6 +59,47 @@ def claim_terms(registry: TaskRegistry, options: WorkerOptions) -> tuple[list[st
     return tasks, [p for p in policies if (p.lease_seconds, p.max_runtime_seconds) != defaults]
 
 
+@dataclass(frozen=True)
+class ClaimTerms:
+    """The claim statement on a worker's terms: its owner, the tasks it runs and their leases
+    (claim_terms). The claimer claims on them, and so does tenure.testing's runner, as a worker of
+    the app would."""
+
+    owner: str
+    options: WorkerOptions
+    tasks: list[str]
+    policies: list[TaskLeasePolicy]
+
+    @classmethod
+    def of(cls, registry: TaskRegistry, options: WorkerOptions, owner: str) -> ClaimTerms:
+        return cls(owner, options, *claim_terms(registry, options))
+
+    async def claim(
+        self,
+        queries: Queries,
+        conn: psycopg.AsyncConnection[Any],
+        queue: str,
+        want: int,
+        *,
+        oldest: int = 0,
+        limited: bool = False,
+        only: Sequence[int] | None = None,
+    ) -> list[ClaimedJob]:
+        return await queries.job_claim(
+            conn,
+            queue=queue,
+            owner=self.owner,
+            limit=want,
+            default_lease_seconds=self.options.lease_seconds,
+            default_runtime_seconds=self.options.max_runtime_seconds,
+            policies=self.policies,
+            tasks=self.tasks,
+            oldest=oldest,
+            limited=limited,
+            only=only,
+        )
+
+
 class Claimer(Service):
     """Claims jobs into the worker's free slots: at once when woken (a notification, a freed
     slot), else every poll interval. It waits while completions cannot be written."""
@@ -91,7 +134,7 @@ class Claimer(Service):
         self.oldest_share = OldestShare(services.options.oldest_every)
         #: Queues whose last claims failed: (failures in a row, monotonic time to try again).
         self.failing_queues: dict[str, tuple[int, float]] = {}
-        self.tasks, self.policies = claim_terms(executor.registry, services.options)
+        self.terms = ClaimTerms.of(executor.registry, services.options, services.owner)
         #: The claims' own connection (kept_connection.py).
         self.connection = KeptConnection(
             services.pool, services.options.statement_bound, self._warm, services.queries.jobs_pages
@@ -204,30 +247,7 @@ class Claimer(Service):
 
     async def _warm(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """A claim of no jobs: what a new connection runs before it takes over the claims."""
-        await self._claim(conn, self.queues[0], 0)
-
-    async def _claim(
-        self,
-        conn: psycopg.AsyncConnection[Any],
-        queue: str,
-        want: int,
-        oldest: int = 0,
-        limited: bool = False,
-    ) -> list[ClaimedJob]:
-        """The claim statement on this worker's terms: its tasks, their leases, its owner."""
-        options = self.services.options
-        return await self.services.queries.job_claim(
-            conn,
-            queue=queue,
-            owner=self.services.owner,
-            limit=want,
-            default_lease_seconds=options.lease_seconds,
-            default_runtime_seconds=options.max_runtime_seconds,
-            policies=self.policies,
-            tasks=self.tasks,
-            oldest=oldest,
-            limited=limited,
-        )
+        await self.terms.claim(self.services.queries, conn, self.queues[0], 0)
 
     async def _claim_queue(self, queue: str, want: int) -> list[ClaimedJob]:
         services = self.services
@@ -235,8 +255,13 @@ class Claimer(Service):
             async with self.connection.use() as conn:
                 sent_at = time.monotonic()  # the executor measures leases on the process clock
                 claim_started = time.perf_counter()
-                jobs = await self._claim(
-                    conn, queue, want, self.oldest_share.take(queue, want), queue in self.limited
+                jobs = await self.terms.claim(
+                    services.queries,
+                    conn,
+                    queue,
+                    want,
+                    oldest=self.oldest_share.take(queue, want),
+                    limited=queue in self.limited,
                 )
             set_batch_size(span, len(jobs))
         self.oldest_share.record(queue, len(jobs))

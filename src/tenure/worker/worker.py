@@ -214,7 +214,7 @@ class Worker:
                 busy=lambda: len(executor.running),
                 connection=services.connection,
                 failing=board.failing,
-                tasks=claimer.tasks,
+                tasks=claimer.terms.tasks,
             ),
         ]
         if self.retention is not None:
