@@ -199,7 +199,7 @@ class Executor:
             # names it a second time, after the default name (half a microsecond a job).
             task = loop.create_task(self._ending(execution, work), name=name, context=context)
         execution.task = task
-        if execution.cancel_reason is not interrupted:
+        if execution.cancel_reason != interrupted:
             self._cancel(execution)  # interrupted in its first step, before there was a task to cancel
 
     async def _ending(self, execution: Execution, work: Coroutine[Any, Any, None]) -> None:
