@@ -29,7 +29,7 @@ SECTIONS = (
 )
 #: Every target has a line in the targets table (the drain ones once per size).
 TARGETS = (
-    "drain vs pgqueuer at its best batch",
+    "drain, each at its best: tenure vs pgqueuer",
     "drain vs raw SQL claim 100",
     "drain vs the ceiling",
     "end to end (one job per enqueue transaction, workers draining) vs raw SQL",

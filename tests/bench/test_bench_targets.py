@@ -7,6 +7,8 @@ from typing import Any
 
 from rich.console import Console
 
+from tenure.lab.bench.contenders import Contenders
+from tenure.lab.bench.peer_drains import tenure_settings
 from tenure.lab.bench.targets import targets
 from tenure.lab.bench.verdicts import MET, NOT_MEASURED, NOT_MET, REPORTED, Target, print_targets
 
@@ -104,13 +106,13 @@ def test_drain_against_pgqueuer_at_its_best_batch() -> None:
     the target is not measured and says why."""
     throughput = _throughput(1300, 5000)
     found = _found({"throughput": throughput, "peers": {"pgqueuer": _pgqueuer(1000)}})
-    met = _starting(found, "drain vs pgqueuer")
+    met = _starting(found, "drain, each at its best")
     assert [(t["status"], t["ratio"]) for t in met] == [(MET, 1.3)] * 2
     assert met[0]["baseline"] == "pgqueuer batch 100, 2 processes"
     short = _found({"throughput": throughput, "peers": {"pgqueuer": _pgqueuer(1100)}})
-    assert [t["status"] for t in _starting(short, "drain vs pgqueuer")] == [NOT_MET, NOT_MET]
+    assert [t["status"] for t in _starting(short, "drain, each at its best")] == [NOT_MET, NOT_MET]
     skipped = {"pgqueuer": {"skipped": "not installed (pip install 'tenure[bench]')"}}
-    (missing,) = _starting(_found({"throughput": throughput, "peers": skipped}), "drain vs pgqueuer")
+    (missing,) = _starting(_found({"throughput": throughput, "peers": skipped}), "drain, each at its best")
     assert missing["status"] == NOT_MEASURED and "not installed" in missing["note"]
 
 
@@ -223,7 +225,7 @@ def test_targets_against_pgqueuer_judge_the_tenure_drain_run_in_pgqueuers_rounds
         drained["best"] = dict(drained["best"], worker_cpu_us_per_job=50.0, server_cpu_us_per_job=50.0)
         drained["tenure_beside"] = _drain(1300, worker_cpu_us_per_job=40.0, server_cpu_us_per_job=37.0)
     found = _found({"throughput": throughput, "peers": {"pgqueuer": pgq}})
-    assert [(t["status"], t["value"]) for t in _starting(found, "drain vs pgqueuer")] == [(MET, 1300)] * 2
+    assert [(t["status"], t["value"]) for t in _starting(found, "drain, each at its best")] == [(MET, 1300)] * 2
     (cpu,) = _starting(found, "CPU per job, worker + server, vs pgqueuer at its best batch")
     assert (cpu["status"], cpu["value"], cpu["ratio"]) == (MET, 77.0, 0.77)
     assert found["server CPU per job vs pgqueuer, 50,000 jobs"]["value"] == 37.0
@@ -356,3 +358,28 @@ def test_the_table_counts_targets_met_apart_from_figures_reported() -> None:
     judged = [t for t in found if t["threshold"] != "reported"]
     reported = [t for t in found if t["status"] == REPORTED]
     assert f"targets met: 2 of {len(judged)}; {len(reported)} of {len(found) - len(judged)}" in text
+
+
+def test_the_drain_against_pgqueuer_names_the_tenure_setting_that_won() -> None:
+    """Tenure's best drain of the peers' rounds is judged against PgQueuer's best, and the
+    target says which of Tenure's settings it was."""
+    throughput = _throughput(1000, 5000)
+    pgq = _pgqueuer(1000)
+    for drained in pgq["by_size"].values():
+        drained["tenure_beside"] = _drain(1400) | {"claim_batch": 200, "concurrency": 400}
+    found = _found({"throughput": throughput, "peers": {"pgqueuer": pgq}})
+    drains = _starting(found, "drain, each at its best")
+    assert [(t["status"], t["value"]) for t in drains] == [(MET, 1400)] * 2
+    assert all(t["target"].endswith("(tenure claim batch 200, concurrency 400)") for t in drains)
+
+
+def test_tenure_is_swept_at_twice_each_claim_batch_beside_its_own_settings() -> None:
+    """Tenure's settings in PgQueuer's rounds: the run's own, then each claim batch of the sweep
+    with concurrency twice the batch (PgQueuer's rule), a setting equal to the run's not twice."""
+    settings = tenure_settings(Contenders(100, 100), (50, 200))
+    assert {k: (c.concurrency, c.claim_batch) for k, c in settings.items()} == {
+        "tenure": (100, 100),
+        "tenure_50": (100, 50),
+        "tenure_200": (400, 200),
+    }
+    assert list(tenure_settings(Contenders(400, 200), (200,))) == ["tenure"]

@@ -1,10 +1,12 @@
 """The peers' drains, each at its best settings, at the run's sizes.
 
 PgQueuer: as many processes as Tenure's, `batch_size` swept (`max_concurrent_tasks` twice each),
-interleaved round by round like the raw ceiling, the best median at each size standing; Tenure's
-own drain runs in the same rounds, and the targets against PgQueuer are judged on it. Judged on
-the throughput section's Tenure drain, minutes apart, the CPU ratio of code whose alternated
-drains measured the same spread from 0.85x to 1.18x across runs as the machine's speed drifted.
+interleaved round by round like the raw ceiling, the best median at each size standing. Tenure
+drains in the same rounds at its run's own settings and at each claim batch of the sweep given
+(concurrency twice the batch, as PgQueuer's), its best median standing too: each system at its
+best, and the targets against PgQueuer are judged on Tenure's. (Judged on the throughput
+section's Tenure drain, minutes apart, the CPU ratio of code whose alternated drains measured the
+same spread from 0.85x to 1.18x across runs as the machine's speed drifted.)
 Procrastinate: once per size, with a pool sized for its concurrency as its docs advise, on a
 tenth of each size (it runs 20-50x slower than the others, so the full sizes would take minutes;
 started behind the gate, its rate over that many jobs is steady)."""
@@ -15,6 +17,7 @@ from functools import partial
 from typing import Any
 
 from tenure.lab.bench import peers
+from tenure.lab.bench.contenders import Contenders
 from tenure.lab.bench.rounds import Drain, DrainRounds, best_of, median_run
 from tenure.lab.bench.sections import peer_drain, tenure_drain
 
@@ -23,23 +26,44 @@ from tenure.lab.bench.sections import peer_drain, tenure_drain
 PGQUEUER_UNSWEPT_BATCH = 100
 #: Procrastinate drains this fraction of each size.
 SLOW_PEER_FRACTION = 10
-#: The key of Tenure's drain among PgQueuer's batch sizes in the peers' rounds.
+#: The key of Tenure's drain at the run's own settings among PgQueuer's batch sizes.
 TENURE = "tenure"
 
 
+def tenure_settings(contenders: Contenders, claim_batches: tuple[int, ...]) -> dict[str, Contenders]:
+    """Tenure's settings in the peers' rounds, by key: the run's own, and each claim batch of the
+    sweep with concurrency twice the batch (PgQueuer's rule for its cap), one a setting."""
+    found = {TENURE: contenders}
+    for batch in claim_batches:
+        swept = Contenders(2 * batch, batch)
+        if (swept.concurrency, swept.claim_batch) != (contenders.concurrency, contenders.claim_batch):
+            found[f"{TENURE}_{batch}"] = swept
+    return found
+
+
 async def pgqueuer_best(
-    dsn: str, rounds: DrainRounds, batches: tuple[int, ...], tenure_dsn: str | None = None
+    dsn: str,
+    rounds: DrainRounds,
+    batches: tuple[int, ...],
+    tenure_dsn: str | None = None,
+    tenure_batches: tuple[int, ...] = (),
 ) -> dict[str, Any]:
     """PgQueuer's drains at each batch size, and with `tenure_dsn` Tenure's beside them in the
-    same rounds (`tenure_beside` at each size)."""
+    same rounds, at the run's settings and at each of `tenure_batches` (`tenure_sweep` at each
+    size, and its best as `tenure_beside`)."""
     contenders = rounds.contenders
     drains: dict[int | str, Drain] = {
         batch: partial(peer_drain, "pgqueuer", dsn, contenders, processes=rounds.processes, batch=batch)
         for batch in batches
     }
+    settings: dict[str, Contenders] = {}
     if tenure_dsn is not None:
-        drains[TENURE] = partial(tenure_drain, tenure_dsn, contenders, processes=rounds.processes)
-    swept = f"batch sizes {list(batches)}" + (", and Tenure's drain" if tenure_dsn is not None else "")
+        settings = tenure_settings(contenders, tenure_batches)
+        for key, tenure_contenders in settings.items():
+            drains[key] = partial(tenure_drain, tenure_dsn, tenure_contenders, processes=rounds.processes)
+    swept = f"batch sizes {list(batches)}"
+    if settings:
+        swept += f", and Tenure's drain at claim batches {[c.claim_batch for c in settings.values()]}"
     runs = await rounds.interleaved("peer pgqueuer", swept, drains)
     by_size: dict[str, dict[str, Any]] = {}
     for size in rounds.sizes:
@@ -52,8 +76,14 @@ async def pgqueuer_best(
             "batch_sweep": {str(b): r for b, r in sweep.items()},
             "best": sweep[best] | {"batch": best},
         }
-        if tenure_dsn is not None:
-            by_size[str(size)]["tenure_beside"] = median_run(runs[(TENURE, size)])
+        if settings:
+            tenure_sweep = {
+                key: median_run(runs[(key, size)])
+                | {"claim_batch": c.claim_batch, "concurrency": c.concurrency}
+                for key, c in settings.items()
+            }
+            tenure_best = max(tenure_sweep.values(), key=lambda r: r["jobs_per_second"])
+            by_size[str(size)] |= {"tenure_sweep": tenure_sweep, "tenure_beside": tenure_best}
     primary = by_size[str(max(rounds.sizes))]["best"]
     return {"version": peers.version("pgqueuer"), "batches": list(batches), "by_size": by_size, **primary}
 

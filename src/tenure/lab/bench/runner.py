@@ -133,7 +133,11 @@ async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
                 peer_dsn = await peer_database(name)
                 if name == "pgqueuer":
                     out["peers"][name] = await peer_drains.pgqueuer_best(
-                        peer_dsn, rounds, sizes.pgqueuer_batches, tenure_dsn=dsn
+                        peer_dsn,
+                        rounds,
+                        sizes.pgqueuer_batches,
+                        tenure_dsn=dsn,
+                        tenure_batches=sizes.tenure_claim_batches,
                     )
                 else:
                     max_connections = int(result["meta"]["server_settings"]["max_connections"])

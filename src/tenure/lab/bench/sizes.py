@@ -38,7 +38,10 @@ class Sizes:
     #: Claim sizes of the raw loop swept for the ceiling (Tenure's own claim batch is added).
     ceiling_batches: tuple[int, ...] = (20, 50, 100, 200, 500)
     #: PgQueuer batch sizes swept for its best.
-    pgqueuer_batches: tuple[int, ...] = (10, 25, 50, 100, 200)
+    pgqueuer_batches: tuple[int, ...] = (10, 25, 50, 100, 200, 400)
+    #: Tenure's claim batches swept beside PgQueuer's, each with concurrency twice the batch as
+    #: PgQueuer's are; Tenure's own settings (the run's --concurrency and --claim-batch) run too.
+    tenure_claim_batches: tuple[int, ...] = (200, 400)
     #: Worker processes of the contention section's drains (Tenure, and the raw loop claiming 100).
     contention_processes: int = 8
     end_to_end_jobs: int = 20_000  # jobs enqueued one per transaction while workers drain
@@ -73,6 +76,7 @@ SIZES = {
         limit_jobs=400,
         ceiling_batches=(20, 100),
         pgqueuer_batches=(50,),
+        tenure_claim_batches=(50,),
         contention_processes=3,  # one more than the run's 2: a worker process takes ~1 s to start
         end_to_end_jobs=300,
         producer_connections=4,

@@ -26,6 +26,7 @@ from tenure.lab.bench.verdicts import (
     reported,
     target,
     tenure_beside_pgqueuer,
+    tenure_setting,
     why_missing,
 )
 
@@ -82,7 +83,7 @@ def _drain_targets(s: Sections) -> list[Target]:
 def _pgqueuer_targets(s: Sections) -> list[Target]:
     """At each size: Tenure's drain against PgQueuer's best batch, same number of processes."""
     tp, pgq = s.get("throughput"), s.get("peers", {}).get("pgqueuer", {})
-    name = "drain vs pgqueuer at its best batch (max_concurrent_tasks 2x batch)"
+    name = "drain, each at its best: tenure vs pgqueuer (max_concurrent_tasks 2x batch)"
     if not tp or not pgq.get("by_size"):
         skipped = f"pgqueuer {pgq['skipped']}" if "skipped" in pgq else ""
         why = skipped or why_missing(s, "throughput", "peers") or "not measured"
@@ -91,9 +92,10 @@ def _pgqueuer_targets(s: Sections) -> list[Target]:
     for size, drained in pgq["by_size"].items():
         best = drained["best"]
         tenure = tenure_beside_pgqueuer(drained, tp["by_size"][size]["tenure_n"])
+        setting = f" (tenure {tenure_setting(tenure)})" if tenure and "claim_batch" in tenure else ""
         found.append(
             target(
-                f"{name}, {jobs_label(size)}",
+                f"{name}, {jobs_label(size)}{setting}",
                 ">= 1.3x",
                 None if tenure is None else tenure["jobs_per_second"],
                 "jobs/s",

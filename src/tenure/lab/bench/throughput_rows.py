@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from tenure.lab.bench.rows import Row, ratio_at_least, row, value_at_most
-from tenure.lab.bench.verdicts import tenure_beside_pgqueuer
+from tenure.lab.bench.verdicts import tenure_beside_pgqueuer, tenure_setting
 
 
 def _jobs(size: str | int) -> str:
@@ -79,8 +79,14 @@ def peer_rows(tp: dict[str, Any], peers: dict[str, Any]) -> list[Row]:
         for batch, swept in at["batch_sweep"].items():
             won = " (its best)" if int(batch) == best["batch"] else ""
             rows.append(_against_the_ceiling(tp, size, f"pgqueuer batch {batch}, {_jobs(size)}{won}", swept))
-        vs = f"tenure vs pgqueuer (batch {best['batch']}), {_jobs(size)}"
-        rows += _tenure_against(tp, size, vs, "pgqueuer", best, 1.3, tenure_beside_pgqueuer(at, None))
+        tenure_best = tenure_beside_pgqueuer(at, None)
+        for drained in at.get("tenure_sweep", {}).values():
+            won = " (its best)" if drained == tenure_best else ""
+            figure = f"tenure {tenure_setting(drained)}, {_jobs(size)}{won}"
+            rows.append(_against_the_ceiling(tp, size, figure, drained))
+        setting = f" ({tenure_setting(tenure_best)})" if tenure_best and "claim_batch" in tenure_best else ""
+        vs = f"tenure{setting} vs pgqueuer (batch {best['batch']}), {_jobs(size)}"
+        rows += _tenure_against(tp, size, vs, "pgqueuer", best, 1.3, tenure_best)
     pro = peers.get("procrastinate", {})
     for size, drained in pro.get("by_size", {}).items():
         setting = f"concurrency {pro['concurrency_per_process']}, pool {pro['pool_max_size']}"

@@ -96,3 +96,8 @@ def tenure_beside_pgqueuer(
     size): the one run in PgQueuer's own rounds, else `otherwise` (the throughput section's)."""
     beside: dict[str, Any] | None = at_size.get("tenure_beside")
     return otherwise if beside is None else beside
+
+
+def tenure_setting(drained: dict[str, Any]) -> str:
+    """Tenure's settings in a drain of the peers' rounds."""
+    return f"claim batch {drained['claim_batch']}, concurrency {drained['concurrency']}"
