@@ -63,6 +63,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         queues=queues,
         queue_weights=weights,
         concurrency=args.concurrency,
+        claim_batch=args.claim_batch,
         lease_seconds=args.lease,
         max_runtime_seconds=args.max_runtime,
         poll_interval=args.poll_interval,
@@ -116,6 +117,13 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         help="comma-separated queues, optionally weighted: a=3,b=1 (default: the tasks' queues)",
     )
     p.add_argument("--concurrency", type=int, default=10)
+    p.add_argument(
+        "--claim-batch",
+        type=positive_int,
+        default=WorkerOptions.claim_batch,
+        help="the most jobs one claim takes, never more than the free slots; with concurrency at "
+        f"twice it every claim is full (default: {WorkerOptions.claim_batch})",
+    )
     p.add_argument("--lease", type=float, default=30.0, help="lease seconds (renewed on progress)")
     p.add_argument("--max-runtime", type=float, default=3600.0, help="hard limit per attempt, seconds")
     p.add_argument("--poll-interval", type=float, default=1.0)
