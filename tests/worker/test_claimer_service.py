@@ -162,3 +162,34 @@ async def test_a_job_stopped_before_its_task_first_runs_still_gives_its_slot_bac
     assert executor.busy == 0
     assert stepped.claimer.free_slots() == SLOTS
     assert not [w for w in caught if "never awaited" in str(w.message)]
+
+
+async def test_a_claim_that_emptied_its_queue_holds_the_next_for_the_trickle_gap(
+    stepped: Stepped, db: AsyncConnection[Any], queries: Queries
+) -> None:
+    """A claim that found fewer jobs than it asked for makes the next wait the trickle gap from its
+    start, and that one takes together what arrived meanwhile; a claim that found nothing holds
+    back none, and a gap of 0 claims at once."""
+    claimer, clock = stepped.claimer, stepped.claimer.clock
+    assert isinstance(clock, FakeClock)
+    stepped.release.set()
+    await queries.job_insert_many(db, [JobSpec(task="held")])
+    assert await claimer.run_once() == 1  # asked for three: the queue emptied
+    await queries.job_insert_many(db, [JobSpec(task="held") for _ in range(2)])
+    await until_handlers_return(claimer.executor)
+    assert await claimer.run_once() == 2  # both, after the gap
+    assert clock.slept == [WorkerOptions().trickle_gap]
+    clock.advance(1.0)
+    assert await claimer.run_once() == 0  # found nothing: the worker is idle
+    await queries.job_insert_many(db, [JobSpec(task="held")])
+    assert await claimer.run_once() == 1  # at once
+    assert clock.slept == [WorkerOptions().trickle_gap]
+    claimer.services.options.trickle_gap = 0.0
+    clock.advance(1.0)
+    for _ in range(2):  # each claim empties the queue, and the next goes at once
+        async with asyncio.timeout(10):
+            while claimer.executor.running:  # room for the claim: completions written
+                await stepped.completer.run_once()
+        await queries.job_insert_many(db, [JobSpec(task="held")])
+        assert await claimer.run_once() == 1
+    assert clock.slept == [WorkerOptions().trickle_gap]

@@ -34,11 +34,6 @@ LIMITS_REFRESH = 2.0
 #: After one queue's claim failed n times in a row, that queue is left out of claim passes for
 #: min(QUEUE_BACKOFF_CAP, 0.1 * 2**n) seconds; the other queues go on being claimed meanwhile.
 QUEUE_BACKOFF_CAP = 5.0
-#: After a claim that found some jobs but fewer than it asked for (the queue emptied: jobs are
-#: arriving one by one), how long from its start the next claim waits (seconds). Otherwise
-#: every enqueue's notification would be a claim of one job, and a second empty one by every
-#: other worker; an idle worker (its last claim found nothing) still claims at once.
-TRICKLE_GAP = 0.005
 
 
 def claim_terms(registry: TaskRegistry, options: WorkerOptions) -> tuple[list[str], list[TaskLeasePolicy]]:
@@ -242,7 +237,12 @@ class Claimer(Service):
         if saturated_queue:  # there is more where that came from
             self._refill_soon()
         elif claimed:
-            self._paced_until = started + TRICKLE_GAP
+            # The queue emptied: jobs are arriving one by one. The next claim waits for the
+            # trickle gap (WorkerOptions.trickle_gap) from this one's start, and takes together
+            # what arrived meanwhile; otherwise every enqueue's notification would be a claim of
+            # one job, and an empty one by every other worker. An idle worker (its last claim
+            # found nothing) still claims at once.
+            self._paced_until = started + options.trickle_gap
         return claimed
 
     async def _warm(self, conn: psycopg.AsyncConnection[Any]) -> None:

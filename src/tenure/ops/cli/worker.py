@@ -64,6 +64,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         queue_weights=weights,
         concurrency=args.concurrency,
         claim_batch=args.claim_batch,
+        trickle_gap=args.trickle_gap,
         lease_seconds=args.lease,
         max_runtime_seconds=args.max_runtime,
         poll_interval=args.poll_interval,
@@ -123,6 +124,14 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         default=WorkerOptions.claim_batch,
         help="the most jobs one claim takes, never more than the free slots; with concurrency at "
         f"twice it every claim is full (default: {WorkerOptions.claim_batch})",
+    )
+    p.add_argument(
+        "--trickle-gap",
+        type=float,
+        default=WorkerOptions.trickle_gap,
+        help="seconds a claim that emptied its queue waits before the next one, which takes "
+        "together the jobs that arrived meanwhile; 0 claims at every notification "
+        f"(default: {WorkerOptions.trickle_gap})",
     )
     p.add_argument("--lease", type=float, default=30.0, help="lease seconds (renewed on progress)")
     p.add_argument("--max-runtime", type=float, default=3600.0, help="hard limit per attempt, seconds")
