@@ -82,7 +82,7 @@ async def pgqueuer_best(
                 | {"claim_batch": c.claim_batch, "concurrency": c.concurrency}
                 for key, c in settings.items()
             }
-            tenure_best = max(tenure_sweep.values(), key=lambda r: r["jobs_per_second"])
+            tenure_best = tenure_sweep[best_of(tenure_sweep)]
             by_size[str(size)] |= {"tenure_sweep": tenure_sweep, "tenure_beside": tenure_best}
     primary = by_size[str(max(rounds.sizes))]["best"]
     return {"version": peers.version("pgqueuer"), "batches": list(batches), "by_size": by_size, **primary}

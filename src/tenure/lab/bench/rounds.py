@@ -48,6 +48,6 @@ def median_run(results: list[DrainResult]) -> dict[str, Any]:
     }
 
 
-def best_of(sweep: dict[int, dict[str, Any]]) -> int:
+def best_of(sweep: dict[Key, dict[str, Any]]) -> Key:
     """The setting whose median rate is highest."""
     return max(sweep, key=lambda setting: sweep[setting]["jobs_per_second"])

@@ -92,7 +92,7 @@ def _pgqueuer_targets(s: Sections) -> list[Target]:
     for size, drained in pgq["by_size"].items():
         best = drained["best"]
         tenure = tenure_beside_pgqueuer(drained, tp["by_size"][size]["tenure_n"])
-        setting = f" (tenure {tenure_setting(tenure)})" if tenure and "claim_batch" in tenure else ""
+        setting = f" (tenure {setting})" if (setting := tenure_setting(tenure)) else ""
         found.append(
             target(
                 f"{name}, {jobs_label(size)}{setting}",

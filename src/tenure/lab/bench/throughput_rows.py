@@ -84,7 +84,7 @@ def peer_rows(tp: dict[str, Any], peers: dict[str, Any]) -> list[Row]:
             won = " (its best)" if drained == tenure_best else ""
             figure = f"tenure {tenure_setting(drained)}, {_jobs(size)}{won}"
             rows.append(_against_the_ceiling(tp, size, figure, drained))
-        setting = f" ({tenure_setting(tenure_best)})" if tenure_best and "claim_batch" in tenure_best else ""
+        setting = f" ({setting})" if (setting := tenure_setting(tenure_best)) else ""
         vs = f"tenure{setting} vs pgqueuer (batch {best['batch']}), {_jobs(size)}"
         rows += _tenure_against(tp, size, vs, "pgqueuer", best, 1.3, tenure_best)
     pro = peers.get("procrastinate", {})

@@ -98,6 +98,9 @@ def tenure_beside_pgqueuer(
     return otherwise if beside is None else beside
 
 
-def tenure_setting(drained: dict[str, Any]) -> str:
-    """Tenure's settings in a drain of the peers' rounds."""
+def tenure_setting(drained: dict[str, Any] | None) -> str:
+    """Tenure's settings in a drain of the peers' rounds; "" for a drain that names none (the
+    throughput section's, at the run's own settings)."""
+    if not drained or "claim_batch" not in drained:
+        return ""
     return f"claim batch {drained['claim_batch']}, concurrency {drained['concurrency']}"
