@@ -278,10 +278,11 @@ async def test_x07_a_claim_that_fails_in_one_queue_costs_only_that_queue(
         await app.enqueue(free_job, {"n": n})
         await asyncio.sleep(0.02)
 
+    # The handler's return comes before its completion commits: wait for the committed states.
     async def free_done() -> bool:
-        return len(done) == 30
+        return (await states(db)) == {"succeeded": 30, "pending": 3}
 
-    await wait_until(free_done, timeout=30, what="the 30 jobs of the free queue")
+    await wait_until(free_done, timeout=30, what="the 30 jobs of the free queue to succeed")
+    assert sorted(done) == list(range(30))
     assert not worker.services.health.service("claimer").failing
     assert worker.stats.claim_errors > 0
-    assert (await states(db)) == {"succeeded": 30, "pending": 3}
