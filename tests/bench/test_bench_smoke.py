@@ -30,8 +30,9 @@ SECTIONS = (
 #: Every target has a line in the targets table (the drain ones once per size).
 TARGETS = (
     "drain, each at its best: tenure vs pgqueuer",
-    "drain vs raw SQL claim 100",
-    "drain vs the ceiling",
+    "drain, tenure at its best vs raw SQL claim 100",
+    "drain at the run's settings vs raw SQL claim 100",
+    "drain, tenure at its best vs the ceiling",
     "end to end (one job per enqueue transaction, workers draining) vs raw SQL",
     "end to end (one job per enqueue transaction, workers draining) vs pgqueuer",
     "idle latency p50 vs the machine's floor",
@@ -96,6 +97,12 @@ def test_smoke_run_writes_a_complete_result(server_dsn: str, tmp_path: Path) -> 
         assert at["ceiling"]["batch"] == max(sweep, key=lambda b: sweep[b])  # the best of the sweep
         assert at["raw_reference"]["batch"] == 100 and 100 in sweep
         assert at["tenure_n"]["jobs"] == size
+        # Tenure drains at the run's settings and at each claim batch of its sweep; its best stands.
+        tenure_sweep = {(r["claim_batch"], r["concurrency"]): r for r in at["tenure_sweep"].values()}
+        assert (result["meta"]["claim_batch"], result["meta"]["concurrency_per_process"]) in tenure_sweep
+        assert {(b, 2 * b) for b in sizes["tenure_claim_batches"]} <= set(tenure_sweep)
+        best_rate = max(r["jobs_per_second"] for r in tenure_sweep.values())
+        assert at["tenure_best"]["jobs_per_second"] == best_rate
         # Every drain claims and completes each job: two updates of its row, at least.
         for drained in (at["tenure_n"], at["raw_reference"]):
             assert drained["non_hot_updates_per_job"] + drained["hot_updates_per_job"] >= 2, drained

@@ -7,8 +7,7 @@ from typing import Any
 
 from rich.console import Console
 
-from tenure.lab.bench.contenders import Contenders
-from tenure.lab.bench.peer_drains import tenure_settings
+from tenure.lab.bench.contenders import Contenders, tenure_settings
 from tenure.lab.bench.targets import targets
 from tenure.lab.bench.verdicts import MET, NOT_MEASURED, NOT_MET, REPORTED, Target, print_targets
 
@@ -79,10 +78,10 @@ def _starting(found: dict[str, Target], name: str) -> list[Target]:
 def test_a_run_with_no_sections_measures_no_target() -> None:
     """With no section run, every target is listed, every one 'not measured' with the reason."""
     found = targets({"sections": {}})
-    # PgQueuer, raw loop and ceiling drains; end to end 2; latency 4; a signal's resumption 2; CPU
-    # against PgQueuer's; cost 5; index entries; backlog, not yet due; waiting for signals 3;
-    # contention 2; COPY.
-    assert len(found) == 26
+    # PgQueuer, raw loop (Tenure at its best, and at the run's settings) and ceiling drains; end
+    # to end 2; latency 4; a signal's resumption 2; CPU against PgQueuer's; cost 5; index entries;
+    # backlog, not yet due; waiting for signals 3; contention 2; COPY.
+    assert len(found) == 27
     assert {t["status"] for t in found} == {NOT_MEASURED}
     assert all(t["note"] for t in found)
 
@@ -91,14 +90,30 @@ def test_drain_against_the_raw_loop_claiming_100_at_each_size() -> None:
     """0.6x the raw loop at claim 100 meets the target at both sizes and 0.5x does not, whatever
     the ceiling; Tenure against the ceiling is reported beside it, with no threshold."""
     met = _found({"throughput": _throughput(600, 1000, ceiling=2000)})
-    judged = _starting(met, "drain vs raw SQL claim 100")
+    judged = _starting(met, "drain, tenure at its best vs raw SQL claim 100")
     assert [t["status"] for t in judged] == [MET, MET]
     assert judged[0]["ratio"] == 0.6 and judged[0]["baseline"] == "raw SQL claim 100, 2 processes"
-    ceiling = _starting(met, "drain vs the ceiling")
+    ceiling = _starting(met, "drain, tenure at its best vs the ceiling")
     assert [(t["status"], t["ratio"], t["threshold"]) for t in ceiling] == [(REPORTED, 0.3, "reported")] * 2
     assert "raw SQL claim 200" in ceiling[0]["baseline"]
     short = _found({"throughput": _throughput(500, 1000)})
-    assert [t["status"] for t in _starting(short, "drain vs raw SQL claim 100")] == [NOT_MET, NOT_MET]
+    assert [t["status"] for t in _starting(short, "drain, tenure at its best vs raw")] == [NOT_MET, NOT_MET]
+
+
+def test_the_drain_target_judges_tenure_at_its_best_setting_and_reports_the_run_s_own() -> None:
+    """Tenure's best setting of the throughput rounds is judged against the raw loop claiming
+    100 and named in the target; the run's own setting is reported beside it with its ratio."""
+    throughput = _throughput(500, 1000)
+    for at in throughput["by_size"].values():
+        at["tenure_n"] |= {"claim_batch": 100, "concurrency": 100}
+        at["tenure_best"] = _drain(700) | {"claim_batch": 400, "concurrency": 800}
+    found = _found({"throughput": throughput})
+    judged = _starting(found, "drain, tenure at its best vs raw SQL claim 100")
+    assert [(t["status"], t["ratio"]) for t in judged] == [(MET, 0.7)] * 2
+    assert all(t["target"].endswith("(tenure claim batch 400, concurrency 800)") for t in judged)
+    own = _starting(found, "drain at the run's settings vs raw SQL claim 100")
+    assert [(t["status"], t["ratio"]) for t in own] == [(REPORTED, 0.5)] * 2
+    assert own[0]["target"].endswith("(claim batch 100, concurrency 100)")
 
 
 def test_drain_against_pgqueuer_at_its_best_batch() -> None:
@@ -375,7 +390,7 @@ def test_the_drain_against_pgqueuer_names_the_tenure_setting_that_won() -> None:
 
 
 def test_tenure_is_swept_at_twice_each_claim_batch_beside_its_own_settings() -> None:
-    """Tenure's settings in PgQueuer's rounds: the run's own, then each claim batch of the sweep
+    """Tenure's settings in a section's rounds: the run's own, then each claim batch of the sweep
     with concurrency twice the batch (PgQueuer's rule), a setting equal to the run's not twice."""
     settings = tenure_settings(Contenders(100, 100), (50, 200))
     assert {k: (c.concurrency, c.claim_batch) for k, c in settings.items()} == {

@@ -23,6 +23,20 @@ def loops_for(concurrency: int, batch: int) -> int:
     return max(1, concurrency // batch)
 
 
+def tenure_settings(
+    contenders: Contenders, claim_batches: tuple[int, ...], key: str = "tenure"
+) -> dict[str, Contenders]:
+    """Tenure's settings in a section's rounds, by key: the run's own (`key`), and each claim
+    batch of the sweep with concurrency twice the batch (PgQueuer's rule for its cap), one a
+    setting (`key`_batch). Tenure at its best is the best of these."""
+    found = {key: contenders}
+    for batch in claim_batches:
+        swept = Contenders(2 * batch, batch)
+        if (swept.concurrency, swept.claim_batch) != (contenders.concurrency, contenders.claim_batch):
+            found[f"{key}_{batch}"] = swept
+    return found
+
+
 class Contenders:
     def __init__(self, concurrency: int, claim_batch: int) -> None:
         self.concurrency = concurrency

@@ -17,8 +17,8 @@ from functools import partial
 from typing import Any
 
 from tenure.lab.bench import peers
-from tenure.lab.bench.contenders import Contenders
-from tenure.lab.bench.rounds import Drain, DrainRounds, best_of, median_run
+from tenure.lab.bench.contenders import Contenders, tenure_settings
+from tenure.lab.bench.rounds import Drain, DrainRounds, best_of, median_run, setting_sweep
 from tenure.lab.bench.sections import peer_drain, tenure_drain
 
 #: PgQueuer's batch where the peers section did not sweep it (the end-to-end section alone): its
@@ -26,19 +26,6 @@ from tenure.lab.bench.sections import peer_drain, tenure_drain
 PGQUEUER_UNSWEPT_BATCH = 100
 #: Procrastinate drains this fraction of each size.
 SLOW_PEER_FRACTION = 10
-#: The key of Tenure's drain at the run's own settings among PgQueuer's batch sizes.
-TENURE = "tenure"
-
-
-def tenure_settings(contenders: Contenders, claim_batches: tuple[int, ...]) -> dict[str, Contenders]:
-    """Tenure's settings in the peers' rounds, by key: the run's own, and each claim batch of the
-    sweep with concurrency twice the batch (PgQueuer's rule for its cap), one a setting."""
-    found = {TENURE: contenders}
-    for batch in claim_batches:
-        swept = Contenders(2 * batch, batch)
-        if (swept.concurrency, swept.claim_batch) != (contenders.concurrency, contenders.claim_batch):
-            found[f"{TENURE}_{batch}"] = swept
-    return found
 
 
 async def pgqueuer_best(
@@ -77,11 +64,7 @@ async def pgqueuer_best(
             "best": sweep[best] | {"batch": best},
         }
         if settings:
-            tenure_sweep = {
-                key: median_run(runs[(key, size)])
-                | {"claim_batch": c.claim_batch, "concurrency": c.concurrency}
-                for key, c in settings.items()
-            }
+            tenure_sweep = setting_sweep(runs, settings, size)
             tenure_best = tenure_sweep[best_of(tenure_sweep)]
             by_size[str(size)] |= {"tenure_sweep": tenure_sweep, "tenure_beside": tenure_best}
     primary = by_size[str(max(rounds.sizes))]["best"]

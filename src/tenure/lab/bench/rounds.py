@@ -4,7 +4,7 @@ swept setting (the raw loop's claim size, PgQueuer's batch size) the best median
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -45,6 +45,16 @@ def median_run(results: list[DrainResult]) -> dict[str, Any]:
     ranked = sorted(results, key=lambda r: r.jobs_per_second)
     return ranked[len(ranked) // 2].as_dict() | {
         "all_jobs_per_second": [round(r.jobs_per_second) for r in results]
+    }
+
+
+def setting_sweep(
+    runs: Mapping[Any, list[DrainResult]], settings: dict[str, Contenders], size: int
+) -> dict[str, dict[str, Any]]:
+    """The median run of each of Tenure's `settings` at `size`, each naming its setting."""
+    return {
+        key: median_run(runs[(key, size)]) | {"claim_batch": c.claim_batch, "concurrency": c.concurrency}
+        for key, c in settings.items()
     }
 
 

@@ -107,11 +107,16 @@ async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
             out["copy"] = await sections.copy_enqueue(dsn, sizes.copy_jobs)
 
         if "throughput" in options.sections or "latency" in options.sections:
+            # Tenure's own sweep is for the drain target; latency alone needs only its peak.
+            tenure_batches = sizes.tenure_claim_batches if "throughput" in options.sections else ()
             log(
                 f"throughput: {' and '.join(map(str, sizes.drain_sizes))} no-op jobs, {procs} processes, "
-                f"Tenure and the raw loop at claim sizes {list(sizes.ceiling_batches)}"
+                f"the raw loop at claim sizes {list(sizes.ceiling_batches)}, Tenure at the run's settings"
+                + (f" and at claim batches {list(tenure_batches)}" if tenure_batches else "")
             )
-            out["throughput"] = await throughput.throughput(dsn, rounds, sizes.ceiling_batches)
+            out["throughput"] = await throughput.throughput(
+                dsn, rounds, sizes.ceiling_batches, tenure_batches
+            )
 
         peer_dsns: dict[str, str] = {}
 
