@@ -125,3 +125,44 @@ async def test_a_publish_that_is_not_json_or_too_large_is_refused_and_the_attemp
     assert len(seen) == 3
     assert await app.published("k", job_id=job.id) is None
     await app.close()
+
+
+async def test_deleting_a_job_or_a_workflow_finds_its_published_values_by_index(
+    dsn: str, db: AsyncConnection[Any]
+) -> None:
+    """Deleting a job, or a workflow, deletes its published values through the foreign keys
+    without a sequential scan of published_values (which made a retention pass grow with the
+    values kept), on a table never analyzed, as a new one is."""
+    app = Tenure(dsn)
+
+    @app.task(name="p.kept", queue="p")
+    async def kept(ctx: JobContext) -> None:
+        """Never run: its jobs only own values."""
+
+    jobs = [(await app.enqueue(kept)).id for _ in range(3)]
+    wf = Workflow("owner")
+    wf.step(kept, name="only")
+    workflow = (await app.enqueue_workflow(wf)).id
+    # Two thousand values of other owners around the ones deleted below.
+    await db.execute(
+        """INSERT INTO tenure.published_values (workflow_id, job_id, key, value, published_at, by_job, token)
+           SELECT CASE WHEN k %% 2 = 0 THEN %(workflow)s END, CASE WHEN k %% 2 = 1 THEN %(job)s END,
+                  'k' || k, '{}'::jsonb, now(), %(job)s, 1
+           FROM generate_series(1, 2000) AS k""",
+        {"workflow": workflow, "job": jobs[0]},
+    )
+    await db.execute(
+        """INSERT INTO tenure.published_values (workflow_id, job_id, key, value, published_at, by_job, token)
+           VALUES (NULL, %(job)s, 'mine', '1', now(), %(job)s, 1)""",
+        {"job": jobs[1]},
+    )
+    for table, key in (("jobs", jobs[1]), ("jobs", jobs[2]), ("workflows", workflow)):
+        async with db.transaction(force_rollback=True):
+            await db.execute(f"DELETE FROM tenure.{table} WHERE id = %s", (key,))
+            cur = await db.execute(
+                "SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables"
+                " WHERE schemaname = 'tenure' AND relname = 'published_values'"
+            )
+            seq_scans, index_scans = await cur.fetchone() or (None, None)
+            assert seq_scans == 0 and index_scans, (table, seq_scans, index_scans)
+    await app.close()

@@ -1929,3 +1929,10 @@ CREATE TABLE __schema__.published_values (
 -- One value per owner and key: the owner is the workflow, or the job when it is none.
 CREATE UNIQUE INDEX published_values_owner_idx
     ON __schema__.published_values ((coalesce(workflow_id, job_id)), (workflow_id IS NULL), key);
+-- A job's values and a workflow's, as deleting the job or the workflow finds them through the
+-- foreign keys (`WHERE job_id = $1`), which the index above cannot serve (0029): each holds the
+-- rows of its kind of owner only.
+CREATE INDEX published_values_job_idx ON __schema__.published_values (job_id)
+    WHERE job_id IS NOT NULL;
+CREATE INDEX published_values_workflow_idx ON __schema__.published_values (workflow_id)
+    WHERE workflow_id IS NOT NULL;
