@@ -24,9 +24,9 @@ from tenure.lab.bench.verdicts import (
     Target,
     jobs_label,
     reported,
+    setting_suffix,
     target,
     tenure_beside_pgqueuer,
-    tenure_setting,
     why_missing,
 )
 
@@ -65,10 +65,9 @@ def _drain_targets(s: Sections) -> list[Target]:
         own, reference, ceiling = at["tenure_n"], at["raw_reference"], at["ceiling"]
         best = at.get("tenure_best", own)
         label = f"raw SQL claim {reference['batch']}, {tp['processes']} processes"
-        best_setting = f" (tenure {named})" if (named := tenure_setting(best)) else ""
         found.append(
             target(
-                f"{name}, {jobs_label(size)}{best_setting}",
+                f"{name}, {jobs_label(size)}{setting_suffix(best, 'tenure ')}",
                 ">= 0.6x",
                 best["jobs_per_second"],
                 "jobs/s",
@@ -77,10 +76,9 @@ def _drain_targets(s: Sections) -> list[Target]:
                 ratio_at_least(0.6),
             )
         )
-        own_setting = f" ({named})" if (named := tenure_setting(own)) else ""
         found.append(
             reported(
-                f"{own_name}, {jobs_label(size)}{own_setting}",
+                f"{own_name}, {jobs_label(size)}{setting_suffix(own)}",
                 own["jobs_per_second"],
                 "jobs/s",
                 label,
@@ -114,10 +112,9 @@ def _pgqueuer_targets(s: Sections) -> list[Target]:
     for size, drained in pgq["by_size"].items():
         best = drained["best"]
         tenure = tenure_beside_pgqueuer(drained, tp["by_size"][size]["tenure_n"])
-        setting = f" (tenure {setting})" if (setting := tenure_setting(tenure)) else ""
         found.append(
             target(
-                f"{name}, {jobs_label(size)}{setting}",
+                f"{name}, {jobs_label(size)}{setting_suffix(tenure, 'tenure ')}",
                 ">= 1.3x",
                 None if tenure is None else tenure["jobs_per_second"],
                 "jobs/s",

@@ -7,15 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from tenure.lab.bench.rows import Row, ratio_at_least, row, value_at_most
-from tenure.lab.bench.verdicts import tenure_beside_pgqueuer, tenure_setting
+from tenure.lab.bench.verdicts import setting_suffix, tenure_beside_pgqueuer, tenure_setting
 
 
 def _jobs(size: str | int) -> str:
     return f"{int(size):,} jobs"
-
-
-def _setting(drained: dict[str, Any]) -> str:
-    return f" ({named})" if (named := tenure_setting(drained)) else ""
 
 
 def throughput_rows(tp: dict[str, Any]) -> list[Row]:
@@ -29,7 +25,7 @@ def throughput_rows(tp: dict[str, Any]) -> list[Row]:
         rows += [
             row(
                 "throughput",
-                f"tenure at its best, N processes, {_jobs(size)}{_setting(best)}",
+                f"tenure at its best, N processes, {_jobs(size)}{setting_suffix(best)}",
                 tenure,
                 "jobs/s",
                 reference_label,
@@ -50,7 +46,7 @@ def throughput_rows(tp: dict[str, Any]) -> list[Row]:
             rows.append(
                 row(
                     "throughput",
-                    f"tenure, N processes, {_jobs(size)}{_setting(swept)}",
+                    f"tenure, N processes, {_jobs(size)}{setting_suffix(swept)}",
                     swept["jobs_per_second"],
                     "jobs/s",
                     reference_label,
@@ -101,8 +97,7 @@ def peer_rows(tp: dict[str, Any], peers: dict[str, Any]) -> list[Row]:
             won = " (its best)" if drained == tenure_best else ""
             figure = f"tenure {tenure_setting(drained)}, {_jobs(size)}{won}"
             rows.append(_against_the_ceiling(tp, size, figure, drained))
-        setting = f" ({setting})" if (setting := tenure_setting(tenure_best)) else ""
-        vs = f"tenure{setting} vs pgqueuer (batch {best['batch']}), {_jobs(size)}"
+        vs = f"tenure{setting_suffix(tenure_best)} vs pgqueuer (batch {best['batch']}), {_jobs(size)}"
         rows += _tenure_against(tp, size, vs, "pgqueuer", best, 1.3, tenure_best)
     pro = peers.get("procrastinate", {})
     for size, drained in pro.get("by_size", {}).items():

@@ -99,8 +99,15 @@ def tenure_beside_pgqueuer(
 
 
 def tenure_setting(drained: dict[str, Any] | None) -> str:
-    """Tenure's settings in a drain of the peers' rounds; "" for a drain that names none (the
-    throughput section's, at the run's own settings)."""
+    """Tenure's settings in a drain of a sweep (the throughput section's or the peers'); "" for
+    a drain that names none."""
     if not drained or "claim_batch" not in drained:
         return ""
     return f"claim batch {drained['claim_batch']}, concurrency {drained['concurrency']}"
+
+
+def setting_suffix(drained: dict[str, Any] | None, who: str = "") -> str:
+    """' (<who>claim batch B, concurrency C)' after a figure's name, or "" when the drain names no
+    setting."""
+    named = tenure_setting(drained)
+    return f" ({who}{named})" if named else ""
