@@ -156,6 +156,8 @@ async def test_claim_and_recovery_use_their_indexes_at_backlog(dsn: str, server_
         for claim_plan in _plans(conn, sql["job_claim"], _claim_params("explain")):
             _assert_indexed(claim_plan, "jobs_claimable_idx")
             _assert_indexed(claim_plan, "jobs_claimable_by_age_idx")
+        for claim_plan in _plans(conn, sql["job_claim_by_priority"], _claim_params("explain")):
+            _assert_indexed(claim_plan, "jobs_claimable_idx")
         # Expired leases to recover: a crashed fleet's worth, then the recovery plan over them.
         conn.execute(
             f"UPDATE {SCHEMA}.jobs SET state = 'running', attempt_count = 1, lease_token = 1,"
@@ -190,16 +192,18 @@ async def test_the_claim_takes_its_rows_by_primary_key_on_statistics_older_than_
 ) -> None:
     """Statistics taken while the table was empty (a VACUUM before a bulk load) do not lead the
     claim's UPDATE to its rows through a claimable partial index, which reads every pending entry
-    of the queue: it takes them by primary key, with these parameters and under a generic plan."""
+    of the queue: it takes them by primary key, with these parameters and under a generic plan, in
+    both forms of the plain claim (with an oldest share due and without)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"VACUUM ANALYZE {SCHEMA}.jobs")
     await _load(dsn, 20_000)
     sql = named_queries(SCHEMA)
     with psycopg.connect(dsn, autocommit=True) as conn:
         params = _claim_params("explain") | {"limit": 100, "by_priority": 90}
-        for plan in _plans(conn, sql["job_claim"], params):
-            reached = _indexes_reaching(plan, "j")
-            assert reached == {"jobs_pkey"}, json.dumps(plan)
+        for name in ("job_claim", "job_claim_by_priority"):
+            for plan in _plans(conn, sql[name], params):
+                reached = _indexes_reaching(plan, "j")
+                assert reached == {"jobs_pkey"}, (name, json.dumps(plan))
 
 
 async def test_a_completion_reads_its_batch_once_on_statistics_older_than_the_batch(dsn: str) -> None:

@@ -20,6 +20,7 @@ SCHEMA = "tenure"
 #: What a worker runs for every claim, completion batch and heartbeat, or at its shutdown.
 PER_BATCH = (
     "job_claim",
+    "job_claim_by_priority",
     "job_claim_limited",
     "job_complete_many",
     "job_complete_unsettled",

@@ -198,14 +198,26 @@ def test_a_part_missing_unused_circular_or_doubled_is_refused(
         read_sections(_package(tmp_path, monkeypatch, text), "sql")
 
 
-def test_both_claims_share_the_claim_family_s_rules() -> None:
-    """The plain and the limited claim hold the same claimable predicate, lease and columns, and
-    both lock what they take with SKIP LOCKED."""
+CLAIM_FAMILY = ("job_claim", "job_claim_by_priority", "job_claim_limited")
+
+
+def test_every_claim_shares_the_claim_family_s_rules() -> None:
+    """The plain claim (both forms) and the limited claim hold the same claimable predicate, lease
+    and columns, and each locks what it takes with SKIP LOCKED."""
     queries = named_queries("tenure")
     for shared in ("c.state = 'pending'", "lease_token = j.lease_token + 1", "clock.now AS db_now"):
-        assert shared in queries["job_claim"] and shared in queries["job_claim_limited"]
-    for claim in ("job_claim", "job_claim_limited"):
+        assert all(shared in queries[claim] for claim in CLAIM_FAMILY), shared
+    for claim in CLAIM_FAMILY:
         assert "SKIP LOCKED" in queries[claim] and "__part_" not in queries[claim]
+
+
+def test_the_plain_claim_without_an_oldest_share_is_its_by_priority_lane_alone() -> None:
+    """job_claim_by_priority is job_claim's by-priority lane and lease, with no oldest lane."""
+    queries = named_queries("tenure")
+    two_lanes, one_lane = queries["job_claim"], queries["job_claim_by_priority"]
+    assert "oldest AS (" in two_lanes and "oldest" not in one_lane
+    lease = two_lanes[two_lanes.index('UPDATE "tenure".jobs j') :]
+    assert one_lane.endswith(lease)
 
 
 FENCED_WRITES = (

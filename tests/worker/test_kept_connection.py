@@ -144,8 +144,9 @@ async def _claim(kept: KeptConnection) -> int:
 
 
 async def _cached_claim_plan(kept: KeptConnection) -> str:
-    """The plan of the claim prepared on the kept connection, as its next run would take it."""
-    claim = Queries("tenure")._sql["job_claim"]
+    """The plan of the claim prepared on the kept connection, as its next run would take it (a
+    claim with no oldest share due: the by-priority lane alone)."""
+    claim = Queries("tenure")._sql["job_claim_by_priority"]
     async with kept.use() as conn:
         cur = await conn.execute(
             "SELECT name FROM pg_prepared_statements WHERE statement LIKE %s", ["%lease_token + 1%"]

@@ -223,6 +223,10 @@ class Queries(ProducerQueries, HandlerQueries):
         `only`, only those jobs (tenure.testing runs a chosen one).
         A `limited` queue is claimed within its limits, one claim at a time; the plain
         claim takes nothing from a limited queue."""
+        # Without an oldest share asked for, the by-priority lane alone: the same jobs, less to run.
+        # (Asked for, not granted: a claim of no jobs that asks for one runs the two-lane form,
+        # which is how a new connection warms both.)
+        plain_claim = "job_claim" if oldest > 0 else "job_claim_by_priority"
         oldest = max(0, min(oldest, limit))
         params = {
             "queue": queue,
@@ -249,7 +253,7 @@ class Queries(ProducerQueries, HandlerQueries):
                 rows, unreadable = await self._claim_rows(cur, "job_claim_limited", params)
         else:
             async with conn.cursor() as cur:
-                rows, unreadable = await self._claim_rows(cur, "job_claim", params)
+                rows, unreadable = await self._claim_rows(cur, plain_claim, params)
         if unreadable:
             await self._set_aside(conn, owner, unreadable)
         # Tuples in CLAIM_COLUMNS order: the claim is on every job's path, and a dict per row

@@ -246,8 +246,10 @@ class Claimer(Service):
         return claimed
 
     async def _warm(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """A claim of no jobs: what a new connection runs before it takes over the claims."""
-        await self.terms.claim(self.services.queries, conn, self.queues[0], 0)
+        """Claims of no jobs, one of each form the plain claim takes (with an oldest share due and
+        without): what a new connection runs before it takes over the claims."""
+        for oldest in (0, 1):
+            await self.terms.claim(self.services.queries, conn, self.queues[0], 0, oldest=oldest)
 
     async def _claim_queue(self, queue: str, want: int) -> list[ClaimedJob]:
         services = self.services

@@ -3,8 +3,9 @@
 -- Clocks here are statement_timestamp(), not now(): a fenced completion inside a handler's own
 -- transaction (ctx.atomic) must be judged at the moment it runs, not when the transaction began.
 
--- The claim family: job_claim (a queue without limits) and job_claim_limited (a queue with
--- them) choose differently, and share every rule below, written once.
+-- The claim family: job_claim (a queue without limits; job_claim_by_priority when no oldest
+-- share is due) and job_claim_limited (a queue with them) choose differently, and share every
+-- rule below, written once.
 
 -- part: lease_live
 -- The fence every write after the claim passes (j: the job; the clock CTE in scope): the job
@@ -99,6 +100,39 @@ j.id, j.queue, j.task, j.payload, j.priority, j.attempt_count, j.max_attempts,
 j.lease_token, j.lease_expires_at, j.lease_deadline, j.progress, j.idempotency_key,
 j.available_at, j.created_at, clock.now AS db_now, j.result_wanted, j.snoozes, j.trace_context
 
+-- part: claim_paused
+-- The paused CTE of job_claim and job_claim_by_priority (the clock CTE in scope): a paused queue
+-- gives nothing, to every worker, from the moment the pause commits; nor does a limited queue
+-- here: job_claim_limited claims from it, one claim at a time.
+paused AS (
+    SELECT EXISTS (
+        SELECT 1 FROM __schema__.queue_pauses p
+        WHERE p.queue = %(queue)s AND (p.until IS NULL OR p.until > (SELECT now FROM clock)))
+        OR EXISTS (SELECT 1 FROM __schema__.queue_limits l WHERE l.queue = %(queue)s) AS yes
+)
+
+-- part: claim_by_priority_order
+-- The order the by-priority lane takes jobs in: an ordered scan of jobs_claimable_idx.
+ORDER BY c.priority DESC, c.available_at, c.id
+LIMIT %(by_priority)s
+FOR UPDATE SKIP LOCKED
+
+-- part: claim_leases
+-- The end of job_claim and job_claim_by_priority (their ids, clock and policy CTEs in scope):
+-- the lease taken on each job the lanes locked, and what the worker is told of it.
+-- By primary key, not a join: a prepared claim settles on a generic plan, made without knowing
+-- the batch is small, and a join there becomes a scan of every pending row. The lanes took these
+-- rows pending and hold their row locks until this statement ends, so nothing can have moved
+-- them since. No state test here: `state = 'pending'` lets the planner reach the ids through a
+-- claimable partial index, and on statistics that predate a bulk load it did, reading every
+-- pending entry of the queue for each claim (40-60 ms a claim at 30,000 pending).
+UPDATE __schema__.jobs j
+SET __part_take_lease__
+FROM clock
+WHERE j.id = ANY(ARRAY(SELECT id FROM ids))
+  AND __part_id_bounds__
+RETURNING __part_claimed_columns__
+
 -- name: job_claim
 -- Claim and transition in one statement; each claim bumps the token and the attempt.
 -- Two lanes, each an ordered scan of its own partial index, with no sort at any backlog:
@@ -106,14 +140,8 @@ j.available_at, j.created_at, clock.now AS db_now, j.result_wanted, j.snoozes, j
 -- docs/ordering.md), then the rest of %(limit)s by priority. Only tasks named in %(tasks)s are
 -- taken (NULL: any task), so a worker never claims a job it cannot run.
 -- Lease length and max runtime come from the worker's task policies, by task name.
-WITH __part_claim_clock__, paused AS (
-    -- A paused queue gives nothing, to every worker, from the moment the pause commits;
-    -- nor does a limited queue here: job_claim_limited claims from it, one claim at a time.
-    SELECT EXISTS (
-        SELECT 1 FROM __schema__.queue_pauses p
-        WHERE p.queue = %(queue)s AND (p.until IS NULL OR p.until > (SELECT now FROM clock)))
-        OR EXISTS (SELECT 1 FROM __schema__.queue_limits l WHERE l.queue = %(queue)s) AS yes
-), oldest AS (
+-- A claim with no oldest share due is job_claim_by_priority instead: the same lane alone.
+WITH __part_claim_clock__, __part_claim_paused__, oldest AS (
     SELECT c.id
     FROM __schema__.jobs c
     WHERE __part_claimable__
@@ -131,9 +159,7 @@ WITH __part_claim_clock__, paused AS (
       -- jobs claimed since the last vacuum left at the front of its index, so a claim that finds
       -- fewer jobs than it asks for (jobs arriving one by one, an idle queue) walks once, not twice.
       AND (SELECT count(*) FROM oldest) >= %(oldest)s
-    ORDER BY c.priority DESC, c.available_at, c.id
-    LIMIT %(by_priority)s
-    FOR UPDATE SKIP LOCKED
+    __part_claim_by_priority_order__
 ), ids AS (
     SELECT id FROM oldest
     UNION ALL
@@ -141,18 +167,25 @@ WITH __part_claim_clock__, paused AS (
 ), policy AS (
     __part_lease_policy__
 )
-UPDATE __schema__.jobs j
-SET __part_take_lease__
-FROM clock
--- By primary key, not a join: a prepared claim settles on a generic plan, made without knowing
--- the batch is small, and a join there becomes a scan of every pending row. The lanes took these
--- rows pending and hold their row locks until this statement ends, so nothing can have moved
--- them since. No state test here: `state = 'pending'` lets the planner reach the ids through a
--- claimable partial index, and on statistics that predate a bulk load it did, reading every
--- pending entry of the queue for each claim (40-60 ms a claim at 30,000 pending).
-WHERE j.id = ANY(ARRAY(SELECT id FROM ids))
-  AND __part_id_bounds__
-RETURNING __part_claimed_columns__;
+__part_claim_leases__;
+
+-- name: job_claim_by_priority
+-- job_claim when no job of the claim is due to be the queue's oldest (%(oldest)s is 0): the
+-- by-priority lane alone. Most claims of jobs arriving one by one are such claims (one job in
+-- every oldest_every is the oldest's), and an idle worker's claim is on the path from an enqueue
+-- to its handler's start: the second lane, even when it takes nothing, is a scan, a lock clause
+-- and a union more for the server to set up and run (0.1 ms of the idle claim, docs/performance.md).
+WITH __part_claim_clock__, __part_claim_paused__, by_priority AS (
+    SELECT c.id
+    FROM __schema__.jobs c
+    WHERE __part_claimable__
+    __part_claim_by_priority_order__
+), ids AS (
+    SELECT id FROM by_priority
+), policy AS (
+    __part_lease_policy__
+)
+__part_claim_leases__;
 
 -- name: limit_lock
 -- First statement of a limited queue's claim transaction: claims of that queue, from every
