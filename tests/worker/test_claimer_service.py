@@ -193,3 +193,43 @@ async def test_a_claim_that_emptied_its_queue_holds_the_next_for_the_trickle_gap
         await queries.job_insert_many(db, [JobSpec(task="held")])
         assert await claimer.run_once() == 1
     assert clock.slept == [WorkerOptions().trickle_gap]
+
+
+async def test_an_idle_worker_s_notification_is_answered_with_its_claim_and_a_busy_one_s_is_not(
+    stepped: Stepped, db: AsyncConnection[Any], queries: Queries
+) -> None:
+    """Idle, a notification is answered with the claim pass itself (the listener runs it at once)
+    and nothing is left for the claim loop; with a job running, it only schedules the refill."""
+    claimer = stepped.claimer
+    await queries.job_insert_many(db, [JobSpec(task="held")])
+    claim = claimer.notified()
+    assert claim is not None and not claimer._wake.is_set()
+    await claim
+    assert await running(db) == 1 and claimer.executor.busy == 1
+    await queries.job_insert_many(db, [JobSpec(task="held")])
+    assert claimer.notified() is None  # busy: the next refill takes it
+    assert await running(db) == 1
+
+
+async def test_a_notification_s_claim_waits_its_turn_and_none_runs_once_the_claimer_stopped(
+    stepped: Stepped, db: AsyncConnection[Any], queries: Queries
+) -> None:
+    """While a pass is under way a notification only wakes the claim loop (the two never claim at
+    once); once the claimer has stopped, a notification claims nothing, and a pass begun
+    before the stop ends before the claimer's connection goes back."""
+    claimer = stepped.claimer
+    await queries.job_insert_many(db, [JobSpec(task="held")])
+    async with claimer._passing:
+        assert claimer.notified() is None
+        assert claimer._wake.is_set()
+    claimer._wake.clear()
+    claim = claimer.notified()
+    assert claim is not None
+    pass_under_way = asyncio.ensure_future(claim)
+    await asyncio.sleep(0)  # the pass holds the turn, its claim in flight
+    await claimer.stopped()
+    assert pass_under_way.done() and await running(db) == 1
+    await queries.job_insert_many(db, [JobSpec(task="held")])
+    assert claimer.notified() is None
+    assert await claimer.run_once() == 0  # stopped: no pass claims any more
+    assert await running(db) == 1

@@ -1,4 +1,5 @@
-"""LISTEN on its own direct connection; a notification only wakes the claimer.
+"""LISTEN on its own direct connection; a notification wakes the claimer, and an idle claimer's
+claim runs at once, in the listener's own step (Claimer.notified).
 
 Behind a transaction pooler (PgBouncer in transaction mode) a LISTEN lands on whichever server
 session the pooler lends for that one statement, and notifications never come back. So after
@@ -42,7 +43,7 @@ class Listener(Service):
         dsn: str,
         schema: str,
         queues: set[str],
-        wake: Callable[[], None],
+        wake: Callable[[], Awaitable[None] | None],
         *,
         health: ServiceHealth | None = None,
         send_probe: Callable[[str], Awaitable[None]] | None = None,
@@ -53,6 +54,8 @@ class Listener(Service):
         self.dsn = dsn
         self.channel = notify_channel(schema)
         self.queues = queues
+        #: Told of each wake-up for one of its queues; what it returns (an idle claimer's claim)
+        #: is run before the next notification is read.
         self.wake = wake
         self.health = health or ServiceHealth("listener", critical=False)
         self.send_probe = send_probe
@@ -83,12 +86,12 @@ class Listener(Service):
             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
             self.connected.set()
             self.health.succeeded()
-            self.wake()  # anything committed while we were not listening
+            await self._woken()  # anything committed while we were not listening
             probe = asyncio.create_task(self._probe()) if self.send_probe is not None else None
             try:
                 async for note in conn.notifies():
                     if note.payload in self.queues:
-                        self.wake()
+                        await self._woken()
                     elif note.payload == self._probe_payload:
                         self.probe_arrived.set()
                     elif (due := scheduled_hint(note.payload)) is not None:
@@ -98,6 +101,11 @@ class Listener(Service):
             finally:
                 if probe is not None:
                     probe.cancel()
+
+    async def _woken(self) -> None:
+        claim = self.wake()
+        if claim is not None:
+            await claim
 
     async def _probe(self) -> None:
         """Checks that a notification sent through the pool comes back on this connection.
