@@ -187,20 +187,22 @@ async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
 
         if "latency" in options.sections:
             log(
-                f"latency: {sizes.latency_probes} probes of the machine's floor, then of Tenure idle "
-                "and at half of peak load"
+                f"latency: {sizes.latency_probes} probes of Tenure idle, each beside one of the "
+                "machine's floor, then of Tenure at half of peak load"
             )
-            await sections.reset(dsn)
-            floor_figures = await floor.latency_floor(dsn, sizes.latency_probes)
             await sections.reset(dsn)
             peak = out["throughput"]["tenure_n"]["jobs_per_second"]
             async with Client(dsn, schema=sections.SCHEMA) as client:
-                idle = await sections.latency(
-                    contenders.tenure(dsn, 1),
-                    options.out_dir / "probe-tenure-idle.txt",
-                    sections.tenure_sender(client),
-                    sizes.latency_probes,
-                )
+                # The floor's probes go between Tenure's idle ones, so both meet the same machine.
+                async with floor.FloorProber(dsn) as prober:
+                    idle = await sections.latency(
+                        contenders.tenure(dsn, 1),
+                        options.out_dir / "probe-tenure-idle.txt",
+                        sections.tenure_sender(client),
+                        sizes.latency_probes,
+                        floor=prober,
+                    )
+                floor_figures = idle.pop("floor")
                 loaded = await sections.latency(
                     contenders.tenure(dsn, procs),
                     options.out_dir / "probe-tenure-loaded.txt",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -19,6 +20,7 @@ from tenure.db.sqlfiles import named_queries
 from tenure.lab.bench import peers, probe
 from tenure.lab.bench.contenders import Contenders as Contenders
 from tenure.lab.bench.drain import PEER_WATCH, TENURE_WATCH, DrainResult, drain
+from tenure.lab.bench.floor import FloorProber
 from tenure.lab.bench.procs import ProcessGroup
 from tenure.lab.bench.queries import execute, fetch
 from tenure.lab.bench.server import SCHEMA as SCHEMA
@@ -119,12 +121,16 @@ async def latency(
     send: Sender,
     probes: int,
     background: Callable[[], Coroutine[Any, Any, None]] | None = None,
+    floor: FloorProber | None = None,
 ) -> dict[str, Any]:
-    """Probes sent one at a time at random gaps; each measures enqueue call to handler start."""
+    """Probes sent one at a time at random gaps; each measures enqueue call to handler start.
+    With `floor`, one of the floor's probes goes beside each, the two in a random order, and the
+    floor's figures come back under "floor" (floor.py says why)."""
     await asyncio.to_thread(probe_file.unlink, missing_ok=True)
     group.env[probe.PROBE_FILE_ENV] = str(probe_file)
     group.start()
     load_task: asyncio.Task[None] | None = None
+    floor_samples: list[float] = []
     try:
         await send(time.time())  # warm-up: the workers are up and listening once it ran
         await wait_for_probes(probe_file, 1)
@@ -133,8 +139,15 @@ async def latency(
             load_task = asyncio.create_task(background())
             await asyncio.sleep(1.0)
         for _ in range(probes):
+            floor_first = floor is not None and random.random() < 0.5
+            if floor is not None and floor_first:
+                floor_samples.append(await floor.probe())
+                await asyncio.sleep(probe.gap_seconds())
             await send(time.time())
             await asyncio.sleep(probe.gap_seconds())
+            if floor is not None and not floor_first:
+                floor_samples.append(await floor.probe())
+                await asyncio.sleep(probe.gap_seconds())
         await wait_for_probes(probe_file, probes)
     finally:
         if load_task is not None:
@@ -142,7 +155,10 @@ async def latency(
             with contextlib.suppress(asyncio.CancelledError):
                 await load_task
         await group.stop()
-    return probe.percentiles_ms(probe.read(probe_file))
+    figures: dict[str, Any] = dict(probe.percentiles_ms(probe.read(probe_file)))
+    if floor is not None:
+        figures["floor"] = probe.percentiles_ms(floor_samples)
+    return figures
 
 
 async def wait_for_probes(path: Path, count: int) -> None:
