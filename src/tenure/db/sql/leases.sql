@@ -118,8 +118,8 @@ LIMIT %(by_priority)s
 FOR UPDATE SKIP LOCKED
 
 -- part: claim_leases
--- The end of job_claim and job_claim_by_priority (their ids, clock and policy CTEs in scope):
--- the lease taken on each job the lanes locked, and what the worker is told of it.
+-- The end of every claim (its ids, clock and policy CTEs in scope): the lease taken on each job
+-- the claim locked, and what the worker is told of it.
 -- By primary key, not a join: a prepared claim settles on a generic plan, made without knowing
 -- the batch is small, and a join there becomes a scan of every pending row. The lanes took these
 -- rows pending and hold their row locks until this statement ends, so nothing can have moved
@@ -269,13 +269,8 @@ WITH __part_claim_clock__, lim AS (
 ), policy AS (
     __part_lease_policy__
 ), claimed AS (
-    UPDATE __schema__.jobs j
-    SET __part_take_lease__
-    FROM clock
-    -- Locked pending by `ids` above: no state test, as in job_claim.
-    WHERE j.id = ANY(ARRAY(SELECT id FROM ids))
-      AND __part_id_bounds__
-    RETURNING __part_claimed_columns__
+    -- Locked pending by `ids` above, as the plain claim's lanes lock theirs.
+    __part_claim_leases__
 ), spent AS (
     UPDATE __schema__.queue_limits l
     SET tokens = b.tokens - (SELECT count(*) FROM claimed), refilled_at = clock.now
