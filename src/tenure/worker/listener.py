@@ -55,7 +55,8 @@ class Listener(Service):
         self.channel = notify_channel(schema)
         self.queues = queues
         #: Told of each wake-up for one of its queues; what it returns (an idle claimer's claim)
-        #: is run before the next notification is read.
+        #: is run before the next notification is read, so a revocation or a scheduled job's hint
+        #: heard meanwhile waits for that claim (milliseconds; at most the worker's statement bound).
         self.wake = wake
         self.health = health or ServiceHealth("listener", critical=False)
         self.send_probe = send_probe
