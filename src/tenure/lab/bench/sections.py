@@ -138,15 +138,12 @@ async def latency(
         if background is not None:
             load_task = asyncio.create_task(background())
             await asyncio.sleep(1.0)
+        steps: list[Callable[[], Awaitable[None]]] = [partial(_contender_probe, send)]
+        if floor is not None:
+            steps.append(partial(_floor_probe, floor, floor_samples))
         for _ in range(probes):
-            floor_first = floor is not None and random.random() < 0.5
-            if floor is not None and floor_first:
-                floor_samples.append(await floor.probe())
-                await asyncio.sleep(probe.gap_seconds())
-            await send(time.time())
-            await asyncio.sleep(probe.gap_seconds())
-            if floor is not None and not floor_first:
-                floor_samples.append(await floor.probe())
+            for step in random.sample(steps, len(steps)):  # each pair in a random order
+                await step()
                 await asyncio.sleep(probe.gap_seconds())
         await wait_for_probes(probe_file, probes)
     finally:
@@ -159,6 +156,14 @@ async def latency(
     if floor is not None:
         figures["floor"] = probe.percentiles_ms(floor_samples)
     return figures
+
+
+async def _contender_probe(send: Sender) -> None:
+    await send(time.time())  # the producer's clock, read as the probe goes out
+
+
+async def _floor_probe(floor: FloorProber, samples: list[float]) -> None:
+    samples.append(await floor.probe())
 
 
 async def wait_for_probes(path: Path, count: int) -> None:
