@@ -18,7 +18,14 @@ from tenure.db.channels import notify_channel
 from tenure.db.control_queries import ControlQueries
 from tenure.db.fetch import fetch, fetch_as
 from tenure.db.gauge_queries import GaugeQueries
-from tenure.db.ops_rows import EVERY_DEAD_JOB, DeadFilter, DeadJob, FinishedCount, RegisteredWorker
+from tenure.db.ops_rows import (
+    EVERY_DEAD_JOB,
+    DeadFilter,
+    DeadJob,
+    FinishedCount,
+    RegisteredWorker,
+    VacuumCheck,
+)
 
 
 class OpsQueries(GaugeQueries):
@@ -156,6 +163,13 @@ class OpsQueries(GaugeQueries):
 
     async def worker_forget(self, conn: AsyncConnection[Any], worker_id: str) -> None:
         await fetch(conn, self._sql["worker_forget"], {"id": worker_id[:200]})
+
+    async def jobs_vacuum_due(self, conn: AsyncConnection[Any]) -> VacuumCheck:
+        return (await fetch_as(conn, VacuumCheck, self._sql["jobs_vacuum_due"], {}))[0]
+
+    async def jobs_vacuum(self, conn: AsyncConnection[Any]) -> None:
+        """VACUUM `jobs`; `conn` must be in autocommit (a vacuum runs outside any transaction)."""
+        await conn.execute(self._sql["jobs_vacuum"].encode())
 
     async def workers_prune_silent(
         self, conn: AsyncConnection[Any], *, seconds: float, now: datetime | None = None

@@ -20,6 +20,16 @@ class FinishedCount:
 
 
 @dataclass(frozen=True, slots=True)
+class VacuumCheck:
+    """Whether `jobs` is due a vacuum by autovacuum's own trigger for it, how many dead row
+    versions it holds (the statistics' count), and whether this role may vacuum it."""
+
+    dead_rows: int
+    due: bool
+    may_vacuum: bool
+
+
+@dataclass(frozen=True, slots=True)
 class RegisteredWorker:
     """A worker's row in the registry: what it serves, how busy it is, and how long it has been
     silent (database time)."""

@@ -74,6 +74,9 @@ class WorkerOptions:
             are not written (the worker claims nothing new meanwhile, as when the server is
             read-only); a completion committed on the primary that no standby confirmed is
             reported not replicated, not done (docs/guarantees.md, "Across a failover").
+        vacuum_check_every: how often (seconds) the worker checks whether the jobs table holds
+            more dead row versions than autovacuum's trigger for it, and vacuums it itself when it
+            does (docs/operations.md, "Retention and bloat"); None leaves it to autovacuum.
     """
 
     queues: list[str] | None = None
@@ -99,6 +102,7 @@ class WorkerOptions:
     listen_dsn: str | None = None
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
     require_sync_replication: bool | None = None
+    vacuum_check_every: float | None = 5.0
     # Removed: priority aging rewrote every waiting job; oldest_every bounds starvation instead.
     priority_aging_seconds: InitVar[float | None] = None
     priority_aging_max: InitVar[int | None] = None
@@ -127,6 +131,14 @@ class WorkerOptions:
             value = getattr(self, name)
             if not isinstance(value, int | float) or value <= 0:
                 raise ConfigurationError(f"{name} must be a positive number of seconds, got {value!r}")
+        vacuum = self.vacuum_check_every
+        if vacuum is not None and (
+            isinstance(vacuum, bool) or not isinstance(vacuum, int | float) or vacuum <= 0
+        ):
+            raise ConfigurationError(
+                "vacuum_check_every must be a positive number of seconds or None (autovacuum alone), "
+                f"got {vacuum!r}"
+            )
         beat = self.heartbeat_interval
         if beat is not None and (isinstance(beat, bool) or not isinstance(beat, int | float) or beat <= 0):
             raise ConfigurationError(

@@ -30,7 +30,7 @@ from tenure.worker.executor import Executor
 from tenure.worker.health import describe_error
 from tenure.worker.heartbeat import Heartbeat, Watchdog
 from tenure.worker.listener import Listener
-from tenure.worker.maintenance import RetentionPass, RetentionPolicy, WorkerPresence
+from tenure.worker.maintenance import JobsVacuum, RetentionPass, RetentionPolicy, WorkerPresence
 from tenure.worker.options import WorkerOptions
 from tenure.worker.promoter import Promoter
 from tenure.worker.recovery import Recovery
@@ -221,6 +221,16 @@ class Worker:
             background.append(
                 RetentionPass(
                     pool, self.schema, board.service(RetentionPass.name, critical=False), self.retention
+                )
+            )
+        if self.options.vacuum_check_every is not None:
+            background.append(
+                JobsVacuum(
+                    dsn,
+                    self.schema,
+                    board.service(JobsVacuum.name, critical=False),
+                    connection=services.connection,
+                    check_every=self.options.vacuum_check_every,
                 )
             )
         if self.registry.schedules:

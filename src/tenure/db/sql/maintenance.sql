@@ -100,3 +100,31 @@ WITH doomed AS (
 )
 DELETE FROM __schema__.job_events e USING doomed d WHERE e.id = d.id
 RETURNING e.id;
+
+-- name: jobs_vacuum_due
+-- Whether `jobs` holds more dead row versions than autovacuum's trigger for it (the table's own
+-- storage parameters, else the server's: threshold + scale factor x live rows), how many, and
+-- whether this role may vacuum it (its owner; from PostgreSQL 17, MAINTAIN). A claim walks past
+-- every dead entry at the front of the claimable indexes, so a queue draining thousands of jobs
+-- a second cannot wait for autovacuum's next round (a minute apart, cost-delayed).
+SELECT pg_stat_get_dead_tuples(c.oid) AS dead_rows,
+       pg_stat_get_dead_tuples(c.oid) > coalesce(o.threshold, current_setting('autovacuum_vacuum_threshold')::float8)
+           + coalesce(o.scale, current_setting('autovacuum_vacuum_scale_factor')::float8)
+             * pg_stat_get_live_tuples(c.oid) AS due,
+       CASE WHEN current_setting('server_version_num')::int >= 170000
+            THEN has_table_privilege(c.oid, 'MAINTAIN')
+            ELSE pg_has_role(c.relowner, 'USAGE')
+       END AS may_vacuum
+FROM pg_class c
+CROSS JOIN LATERAL (
+    SELECT max(option_value) FILTER (WHERE option_name = 'autovacuum_vacuum_threshold')::float8 AS threshold,
+           max(option_value) FILTER (WHERE option_name = 'autovacuum_vacuum_scale_factor')::float8 AS scale
+    FROM pg_options_to_table(c.reloptions)
+) o
+WHERE c.oid = '__schema__.jobs'::regclass;
+
+-- name: jobs_vacuum
+-- Outside any transaction. SKIP_LOCKED: a vacuum already under way (autovacuum's, another
+-- worker's) is left to finish instead of waited for. TRUNCATE false: giving the table's empty
+-- tail back to the file system takes an exclusive lock that every claim would queue behind.
+VACUUM (SKIP_LOCKED, TRUNCATE false) __schema__.jobs;

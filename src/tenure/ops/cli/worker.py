@@ -27,6 +27,19 @@ def oldest_every(text: str) -> int | None:
     return None if text.strip().lower() == "off" else positive_int(text)
 
 
+def vacuum_check_every(text: str) -> float | None:
+    """`--vacuum-check-every SECONDS` or `off` (autovacuum alone)."""
+    if text.strip().lower() == "off":
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds or 'off', got {text!r}")
+    return seconds
+
+
 def parse_queues(spec: str | None) -> tuple[list[str] | None, dict[str, int] | None]:
     """`a,b` or `a=3,b=1` (weights) -> queue names and their weights."""
     if not spec:
@@ -74,6 +87,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         statement_timeout=args.statement_timeout,
         service_failure_limit=args.service_failure_limit,
         oldest_every=args.oldest_every,
+        vacuum_check_every=args.vacuum_check_every,
         heartbeat_interval=args.heartbeat_interval,
         max_result_bytes=args.max_result_bytes,
         require_sync_replication=True if args.require_sync_replication else None,
@@ -167,6 +181,14 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         default=10,
         help="one claimed job in N is the queue's oldest due job, whatever its priority (the "
         "starvation bound, docs/ordering.md); 'off' claims by priority only (default: 10)",
+    )
+    p.add_argument(
+        "--vacuum-check-every",
+        type=vacuum_check_every,
+        default=WorkerOptions.vacuum_check_every,
+        help="seconds between checks of whether the jobs table is due a vacuum by autovacuum's "
+        "trigger for it, which the worker then runs itself; 'off' leaves it to autovacuum "
+        f"(default: {WorkerOptions.vacuum_check_every})",
     )
     p.add_argument(
         "--heartbeat-interval",
