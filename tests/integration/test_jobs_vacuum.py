@@ -4,6 +4,7 @@ a running worker runs it."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
@@ -16,6 +17,8 @@ from psycopg import AsyncConnection
 from tenure import JobContext, JobSpec, Tenure
 from tenure.db.pool import open_pool
 from tenure.db.queries import Queries
+from tenure.model.errors import ConfigurationError
+from tenure.ops.cli.worker import vacuum_check_every
 from tenure.producer.client import Client
 from tenure.worker.health import ServiceHealthBoard
 from tenure.worker.maintenance import JobsVacuum
@@ -122,3 +125,16 @@ async def test_a_running_worker_vacuums_jobs_when_it_is_due(dsn: str, db: AsyncC
                 break
             await asyncio.sleep(0.05)
     assert vacuums >= 1 and dead < 100
+
+
+def test_the_check_interval_takes_seconds_or_off_and_refuses_the_rest() -> None:
+    """`--vacuum-check-every 2.5` is 2.5 s, `off` leaves the table to autovacuum; 0, a negative
+    number or a word is refused by the flag and by WorkerOptions, each naming what it takes."""
+    assert vacuum_check_every("2.5") == 2.5 and vacuum_check_every("OFF") is None
+    for bad in ("0", "-1", "often"):
+        with pytest.raises(argparse.ArgumentTypeError, match="positive number of seconds or 'off'"):
+            vacuum_check_every(bad)
+    assert WorkerOptions(vacuum_check_every=None).vacuum_check_every is None
+    for wrong in (0, -2.0, True, "5"):
+        with pytest.raises(ConfigurationError, match="vacuum_check_every must be a positive number"):
+            WorkerOptions(vacuum_check_every=wrong)  # type: ignore[arg-type]
