@@ -136,3 +136,7 @@ class SoakQueries:
 
     def account_reopen(self, tx: SyncTransaction, account: int) -> None:
         tx.execute(self._sql["soak_account_reopen"], {"id": account})
+
+    async def vacuums(self, conn: AsyncConnection[Any]) -> Row:
+        """Vacuums of `jobs`: by the workers (sessions) and by autovacuum."""
+        return (await self._rows(conn, "soak_vacuums"))[0]

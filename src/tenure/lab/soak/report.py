@@ -31,6 +31,8 @@ class SoakReport:
     #: The replication state each enqueue was acknowledged under (tenure.lab.soak.acknowledgements),
     #: the enqueues PostgreSQL said may not be replicated, and what missing jobs were told.
     replication: dict[str, Any] = field(default_factory=dict)
+    #: Vacuums of `jobs` over the run: by the workers themselves and by autovacuum.
+    vacuums: dict[str, Any] = field(default_factory=dict)
     #: The servers' own logs kept for this run (a cluster's event log, each node's log).
     evidence: list[str] = field(default_factory=list)
     #: Where the run's logs stay on disk when a check failed.
@@ -74,6 +76,7 @@ class SoakReport:
             "recoveries": self.recoveries,
             "edges": self.edges,
             "replication": self.replication,
+            "vacuums": self.vacuums,
             "evidence": self.evidence,
             "logs_kept_at": self.logs_kept_at,
             "workers": self.workers,
@@ -104,6 +107,8 @@ def render(report: SoakReport) -> None:
         f"(lease {window.get('lease_s')}s, bound {window.get('bound_s')}s, "
         f"{window.get('jobs_run_twice_at_once', 0)} jobs ran twice at once)",
         f"  money                    {money['now']:>8}   (opening {money['opening']})",
+        f"  vacuums of jobs          {report.vacuums.get('by_workers', 0):>8}   by the workers "
+        f"({report.vacuums.get('by_autovacuum', 0)} by autovacuum)",
         "  faults: " + ", ".join(f"{k} {n}" for k, n in report.fault_counts.items()),
     ]
     lines += [

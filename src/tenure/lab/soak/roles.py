@@ -4,7 +4,8 @@ A superuser bypasses every privilege check, so workers connecting as the server'
 would never notice a REVOKE. The soak creates a LOGIN role with `tenure roles`' worker GRANTs
 (plus the bank's tables) and runs every worker as it; a second LOGIN role gets the producer's
 GRANTs (enqueue() alone), and the faults that write rows as a producer would use it. Both are
-dropped at the end.
+dropped at the end. On PostgreSQL 17 and later the worker role may also MAINTAIN `jobs`, so the
+workers vacuum it themselves under every fault.
 
 The soak starts its schema at the oldest version workers run on and upgrades it mid-run, and
 `tenure roles`' GRANTs name what the later migrations add (the task catalog, enqueue()). So on an
@@ -27,6 +28,8 @@ from tenure.security.roles import Role, grants
 #: What a statement meets on a schema older than the one it was written for: a table or function
 #: a later migration adds.
 NOT_YET = (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction)
+#: The first server version with the MAINTAIN privilege, which lets the workers vacuum `jobs`.
+MAINTAIN_SINCE = 170000
 
 
 def _statement(name: str, **identifiers: str) -> sql.Composed:
@@ -71,6 +74,8 @@ class SoakRole:
                     self.waiting.append(" ".join(statement.split()))
         if self.kind is Role.WORKER:
             await conn.execute(_statement("soak_role_bank_grants", role=self.name))
+            if conn.info.server_version >= MAINTAIN_SINCE:
+                await conn.execute(_statement("soak_role_maintain", role=self.name, schema=self.schema))
 
     async def revoke_update(self, conn: AsyncConnection[Any]) -> None:
         await conn.execute(_statement("soak_role_revoke_update", role=self.name, schema=self.schema))

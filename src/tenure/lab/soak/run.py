@@ -216,6 +216,7 @@ async def _run(args: argparse.Namespace) -> int:
         }
         async with await connect(dsn) as conn:
             report.recoveries = await _recoveries(conn, args.schema, faults)
+            report.vacuums = await SoakQueries(args.schema).vacuums(conn)
         report.checks += _recovery_checks(report.recoveries)
         report.faults = [r.as_dict() for r in faults.records]
         report.fault_counts = faults.counts()

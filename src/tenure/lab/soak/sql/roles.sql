@@ -11,6 +11,11 @@ GRANT USAGE ON SCHEMA bank TO {role};
 GRANT SELECT, INSERT, UPDATE ON bank.accounts TO {role};
 GRANT SELECT, INSERT ON bank.ledger TO {role};
 
+-- name: soak_role_maintain
+-- From PostgreSQL 17: the workers vacuum `jobs` themselves (tenure.worker.maintenance.vacuum), so
+-- the soak's faults meet their vacuums too. `tenure roles` leaves this grant to the operator.
+GRANT MAINTAIN ON {schema}.jobs TO {role};
+
 -- name: soak_role_revoke_update
 REVOKE UPDATE ON {schema}.jobs FROM {role};
 

@@ -219,3 +219,8 @@ SELECT count(*) AS jobs,
         WHERE t.task = %(task)s AND e.event = 'retry') AS retried
 FROM __schema__.jobs
 WHERE task = %(task)s;
+
+-- name: soak_vacuums
+-- Vacuums of `jobs` run by a session (the workers'; the soak runs none) and by autovacuum.
+SELECT pg_stat_get_vacuum_count('__schema__.jobs'::regclass) AS by_workers,
+       pg_stat_get_autovacuum_count('__schema__.jobs'::regclass) AS by_autovacuum;
