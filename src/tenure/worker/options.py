@@ -25,6 +25,15 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
+def _check_optional_seconds(name: str, value: object, none_means: str | None = None) -> None:
+    """A setting that is a positive number of seconds, or None (which means `none_means`)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value <= 0):
+        meaning = f" ({none_means})" if none_means else ""
+        raise ConfigurationError(
+            f"{name} must be a positive number of seconds or None{meaning}, got {value!r}"
+        )
+
+
 @dataclass
 class WorkerOptions:
     """How one worker process claims and runs jobs.
@@ -131,27 +140,9 @@ class WorkerOptions:
             value = getattr(self, name)
             if not isinstance(value, int | float) or value <= 0:
                 raise ConfigurationError(f"{name} must be a positive number of seconds, got {value!r}")
-        vacuum = self.vacuum_check_every
-        if vacuum is not None and (
-            isinstance(vacuum, bool) or not isinstance(vacuum, int | float) or vacuum <= 0
-        ):
-            raise ConfigurationError(
-                "vacuum_check_every must be a positive number of seconds or None (autovacuum alone), "
-                f"got {vacuum!r}"
-            )
-        beat = self.heartbeat_interval
-        if beat is not None and (isinstance(beat, bool) or not isinstance(beat, int | float) or beat <= 0):
-            raise ConfigurationError(
-                "heartbeat_interval must be a positive number of seconds or None (a third of the "
-                f"lease), got {beat!r}"
-            )
-        timeout = self.statement_timeout
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
-        ):
-            raise ConfigurationError(
-                f"statement_timeout must be a positive number of seconds or None, got {timeout!r}"
-            )
+        _check_optional_seconds("vacuum_check_every", self.vacuum_check_every, "autovacuum alone")
+        _check_optional_seconds("heartbeat_interval", self.heartbeat_interval, "a third of the lease")
+        _check_optional_seconds("statement_timeout", self.statement_timeout)
         if self.claim_batch < 1:
             raise ConfigurationError(f"claim_batch must be >= 1, got {self.claim_batch!r}")
         gap = self.trickle_gap
