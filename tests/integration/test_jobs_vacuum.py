@@ -119,12 +119,14 @@ async def test_a_running_worker_vacuums_jobs_when_it_is_due(dsn: str, db: AsyncC
     await enqueue(dsn, JOBS)
     await kill_rows(db)
     async with running(app, vacuum_check_every=0.05):
-        for _ in range(200):
+        # Until a vacuum has removed them: one may find them still visible to a snapshot held
+        # elsewhere on a busy shared server, and the worker then tries again after its backoff.
+        for _ in range(400):
             dead, vacuums = await table_stats(db)
-            if vacuums:
+            if vacuums and dead < 100:
                 break
             await asyncio.sleep(0.05)
-    assert vacuums >= 1 and dead < 100
+    assert vacuums >= 1 and dead < 100, (vacuums, dead)
 
 
 def test_the_check_interval_takes_seconds_or_off_and_refuses_the_rest() -> None:
