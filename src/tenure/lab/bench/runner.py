@@ -31,27 +31,11 @@ from tenure.lab.bench.drain import TENURE_WATCH
 from tenure.lab.bench.report import chart, figure_rows, print_table
 from tenure.lab.bench.rounds import DrainRounds
 from tenure.lab.bench.server import Databases, check_server, server_settings
-from tenure.lab.bench.sizes import SIZES
+from tenure.lab.bench.sizes import SECTIONS, SIZES
 from tenure.lab.bench.targets import targets
 from tenure.worker.event_loop import EVENT_LOOP_ENV
 
 NOT_INSTALLED = "not installed (pip install 'tenure[bench]')"
-SECTIONS = (
-    "copy",
-    "throughput",
-    "peers",
-    "contention",
-    "endtoend",
-    "latency",
-    "backlog",
-    "recovery",
-    "scheduled",
-    "fairness",
-    "waits",
-    "unique",
-    "limits",
-    "workflows",
-)
 
 
 @dataclass

@@ -9,6 +9,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+#: The benchmark's sections, in the order a run takes them (`tenure bench --sections`). Named here,
+#: beside their sizes, so that the CLI knows them without importing the benchmark itself.
+SECTIONS = (
+    "copy",
+    "throughput",
+    "peers",
+    "contention",
+    "endtoend",
+    "latency",
+    "backlog",
+    "recovery",
+    "scheduled",
+    "fairness",
+    "waits",
+    "unique",
+    "limits",
+    "workflows",
+)
+
 
 @dataclass(frozen=True)
 class Sizes:

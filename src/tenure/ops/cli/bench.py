@@ -9,14 +9,17 @@ from typing import Any
 
 from rich.markup import escape
 
-from tenure.lab.bench.runner import SECTIONS, BenchOptions, run
-from tenure.lab.bench.sizes import SIZES
+from tenure.lab.bench.sizes import SECTIONS, SIZES
 from tenure.ops.cli._common import EXIT_USAGE, emit_json, err, positive_int, resolve
 from tenure.worker.event_loop import EVENT_LOOP_ENV, EVENT_LOOPS, chosen_event_loop
 from tenure.worker.options import WorkerOptions
 
 
 async def cmd_bench(args: argparse.Namespace) -> int:
+    # Imported here: the benchmark and everything it drives would otherwise load with every
+    # `tenure` command (a tenth of a second of each one's start).
+    from tenure.lab.bench.runner import BenchOptions, run
+
     chosen = tuple(args.sections.split(",")) if args.sections else SECTIONS
     unknown = sorted(set(chosen) - set(SECTIONS))
     if unknown:
