@@ -6,6 +6,7 @@ takes ``now``: None means the database clock, a datetime lets tests move time wi
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -17,6 +18,7 @@ from typing import Any
 from psycopg import AsyncConnection, AsyncCursor
 from psycopg.types.json import Jsonb
 
+from tenure.db.arrays import bigint_array, float8_array, text_array
 from tenure.db.fetch import fetch, fetch_as
 from tenure.db.handler_queries import HandlerQueries
 from tenure.db.job_rows import UNREADABLE, UNREADABLE_ROW
@@ -161,6 +163,20 @@ def _claimed_job(row: Sequence[Any], owner: str) -> ClaimedJob:
     return ClaimedJob(job_id, queue, task, payload, priority, attempt, max_attempts, lease, *rest)
 
 
+@functools.lru_cache(maxsize=64)
+def _claim_arrays(
+    tasks: tuple[str, ...] | None, policies: tuple[TaskLeasePolicy, ...]
+) -> dict[str, str | None]:
+    """The claim's array parameters in PostgreSQL's text form (tenure.db.arrays), made once for a
+    worker's terms: they are the same at every claim it makes."""
+    return {
+        "tasks": None if tasks is None else text_array(tasks),
+        "policy_tasks": text_array(p.task for p in policies),
+        "policy_leases": float8_array(p.lease_seconds for p in policies),
+        "policy_runtimes": float8_array(p.max_runtime_seconds for p in policies),
+    }
+
+
 #: The fewest due jobs a limited claim looks at to find ones whose keys have room.
 LIMITED_CLAIM_WINDOW = 100
 
@@ -234,15 +250,11 @@ class Queries(ProducerQueries, HandlerQueries):
             "limit": limit,
             "oldest": oldest,
             "by_priority": limit - oldest,
-            "tasks": None if tasks is None else list(tasks),
-            "only": None if only is None else list(only),
+            "only": None if only is None else bigint_array(only),
             "default_lease_seconds": default_lease_seconds,
             "default_runtime_seconds": default_runtime_seconds,
-            "policy_tasks": [p.task for p in policies],
-            # float8[]: psycopg refuses a list that mixes int and float, so make them one type.
-            "policy_leases": [float(p.lease_seconds) for p in policies],
-            "policy_runtimes": [float(p.max_runtime_seconds) for p in policies],
             "now": now,
+            **_claim_arrays(None if tasks is None else tuple(tasks), tuple(policies)),
         }
         if limited:
             params["window"] = max(LIMITED_CLAIM_WINDOW, 5 * limit)

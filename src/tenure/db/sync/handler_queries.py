@@ -8,23 +8,17 @@ statement. Written once, async; tools/async_to_sync.py writes its blocking twin
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from psycopg import Connection
 from psycopg.types.json import Jsonb
 
+from tenure.db.arrays import bigint_array
 from tenure.db.channels import results_channel
 from tenure.db.sqlfiles import named_queries
 from tenure.db.sync.fetch import fetch
-
-
-def bigint_array(values: Iterable[int]) -> str:
-    """Integers as a bigint[] in PostgreSQL's text form, for a statement that casts the parameter
-    (`%(ids)s::bigint[]`): psycopg builds the same from a list element by element, which cost a
-    no-op job about a microsecond of worker CPU in every completion batch."""
-    return "{" + ",".join(map(str, values)) + "}"
 
 
 def result_json(result: Any) -> Jsonb | None:
