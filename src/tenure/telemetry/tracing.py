@@ -24,6 +24,9 @@ except ImportError:  # the 'otel' extra is not installed
 
 #: The instrumentation scope every span is recorded under.
 SCOPE = "tenure"
+#: The providers of the API alone, with no SDK to record spans: a tuple made once, where a union
+#: written in the check was a new object at every claim, completion and enqueue.
+_NO_SDK = () if trace is None else (ProxyTracerProvider, trace.NoOpTracerProvider)
 
 
 def _tracer() -> Any:
@@ -31,7 +34,7 @@ def _tracer() -> Any:
     if trace is None:
         return None
     provider = trace.get_tracer_provider()
-    if isinstance(provider, ProxyTracerProvider | trace.NoOpTracerProvider):
+    if isinstance(provider, _NO_SDK):
         return None  # no SDK configured: spans would be dropped, so make none
     return provider.get_tracer(SCOPE)
 
