@@ -125,6 +125,26 @@ async def test_an_idle_loop_gives_its_connection_back(
     assert lent(pool) == 0
 
 
+async def test_a_loop_that_keeps_sending_keeps_its_connection_past_the_idle_time(
+    pool: AsyncConnectionPool[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one idle timer, set at the first use, finds the loop busy when it fires and waits again
+    from the last use: a loop sending every 20 ms keeps one backend for four idle times, and gives
+    it back once it has been quiet for one."""
+    monkeypatch.setattr(kept_connection, "IDLE_SECONDS", 0.05)
+    kept = KeptConnection(pool, bound=5.0, warm=_select_one, pages=_jobs_pages)
+    first = await backend(kept)
+    for _ in range(10):
+        await asyncio.sleep(0.02)
+        assert await backend(kept) == first
+        assert lent(pool) == 1
+    for _ in range(100):
+        if not lent(pool):
+            break
+        await asyncio.sleep(0.02)
+    assert lent(pool) == 0
+
+
 async def test_a_connection_kept_past_the_hold_goes_back_after_its_statement(
     pool: AsyncConnectionPool[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -310,6 +330,7 @@ async def test_an_idle_release_that_runs_after_a_use_began_leaves_that_use_its_c
     the running query, which crashed the process)."""
     kept = KeptConnection(pool, bound=5.0, warm=_select_one, pages=_jobs_pages)
     first = await backend(kept)
+    kept._last_used -= kept_connection.IDLE_SECONDS  # that use is now an idle time old
     kept._idle()  # the idle timer fires: its release is scheduled, not yet run
     async with kept.use() as conn:
         await conn.execute("SELECT pg_sleep(0.2)")  # the release task runs meanwhile

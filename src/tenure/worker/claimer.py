@@ -16,7 +16,7 @@ from tenure.db.control_queries import ControlQueries
 from tenure.db.queries import Queries, TaskLeasePolicy
 from tenure.model.jobs import ClaimedJob
 from tenure.tasks import TaskRegistry
-from tenure.telemetry.tracing import batch_span, set_batch_size, tracing_on
+from tenure.telemetry.tracing import batch_span, set_batch_size
 from tenure.worker.executor import Executor
 from tenure.worker.health import describe_error
 from tenure.worker.kept_connection import KeptConnection
@@ -305,7 +305,7 @@ class Claimer(Service):
         self.oldest_share.record(queue, len(jobs))
         services.events.claimed(queue, jobs, time.perf_counter() - claim_started)
         services.stats.claimed += len(jobs)
-        traced = tracing_on()
+        traced = span is not None  # a span is made exactly when a tracer would record it
         for job in jobs:
             self.executor.start(job, self._slot_freed, sent_at, traced, self._completion_written)
         return jobs

@@ -91,6 +91,9 @@ class KeptConnection:
         self._taken_at = 0.0
         self._in_use = False
         self._idle_timer: asyncio.TimerHandle | None = None
+        #: When the last use ended (monotonic): the idle timer, set once rather than at every use,
+        #: gives the connection back only once this is IDLE_SECONDS old.
+        self._last_used = 0.0
         self._returning: set[asyncio.Task[None]] = set()
         #: When the loop first used its kept connection, and how many of REPLAN_AT it has had.
         self._first_used: float | None = None
@@ -103,10 +106,10 @@ class KeptConnection:
                 yield conn
             return
         self._in_use = True
-        self._cancel_idle_timer()
         try:
             async with asyncio.timeout(self._bound):
-                await self._take_over()
+                if self._successor is not None and self._successor.done():
+                    await self._take_over()
                 if self._conn is None:
                     self._conn = await self._pool.getconn()
                     self._taken_at = time.monotonic()
@@ -127,7 +130,12 @@ class KeptConnection:
         finally:
             self._in_use = False
             if self._conn is not None:
-                self._idle_timer = asyncio.get_running_loop().call_later(IDLE_SECONDS, self._idle)
+                self._last_used = time.monotonic()
+                # One timer at a time, not one made and cancelled for every statement: a loop
+                # that sends a statement every few milliseconds would churn the event loop's
+                # timers, and an idle worker's claim pays for each on its way to the handler.
+                if self._idle_timer is None:
+                    self._idle_timer = asyncio.get_running_loop().call_later(IDLE_SECONDS, self._idle)
 
     async def _baseline_pages(self, conn: AsyncConnection[Any]) -> int:
         """The table's pages now; 0 when they cannot be read (the loop's statement goes on: a
@@ -215,10 +223,14 @@ class KeptConnection:
 
     def _idle(self) -> None:
         self._idle_timer = None
-        if not self._in_use and self._conn is not None:
-            task = asyncio.get_running_loop().create_task(self._release_idle())
-            self._returning.add(task)
-            task.add_done_callback(self._returning.discard)
+        if self._in_use or self._conn is None:
+            return  # a use under way sets the timer again as it ends
+        if (wait := self._last_used + IDLE_SECONDS - time.monotonic()) > 0:
+            self._idle_timer = asyncio.get_running_loop().call_later(wait, self._idle)
+            return
+        task = asyncio.get_running_loop().create_task(self._release_idle())
+        self._returning.add(task)
+        task.add_done_callback(self._returning.discard)
 
     async def _release_idle(self) -> None:
         if self._in_use:
