@@ -63,6 +63,15 @@ def lent(pool: AsyncConnectionPool[Any]) -> int:
     return int(stats["pool_size"]) - int(stats["pool_available"])
 
 
+async def given_back(pool: AsyncConnectionPool[Any]) -> None:
+    """Waits, two seconds at most, until the pool lends no connection."""
+    for _ in range(100):
+        if not lent(pool):
+            break
+        await asyncio.sleep(0.02)
+    assert lent(pool) == 0
+
+
 async def test_every_statement_of_a_busy_loop_goes_through_one_backend(
     pool: AsyncConnectionPool[Any],
 ) -> None:
@@ -118,11 +127,7 @@ async def test_an_idle_loop_gives_its_connection_back(
     monkeypatch.setattr(kept_connection, "IDLE_SECONDS", 0.05)
     await backend(KeptConnection(pool, bound=5.0, warm=_select_one, pages=_jobs_pages))
     assert lent(pool) == 1
-    for _ in range(100):
-        if not lent(pool):
-            break
-        await asyncio.sleep(0.02)
-    assert lent(pool) == 0
+    await given_back(pool)
 
 
 async def test_a_loop_that_keeps_sending_keeps_its_connection_past_the_idle_time(
@@ -138,11 +143,7 @@ async def test_a_loop_that_keeps_sending_keeps_its_connection_past_the_idle_time
         await asyncio.sleep(0.02)
         assert await backend(kept) == first
         assert lent(pool) == 1
-    for _ in range(100):
-        if not lent(pool):
-            break
-        await asyncio.sleep(0.02)
-    assert lent(pool) == 0
+    await given_back(pool)
 
 
 async def test_a_connection_kept_past_the_hold_goes_back_after_its_statement(
