@@ -198,13 +198,16 @@ async def test_a_claim_that_emptied_its_queue_holds_the_next_for_the_trickle_gap
 async def test_an_idle_worker_s_notification_is_answered_with_its_claim_and_a_busy_one_s_is_not(
     stepped: Stepped, db: AsyncConnection[Any], queries: Queries
 ) -> None:
-    """Idle, a notification is answered with the claim pass itself (the listener runs it at once)
-    and nothing is left for the claim loop; with a job running, it only schedules the refill."""
+    """Idle, a notification is answered with the claim pass itself (the listener runs it at once),
+    which says how many jobs it took and only then sets the follow-up claim's timer; nothing is
+    left for the claim loop. With a job running, it only schedules the refill."""
     claimer = stepped.claimer
     await queries.job_insert_many(db, [JobSpec(task="held")])
     claim = claimer.notified()
     assert claim is not None and not claimer._wake.is_set()
-    await claim
+    assert claimer._follow_up is None  # not yet: a timer made first delayed the claim
+    assert await claim == 1
+    assert claimer._follow_up is not None
     assert await running(db) == 1 and claimer.executor.busy == 1
     await queries.job_insert_many(db, [JobSpec(task="held")])
     assert claimer.notified() is None  # busy: the next refill takes it

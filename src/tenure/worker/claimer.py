@@ -142,7 +142,7 @@ class Claimer(Service):
     def wake(self) -> None:
         self._wake.set()
 
-    def notified(self) -> Coroutine[Any, Any, None] | None:
+    def notified(self) -> Coroutine[Any, Any, int] | None:
         """A job was enqueued on one of this worker's queues. An idle worker claims at once; a
         busy one with its next refill: it claims again as slots free anyway, and under load
         a claim per notification would be a small claim, and a commit, per enqueue.
@@ -155,14 +155,19 @@ class Claimer(Service):
 
         Either claims once more NOTIFY_COOLDOWN later, for the jobs whose producers left their
         notification out because they had just sent this one (tenure.db.wakeups)."""
-        claim = self._claim_for_notice(at_once=True)
         self._noticed_at = self.clock.monotonic()
-        if self._follow_up is None:
-            cooldown = wakeups.NOTIFY_COOLDOWN  # read at each use: tests lengthen it
-            self._follow_up = asyncio.get_running_loop().call_later(cooldown, self._follow_up_due)
-        return claim
+        claim = self._claim_for_notice(at_once=True)
+        if claim is None:
+            self._follow_up_soon()
+        return claim  # it sets the follow-up once it has claimed: off the path to the handler
 
-    def _claim_for_notice(self, *, at_once: bool = False) -> Coroutine[Any, Any, None] | None:
+    def _follow_up_soon(self) -> None:
+        if self._follow_up is None:
+            # NOTIFY_COOLDOWN is read at each use: tests lengthen it.
+            wait = max(0.0, self._noticed_at + wakeups.NOTIFY_COOLDOWN - self.clock.monotonic())
+            self._follow_up = asyncio.get_running_loop().call_later(wait, self._follow_up_due)
+
+    def _claim_for_notice(self, *, at_once: bool = False) -> Coroutine[Any, Any, int] | None:
         if self.executor.busy:
             self._refill_soon()
         elif at_once and self._may_pass_at_once():
@@ -184,14 +189,18 @@ class Claimer(Service):
             or self._paced_until > self.clock.monotonic()
         )
 
-    async def _pass_at_once(self) -> None:
+    async def _pass_at_once(self) -> int:
+        """The pass a notification runs; returns how many jobs it claimed."""
         try:
-            await self.run_once()
+            return await self.run_once()
         except Exception as exc:
             # The claim loop's next pass tries again, and backs off if that fails too; the
             # listener, which ran this pass, goes on listening.
             log.debug("claim at a notification failed (the claim loop tries again): %s", describe_error(exc))
             self._wake.set()
+            return 0
+        finally:
+            self._follow_up_soon()
 
     def _follow_up_due(self) -> None:
         self._claim_for_notice()
@@ -219,6 +228,9 @@ class Claimer(Service):
         queues already at their share (idle shares are lent out, and won back as slots free).
         """
         options = self.services.options
+        if len(self.queues) == 1:  # a queue of its own: its share is every slot
+            busy = sum(not execution.handler_done for execution in self.executor.running.values())
+            return [(self.queues[0], options.concurrency - busy)]
         running: dict[str, int] = dict.fromkeys(self.queues, 0)
         for execution in self.executor.running.values():
             if not execution.handler_done:

@@ -44,6 +44,9 @@ SHUTDOWN = "worker shutting down"
 MAX_RUNTIME = "max runtime reached"
 #: How long a failure write whose lease ended at the job's deadline keeps being retried.
 DEADLINE_WRITE_WINDOW = 5.0
+#: Whether a job's task runs its first step as it is made (Python 3.12 and later), rather than at
+#: the event loop's next turn (_run_in_task).
+EAGER_TASKS = sys.version_info >= (3, 12)
 
 ThreadHook = Callable[[], AbstractContextManager[Any]]
 #: Entered around every plain-function handler, in the thread that runs it, by every worker of
@@ -190,7 +193,7 @@ class Executor:
         execution.work = work
         interrupted = execution.cancel_reason
         loop, name = asyncio.get_running_loop(), f"tenure-job-{execution.job.id}"
-        if sys.version_info >= (3, 12):
+        if sys.version_info >= (3, 12):  # EAGER_TASKS, written out for the type checker
             task = asyncio.Task(
                 self._ending(execution, work), loop=loop, name=name, context=context, eager_start=True
             )
