@@ -60,6 +60,7 @@ TWIN_NAMES = {
     "AsyncGenerator": "Generator",
     "AsyncExitStack": "ExitStack",
     "asynccontextmanager": "contextmanager",
+    "AbstractAsyncContextManager": "AbstractContextManager",
     "enter_async_context": "enter_context",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",

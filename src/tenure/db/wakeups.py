@@ -110,8 +110,11 @@ class Admitted:
 def owns_commit(conn: AsyncConnection[Any] | Connection[Any]) -> bool:
     """Whether each statement sent on `conn` now commits on its own: autocommit, outside any
     transaction, not in pipeline mode (where statements share one until the next sync)."""
+    # Read from the libpq connection: conn.info makes a new object, and each of its statuses an
+    # enum member, at every enqueue.
+    pgconn = conn.pgconn
     return (
         conn.autocommit
-        and conn.info.transaction_status == pq.TransactionStatus.IDLE
-        and conn.info.pipeline_status == pq.PipelineStatus.OFF
+        and pgconn.transaction_status == pq.TransactionStatus.IDLE
+        and pgconn.pipeline_status == pq.PipelineStatus.OFF
     )

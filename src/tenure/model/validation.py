@@ -23,6 +23,9 @@ MAX_ATTEMPTS_LIMIT = 1000
 RUN_AT_RANGE = (datetime(1900, 1, 1, tzinfo=UTC), datetime(9000, 1, 1, tzinfo=UTC))
 MAX_DELAY_SECONDS = 100 * 366 * 86400  # far enough for any schedule, well inside PostgreSQL's range
 
+#: Compact JSON, made once: json.dumps with any argument of its own makes a new encoder each call.
+COMPACT_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
 
 def _check_name(value: object, pattern: re.Pattern[str], kind: str, rule: str) -> str:
     if not isinstance(value, str) or not pattern.fullmatch(value):
@@ -104,7 +107,7 @@ def payload_json(payload: object, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES)
         )
     if not _plainly_storable(payload):
         _check_values(payload)  # raises, naming the value, unless the doubt was unfounded
-    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+    text = COMPACT_JSON.encode(payload)
     try:
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError as exc:

@@ -192,22 +192,32 @@ class Client:
                 raise
             raise mapped from exc
 
-    @contextlib.asynccontextmanager
-    async def _joined(self, conn: AsyncConnection[Any] | None) -> AsyncIterator[AsyncConnection[Any] | None]:
+    def _joined(
+        self, conn: AsyncConnection[Any] | None
+    ) -> contextlib.AbstractAsyncContextManager[AsyncConnection[Any] | None]:
         """`conn`; else, for the blocking client, the connection of a transaction a registered
         provider says this enqueue joins (client_support.join_open_transactions); else None,
-        the pool."""
+        the pool. A null context when there is nothing to join: a generator's context costs a
+        dozen calls an enqueue."""
         if not ASYNC:  # noqa: SIM102 - a branch for the blocking twin only
             if conn is None and OPEN_TRANSACTIONS:
-                with contextlib.ExitStack() as stack:
-                    for provider in list(OPEN_TRANSACTIONS):
-                        joined = stack.enter_context(provider(self))
-                        if joined is not None:
-                            yield joined
-                            return
-                    yield None
-                    return
-        yield conn
+                return self._open_transaction()
+        return contextlib.nullcontext(conn)
+
+    @contextlib.asynccontextmanager
+    async def _open_transaction(self) -> AsyncIterator[AsyncConnection[Any] | None]:
+        """The blocking client's: the connection of the first open transaction a registered
+        provider names, else None."""
+        if not ASYNC:
+            with contextlib.ExitStack() as stack:
+                for provider in list(OPEN_TRANSACTIONS):
+                    joined = stack.enter_context(provider(self))
+                    if joined is not None:
+                        yield joined
+                        return
+                yield None
+                return
+        yield None  # the async client joins no transaction of a provider's
 
     async def enqueue(
         self,

@@ -170,21 +170,30 @@ class SyncClient:
                 raise
             raise mapped from exc
 
-    @contextlib.contextmanager
-    def _joined(self, conn: Connection[Any] | None) -> Iterator[Connection[Any] | None]:
+    def _joined(
+        self, conn: Connection[Any] | None
+    ) -> contextlib.AbstractContextManager[Connection[Any] | None]:
         """`conn`; else, for the blocking client, the connection of a transaction a registered
         provider says this enqueue joins (client_support.join_open_transactions); else None,
-        the pool."""
+        the pool. A null context when there is nothing to join: a generator's context costs a
+        dozen calls an enqueue."""
         if conn is None and OPEN_TRANSACTIONS:
-            with contextlib.ExitStack() as stack:
-                for provider in list(OPEN_TRANSACTIONS):
-                    joined = stack.enter_context(provider(self))
-                    if joined is not None:
-                        yield joined
-                        return
-                yield None
-                return
-        yield conn
+            return self._open_transaction()
+        return contextlib.nullcontext(conn)
+
+    @contextlib.contextmanager
+    def _open_transaction(self) -> Iterator[Connection[Any] | None]:
+        """The blocking client's: the connection of the first open transaction a registered
+        provider names, else None."""
+        with contextlib.ExitStack() as stack:
+            for provider in list(OPEN_TRANSACTIONS):
+                joined = stack.enter_context(provider(self))
+                if joined is not None:
+                    yield joined
+                    return
+            yield None
+            return
+        yield None  # the async client joins no transaction of a provider's
 
     def enqueue(
         self,

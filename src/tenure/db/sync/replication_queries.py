@@ -8,14 +8,12 @@ blocking twin (tenure.db.sync.replication_queries), which the blocking client ru
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 from psycopg import Connection
 
-from tenure.db.replication import Replication, ReplicationState, watch_commits
+from tenure.db.replication import CommitWatch, Replication, ReplicationState
 from tenure.db.sqlfiles import named_queries
 from tenure.db.sync.fetch import fetch
 from tenure.db.wakeups import owns_commit
@@ -99,10 +97,9 @@ class ReplicationQueries:
             "Write again once the primary has a synchronous standby"
         )
 
-    @contextmanager
     def acknowledged(
         self, conn: Connection[Any], *, strict: bool, within: float = CLIENT_CONFIRM_SECONDS
-    ) -> Iterator[Acknowledgement]:
+    ) -> Acknowledging:
         """Around a write on `conn`: whether its commit is known to be on a synchronous standby.
 
         PostgreSQL's warning that a commit may not be replicated always sets the Acknowledgement's
@@ -112,21 +109,45 @@ class ReplicationQueries:
         outside a transaction) counts as replicated only once a synchronous standby has
         confirmed it, within `within` seconds. A commit that is the caller's, after the block,
         is the caller's to watch (tenure.db.replication.watch_commits)."""
-        own = strict and owns_commit(conn)  # read before the block: its statement commits
-        if strict:
-            self.require_synchronous(conn)
-        ack = Acknowledgement()
-        with watch_commits(conn) as watch:
-            try:
-                yield ack
-            except psycopg.OperationalError as exc:
-                if watch.not_replicated:
-                    raise NotReplicated(
-                        f"{watch.describe()}, and then the session ended. Find out what landed "
-                        "before writing again",
-                    ) from exc
-                raise
+        return Acknowledging(self, conn, strict, within)
+
+
+class Acknowledging:
+    """ReplicationQueries.acknowledged's block. A class rather than a generator's context: it is
+    around every enqueue and every completion batch, and a generator's context costs a dozen
+    calls more each time."""
+
+    def __init__(
+        self, queries: ReplicationQueries, conn: Connection[Any], strict: bool, within: float
+    ) -> None:
+        self.queries = queries
+        self.conn = conn
+        self.strict = strict
+        self.within = within
+        self.own = False
+        self.ack = Acknowledgement()
+        self.watch = CommitWatch()
+
+    def __enter__(self) -> Acknowledgement:
+        if self.strict:
+            self.own = owns_commit(self.conn)  # read before the block: its statement commits
+            self.queries.require_synchronous(self.conn)
+        # The connection's own handler, removed at the end: this works on a pooled connection and
+        # on a caller's alike (watch_commits).
+        self.conn.add_notice_handler(self.watch.notice)
+        return self.ack
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        self.conn.remove_notice_handler(self.watch.notice)
+        watch, ack = self.watch, self.ack
+        if exc is not None:
+            if isinstance(exc, psycopg.OperationalError) and watch.not_replicated:
+                raise NotReplicated(
+                    f"{watch.describe()}, and then the session ended. Find out what landed "
+                    "before writing again",
+                ) from exc
+            return
         if watch.not_replicated:
             ack.problem = watch.describe()
-        elif strict and own and not self.confirmed(conn, within):
-            ack.problem = f"no synchronous standby confirmed the commit within {within:g}s"
+        elif self.strict and self.own and not self.queries.confirmed(self.conn, self.within):
+            ack.problem = f"no synchronous standby confirmed the commit within {self.within:g}s"
