@@ -231,7 +231,8 @@ async def test_a_notification_s_claim_waits_its_turn_and_none_runs_once_the_clai
     pass_under_way = asyncio.ensure_future(claim)
     await asyncio.sleep(0)  # the pass holds the turn, its claim in flight
     await claimer.stopped()
-    assert pass_under_way.done() and await running(db) == 1
+    assert await running(db) == 1  # its claim was done before the stop gave the connection back
+    assert await pass_under_way == 1  # (then it lets the job start, and ends)
     await queries.job_insert_many(db, [JobSpec(task="held")])
     assert claimer.notified() is None
     assert await claimer.run_once() == 0  # stopped: no pass claims any more

@@ -120,6 +120,28 @@ async def test_a_second_use_at_once_gets_a_connection_of_its_own(pool: AsyncConn
     await kept.release()
 
 
+async def test_the_kept_connection_s_cursor_serves_every_statement_and_a_lent_one_gets_none(
+    pool: AsyncConnectionPool[Any],
+) -> None:
+    """cursor_for gives one cursor of the kept connection, statement after statement, each result
+    read in full; none for the pool's connection lent to a second use, nor after a release."""
+    kept = KeptConnection(pool, bound=5.0, warm=_select_one, pages=_jobs_pages)
+    cursors = []
+    for n in range(3):
+        async with kept.use() as conn:
+            cur = kept.cursor_for(conn)
+            assert cur is not None and cur.connection is conn
+            await cur.execute("SELECT generate_series(1, %s)", (n + 1,))
+            assert [row[0] for row in await cur.fetchall()] == list(range(1, n + 2))
+            cursors.append(cur)
+    assert cursors[0] is cursors[1] is cursors[2]
+    async with kept.use() as outer, kept.use() as inner:
+        assert kept.cursor_for(inner) is None
+        assert kept.cursor_for(outer) is cursors[0]
+    await kept.release()
+    assert kept.cursor_for(cursors[0].connection) is None  # given back: no longer the kept one
+
+
 async def test_an_idle_loop_gives_its_connection_back(
     pool: AsyncConnectionPool[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -233,12 +233,14 @@ class Queries(ProducerQueries, HandlerQueries):
         limited: bool = False,
         only: Sequence[int] | None = None,
         now: datetime | None = None,
+        cursor: AsyncCursor[Any] | None = None,
     ) -> list[ClaimedJob]:
         """Claims up to `limit` due jobs of `queue`: the `oldest` oldest whatever their priority,
         the rest by priority. With `tasks`, only jobs of those tasks; None: any task. With
         `only`, only those jobs (tenure.testing runs a chosen one).
         A `limited` queue is claimed within its limits, one claim at a time; the plain
-        claim takes nothing from a limited queue."""
+        claim takes nothing from a limited queue. `cursor`: one of `conn`'s that the caller uses
+        again for each claim (tenure.worker.kept_connection); else the claim makes its own."""
         # Without an oldest share asked for, the by-priority lane alone: the same jobs, less to run.
         # (Asked for, not granted: a claim of no jobs that asks for one runs the two-lane form,
         # which is how a new connection warms both.)
@@ -263,6 +265,8 @@ class Queries(ProducerQueries, HandlerQueries):
             async with conn.pipeline(), conn.transaction(), conn.cursor() as cur:
                 await cur.execute(self._sql["limit_lock"], lock)
                 rows, unreadable = await self._claim_rows(cur, "job_claim_limited", params)
+        elif cursor is not None:
+            rows, unreadable = await self._claim_rows(cursor, plain_claim, params)
         else:
             async with conn.cursor() as cur:
                 rows, unreadable = await self._claim_rows(cur, plain_claim, params)

@@ -17,7 +17,7 @@ from tenure.db.queries import Queries, TaskLeasePolicy
 from tenure.model.jobs import ClaimedJob
 from tenure.tasks import TaskRegistry
 from tenure.telemetry.tracing import batch_span, set_batch_size
-from tenure.worker.executor import Executor
+from tenure.worker.executor import EAGER_TASKS, Executor
 from tenure.worker.health import describe_error
 from tenure.worker.kept_connection import KeptConnection
 from tenure.worker.oldest_share import OldestShare
@@ -79,6 +79,7 @@ class ClaimTerms:
         oldest: int = 0,
         limited: bool = False,
         only: Sequence[int] | None = None,
+        cursor: psycopg.AsyncCursor[Any] | None = None,
     ) -> list[ClaimedJob]:
         return await queries.job_claim(
             conn,
@@ -92,6 +93,7 @@ class ClaimTerms:
             oldest=oldest,
             limited=limited,
             only=only,
+            cursor=cursor,
         )
 
 
@@ -192,7 +194,13 @@ class Claimer(Service):
     async def _pass_at_once(self) -> int:
         """The pass a notification runs; returns how many jobs it claimed."""
         try:
-            return await self.run_once()
+            claimed = await self.run_once()
+            if claimed and not EAGER_TASKS:
+                # The jobs start in tasks of their own, at the event loop's next turn: they go
+                # first, before this sets the follow-up's timer and the listener reads its socket
+                # again (Python 3.12 starts them as they are made).
+                await asyncio.sleep(0)
+            return claimed
         except Exception as exc:
             # The claim loop's next pass tries again, and backs off if that fails too; the
             # listener, which ran this pass, goes on listening.
@@ -252,7 +260,7 @@ class Claimer(Service):
         claimed = 0
         saturated_queue = False
         started = self.clock.monotonic()
-        if self.clock.monotonic() - self._limits_read_at >= LIMITS_REFRESH:
+        if started - self._limits_read_at >= LIMITS_REFRESH:
             async with self.connection.use() as conn:
                 self.limited = {r.queue for r in await self.control.limits(conn)}
             self._limits_read_at = self.clock.monotonic()
@@ -312,6 +320,7 @@ class Claimer(Service):
                     want,
                     oldest=self.oldest_share.take(queue, want),
                     limited=queue in self.limited,
+                    cursor=self.connection.cursor_for(conn),
                 )
             set_batch_size(span, len(jobs))
         self.oldest_share.record(queue, len(jobs))

@@ -40,7 +40,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import psycopg
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, AsyncCursor
 from psycopg_pool import AsyncConnectionPool
 
 from tenure.worker.health import describe_error
@@ -88,6 +88,8 @@ class KeptConnection:
         #: over, with the pages it was planned for (None: the table has not grown).
         self._successor: asyncio.Task[tuple[AsyncConnection[Any], int] | None] | None = None
         self._conn: AsyncConnection[Any] | None = None
+        #: A cursor of the kept connection, made at its first use and used again (cursor_for).
+        self._cursor: AsyncCursor[Any] | None = None
         self._taken_at = 0.0
         self._in_use = False
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -136,6 +138,18 @@ class KeptConnection:
                 # timers, and an idle worker's claim pays for each on its way to the handler.
                 if self._idle_timer is None:
                     self._idle_timer = asyncio.get_running_loop().call_later(IDLE_SECONDS, self._idle)
+
+    def cursor_for(self, conn: AsyncConnection[Any]) -> AsyncCursor[Any] | None:
+        """A cursor of `conn` to use again, statement after statement, when `conn` is the kept
+        connection (None for a connection of the pool's own, lent to a second use). A cursor
+        made for each statement cost a dozen calls, and its type loaders looked up again, on an
+        idle worker's way from a notification to its handler. Its statements' results are read
+        as they come back, before anything else can use the connection."""
+        if conn is not self._conn:
+            return None
+        if self._cursor is None or self._cursor.connection is not conn:
+            self._cursor = conn.cursor()
+        return self._cursor
 
     async def _baseline_pages(self, conn: AsyncConnection[Any]) -> int:
         """The table's pages now; 0 when they cannot be read (the loop's statement goes on: a

@@ -21,7 +21,6 @@ from psycopg import sql
 
 from tenure.db.channels import notify_channel, revoke_hint, scheduled_hint
 from tenure.db.connect import application_name, describe_dsn, prepare_threshold
-from tenure.worker.executor import EAGER_TASKS
 from tenure.worker.health import ServiceHealth, describe_error
 from tenure.worker.service import Service
 
@@ -44,7 +43,7 @@ class Listener(Service):
         dsn: str,
         schema: str,
         queues: set[str],
-        wake: Callable[[], Awaitable[int] | None],
+        wake: Callable[[], Awaitable[object] | None],
         *,
         health: ServiceHealth | None = None,
         send_probe: Callable[[str], Awaitable[None]] | None = None,
@@ -55,10 +54,9 @@ class Listener(Service):
         self.dsn = dsn
         self.channel = notify_channel(schema)
         self.queues = queues
-        #: Told of each wake-up for one of its queues; what it returns (an idle claimer's claim,
-        #: which says how many jobs it took) is run before the next notification is read, so a
-        #: revocation or a scheduled job's hint heard meanwhile waits for that claim
-        #: (milliseconds; at most the worker's statement bound).
+        #: Told of each wake-up for one of its queues; what it returns (an idle claimer's claim)
+        #: is run before the next notification is read, so a revocation or a scheduled job's hint
+        #: heard meanwhile waits for that claim (milliseconds; at most the worker's statement bound).
         self.wake = wake
         self.health = health or ServiceHealth("listener", critical=False)
         self.send_probe = send_probe
@@ -107,11 +105,8 @@ class Listener(Service):
 
     async def _woken(self) -> None:
         claim = self.wake()
-        if claim is not None and await claim and not EAGER_TASKS:
-            # The jobs it claimed start in tasks of their own, which the event loop runs at its
-            # next turn. Waiting for the next notification first would put the listener's
-            # reading of its socket, and a poll of the loop's, before their handlers.
-            await asyncio.sleep(0)
+        if claim is not None:
+            await claim
 
     async def _probe(self) -> None:
         """Checks that a notification sent through the pool comes back on this connection.
