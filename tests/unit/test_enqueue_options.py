@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
+from tenure.model.jobs import JobSpec
 from tenure.producer.builder import JobBuilder
 from tenure.tasks import ENQUEUE_OPTIONS, POLICY_FIELDS, TaskOptions
 
@@ -42,3 +45,15 @@ def test_a_job_built_from_options_carries_the_json_its_checks_encoded() -> None:
     )
     assert text == '{"name":"Zoë","n":[1,2]}'
     assert (spec.queue, spec.delay, spec.priority, spec.max_attempts) == ("q", 3.0, 5, 20)
+
+
+def test_a_completed_spec_carries_every_field_the_client_does_not_fill() -> None:
+    """JobSpec.completed is dataclasses.replace written out: each field keeps its value, whatever
+    fields the class gains, and only the four options change."""
+    values: dict[str, Any] = {f.name: object() for f in dataclasses.fields(JobSpec)}
+    spec = JobSpec(**values)
+    filled = {"queue": "q", "priority": 7, "max_attempts": 3, "unique": object()}
+    assert spec.completed(**filled) == dataclasses.replace(spec, **filled)
+    assert all(
+        getattr(spec.completed(**filled), name) is value for name, value in {**values, **filled}.items()
+    )

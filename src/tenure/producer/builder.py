@@ -88,7 +88,7 @@ class JobBuilder:
             unique.key_for(spec.task, spec.payload)
         check_idempotency_key(spec.idempotency_key)
         # One copy with every option filled in: enqueue_copy checks each of its jobs this way.
-        complete = replace(spec, queue=queue, priority=priority, max_attempts=max_attempts, unique=unique)
+        complete = spec.completed(queue, priority, max_attempts, unique)
         return complete, payload_text
 
     def _unknown(self, name: str) -> UnknownTask:
