@@ -44,6 +44,7 @@ from psycopg import AsyncConnection, AsyncCursor
 from psycopg_pool import AsyncConnectionPool
 
 from tenure.worker.health import describe_error
+from tenure.worker.rolling_deadline import RollingDeadline
 
 log = logging.getLogger("tenure.worker")
 
@@ -100,44 +101,76 @@ class KeptConnection:
         #: When the loop first used its kept connection, and how many of REPLAN_AT it has had.
         self._first_used: float | None = None
         self._replanned = 0
+        #: The bound of each use, on one timer kept from use to use (rolling_deadline.py).
+        self._deadline = RollingDeadline(bound)
+        self._kept_use = _KeptUse(self)
+
+    def use(self) -> contextlib.AbstractAsyncContextManager[AsyncConnection[Any]]:
+        """The kept connection, for one statement (or a few) of the loop's; a second use while
+        one is under way gets a connection of the pool's own (_lent)."""
+        if self._in_use:
+            return self._lent()
+        return self._kept_use
 
     @contextlib.asynccontextmanager
-    async def use(self) -> AsyncIterator[AsyncConnection[Any]]:
-        if self._in_use:
-            async with asyncio.timeout(self._bound), self._pool.connection() as conn:
-                yield conn
-            return
+    async def _lent(self) -> AsyncIterator[AsyncConnection[Any]]:
+        async with asyncio.timeout(self._bound), self._pool.connection() as conn:
+            yield conn
+
+    async def _enter(self) -> AsyncConnection[Any]:
+        """The kept use's beginning: the connection, taken or replaced first if need be."""
         self._in_use = True
+        self._deadline.start()
         try:
-            async with asyncio.timeout(self._bound):
-                if self._successor is not None and self._successor.done():
-                    await self._take_over()
-                if self._conn is None:
-                    self._conn = await self._pool.getconn()
-                    self._taken_at = time.monotonic()
-                # A connection that prepares nothing (through a pooler) has nothing to plan again.
-                prepares = self._conn.prepare_threshold is not None
-                if self._replan_due() and self._successor is None and prepares:
-                    self._successor = asyncio.get_running_loop().create_task(self._successor_if_grown())
-                if self._planned_pages is None and prepares:
-                    # The loop's first use: what its statements are about to be planned for.
-                    self._planned_pages = await self._baseline_pages(self._conn)
-                try:
-                    yield self._conn
-                except BaseException:
-                    await self.release()  # after a failure the pool judges the connection
-                    raise
-            if time.monotonic() - self._taken_at >= HOLD_SECONDS:
+            if self._successor is not None and self._successor.done():
+                await self._take_over()
+            if self._conn is None:
+                self._conn = await self._pool.getconn()
+                self._taken_at = time.monotonic()
+            # A connection that prepares nothing (through a pooler) has nothing to plan again.
+            prepares = self._conn.prepare_threshold is not None
+            if self._replan_due() and self._successor is None and prepares:
+                self._successor = asyncio.get_running_loop().create_task(self._successor_if_grown())
+            if self._planned_pages is None and prepares:
+                # The loop's first use: what its statements are about to be planned for.
+                self._planned_pages = await self._baseline_pages(self._conn)
+            return self._conn
+        except BaseException as exc:
+            failure = self._deadline.end(exc)
+            self._end_use()
+            if failure is exc:
+                raise
+            assert failure is not None
+            raise failure from exc
+
+    async def _exit(self, exc: BaseException | None) -> None:
+        """The kept use's end, `exc` what its block raised: after a failure the connection goes
+        back for the pool to judge; after a success, once it has been kept HOLD_SECONDS."""
+        failure = exc
+        try:
+            if exc is not None:
+                await self.release()  # still within the bound, as the block was
+        except BaseException as release_failed:
+            failure = release_failed
+        failure = self._deadline.end(failure)
+        try:
+            if failure is None and time.monotonic() - self._taken_at >= HOLD_SECONDS:
                 await self.release()
         finally:
-            self._in_use = False
-            if self._conn is not None:
-                self._last_used = time.monotonic()
-                # One timer at a time, not one made and cancelled for every statement: a loop
-                # that sends a statement every few milliseconds would churn the event loop's
-                # timers, and an idle worker's claim pays for each on its way to the handler.
-                if self._idle_timer is None:
-                    self._idle_timer = asyncio.get_running_loop().call_later(IDLE_SECONDS, self._idle)
+            self._end_use()
+        if failure is not exc:
+            assert failure is not None
+            raise failure
+
+    def _end_use(self) -> None:
+        self._in_use = False
+        if self._conn is not None:
+            self._last_used = time.monotonic()
+            # One timer at a time, not one made and cancelled for every statement: a loop
+            # that sends a statement every few milliseconds would churn the event loop's
+            # timers, and an idle worker's claim pays for each on its way to the handler.
+            if self._idle_timer is None:
+                self._idle_timer = asyncio.get_running_loop().call_later(IDLE_SECONDS, self._idle)
 
     def cursor_for(self, conn: AsyncConnection[Any]) -> AsyncCursor[Any] | None:
         """A cursor of `conn` to use again, statement after statement, when `conn` is the kept
@@ -261,3 +294,21 @@ class KeptConnection:
         if self._idle_timer is not None:
             self._idle_timer.cancel()
             self._idle_timer = None
+
+
+class _KeptUse:
+    """KeptConnection.use()'s block, made once and used for each use in turn: a class's context,
+    where a generator's cost a dozen calls more at each of the loop's statements."""
+
+    __slots__ = ("_kept",)
+
+    def __init__(self, kept: KeptConnection) -> None:
+        self._kept = kept
+
+    async def __aenter__(self) -> AsyncConnection[Any]:
+        return await self._kept._enter()
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        await self._kept._exit(exc)
