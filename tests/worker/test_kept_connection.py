@@ -18,6 +18,7 @@ from psycopg_pool import AsyncConnectionPool
 from _claims import CLAIM_ARGS
 from tenure.db.pool import open_pool
 from tenure.db.queries import Queries
+from tenure.model.jobs import JobSpec
 from tenure.worker import kept_connection
 from tenure.worker.kept_connection import KeptConnection
 
@@ -138,8 +139,33 @@ async def test_the_kept_connection_s_cursor_serves_every_statement_and_a_lent_on
     async with kept.use() as outer, kept.use() as inner:
         assert kept.cursor_for(inner) is None
         assert kept.cursor_for(outer) is cursors[0]
+    async with kept.use() as conn:
+        await cursors[0].close()
+        again = kept.cursor_for(conn)
+        assert again is not None and again is not cursors[0] and not again.closed
     await kept.release()
     assert kept.cursor_for(cursors[0].connection) is None  # given back: no longer the kept one
+
+
+async def test_a_claim_on_a_reused_cursor_keeps_it_open_for_one_job_and_closes_it_after_a_batch(
+    dsn: str, queries: Queries
+) -> None:
+    """A reused cursor holds its last result until its next statement: a one-job claim's is kept,
+    a batch's (every claimed payload) is let go by closing the cursor."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        args = {
+            "queue": "default",
+            "owner": "w",
+            "default_lease_seconds": 30.0,
+            "default_runtime_seconds": 60.0,
+        }
+        cur = conn.cursor()
+        await queries.job_insert_many(conn, [JobSpec(task="t")])
+        assert len(await queries.job_claim(conn, limit=10, cursor=cur, **args)) == 1
+        assert not cur.closed
+        await queries.job_insert_many(conn, [JobSpec(task="t")] * 3)
+        assert len(await queries.job_claim(conn, limit=10, cursor=cur, **args)) == 3
+        assert cur.closed
 
 
 async def test_an_idle_loop_gives_its_connection_back(

@@ -240,7 +240,8 @@ class Queries(ProducerQueries, HandlerQueries):
         `only`, only those jobs (tenure.testing runs a chosen one).
         A `limited` queue is claimed within its limits, one claim at a time; the plain
         claim takes nothing from a limited queue. `cursor`: one of `conn`'s that the caller uses
-        again for each claim (tenure.worker.kept_connection); else the claim makes its own."""
+        again from claim to claim (tenure.worker.kept_connection), closed here after a claim of
+        more than one job; else the claim makes its own."""
         # Without an oldest share asked for, the by-priority lane alone: the same jobs, less to run.
         # (Asked for, not granted: a claim of no jobs that asks for one runs the two-lane form,
         # which is how a new connection warms both.)
@@ -267,6 +268,10 @@ class Queries(ProducerQueries, HandlerQueries):
                 rows, unreadable = await self._claim_rows(cur, "job_claim_limited", params)
         elif cursor is not None:
             rows, unreadable = await self._claim_rows(cursor, plain_claim, params)
+            if len(rows) + len(unreadable) > 1:
+                # A cursor keeps its result until its next statement: the rows of a batch, each
+                # with its payload, would be held until the next claim. Closed, it is made again.
+                await cursor.close()
         else:
             async with conn.cursor() as cur:
                 rows, unreadable = await self._claim_rows(cur, plain_claim, params)

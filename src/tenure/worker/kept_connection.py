@@ -177,10 +177,11 @@ class KeptConnection:
         connection (None for a connection of the pool's own, lent to a second use). A cursor
         made for each statement cost a dozen calls, and its type loaders looked up again, on an
         idle worker's way from a notification to its handler. Its statements' results are read
-        as they come back, before anything else can use the connection."""
+        as they come back, before anything else can use the connection; a user that closes it
+        (after a large result, which it would keep until its next statement) gets a new one."""
         if conn is not self._conn:
             return None
-        if self._cursor is None or self._cursor.connection is not conn:
+        if self._cursor is None or self._cursor.closed or self._cursor.connection is not conn:
             self._cursor = conn.cursor()
         return self._cursor
 
