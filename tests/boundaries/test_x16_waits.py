@@ -72,23 +72,30 @@ async def _race(dsn: str, keys: list[str], doomed: set[int]) -> None:
     """At once, each on its own connection: a deadline pass past every deadline (in batches of 7,
     so that the signals and the cancels meet it in the middle), a signal to each key, and an
     operator's cancel of each doomed job (one finished first is refused and left as it is). Then
-    the recovery pass's sweep and a deadline pass again."""
+    the recovery pass's sweep and a deadline pass again. Every side connects first and all start
+    together: started as each connected, the deadline pass could end every wait while the
+    signals' connections were still being made, on a loaded machine."""
     waits = WaitQueries("tenure")
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as db:
         past = await db_now(db) + timedelta(minutes=5)
+    start = asyncio.Barrier(2 + len(keys))
 
-    async def deadline() -> None:
+    async def deadline(racing: bool = True) -> None:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            if racing:
+                await start.wait()
             ended = 1
             while ended:
                 ended = (await waits.expire_due(conn, limit=7, now=past)).timed_out
 
     async def signal(n: int, key: str) -> None:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await start.wait()
             await waits.signal(conn, key=key, payload_json=str(n), idempotency_key=None, keep_seconds=60)
 
     async def cancel() -> None:
         async with tenure.Client(dsn) as client:
+            await start.wait()
             for job_id in sorted(doomed):
                 with contextlib.suppress(tenure.ControlRefused):
                     await client.cancel([job_id], reason="the race")
@@ -98,7 +105,7 @@ async def _race(dsn: str, keys: list[str], doomed: set[int]) -> None:
     # over) are matched by the passes that follow, as a worker's next passes would.
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await waits.sweep(conn, batch=100)
-    await deadline()
+    await deadline(racing=False)
 
 
 async def test_x16_signal_deadline_and_cancel_racing_end_each_wait_once(dsn: str) -> None:
