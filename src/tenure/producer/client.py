@@ -204,11 +204,12 @@ class Client:
                 return self._open_transaction()
         return contextlib.nullcontext(conn)
 
-    @contextlib.asynccontextmanager
-    async def _open_transaction(self) -> AsyncIterator[AsyncConnection[Any] | None]:
-        """The blocking client's: the connection of the first open transaction a registered
-        provider names, else None."""
-        if not ASYNC:
+    if not ASYNC:
+
+        @contextlib.asynccontextmanager
+        async def _open_transaction(self) -> AsyncIterator[AsyncConnection[Any] | None]:
+            """The blocking client's: the connection of the first open transaction a registered
+            provider names, else None."""
             with contextlib.ExitStack() as stack:
                 for provider in list(OPEN_TRANSACTIONS):
                     joined = stack.enter_context(provider(self))
@@ -216,8 +217,6 @@ class Client:
                         yield joined
                         return
                 yield None
-                return
-        yield None  # the async client joins no transaction of a provider's
 
     async def enqueue(
         self,

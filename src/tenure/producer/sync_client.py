@@ -192,8 +192,6 @@ class SyncClient:
                     yield joined
                     return
             yield None
-            return
-        yield None  # the async client joins no transaction of a provider's
 
     def enqueue(
         self,

@@ -236,9 +236,8 @@ class Claimer(Service):
         queues already at their share (idle shares are lent out, and won back as slots free).
         """
         options = self.services.options
-        if len(self.queues) == 1:  # a queue of its own: its share is every slot
-            busy = sum(not execution.handler_done for execution in self.executor.running.values())
-            return [(self.queues[0], options.concurrency - busy)]
+        if len(self.queues) == 1:  # a queue of its own: its share is every slot, less those busy
+            return [(self.queues[0], options.concurrency - self.executor.busy)]
         running: dict[str, int] = dict.fromkeys(self.queues, 0)
         for execution in self.executor.running.values():
             if not execution.handler_done:
