@@ -24,6 +24,7 @@ from tenure.model.errors import DatabaseUnavailable
 from tenure.model.validation import check_schema_name
 from tenure.tasks import TaskPolicy, TaskRegistry
 from tenure.worker.claimer import Claimer
+from tenure.worker.collector import young_generation_widened
 from tenure.worker.completer import Completer
 from tenure.worker.events import Events
 from tenure.worker.executor import Executor
@@ -120,7 +121,8 @@ class Worker:
     async def run(self, *, handle_signals: bool = False) -> WorkerStats:
         """Runs until `stop` (with `handle_signals`, SIGTERM or SIGINT too) or until a critical
         service keeps failing (`failure` says why); then shuts down as `stop` says, and returns the
-        counters."""
+        counters. With `handle_signals` the worker owns its process, and while it runs it also sets
+        the garbage collector for a worker's bursts of objects (tenure.worker.collector)."""
         dsn = self._resolved_dsn = resolve_dsn(self._dsn).dsn
         pool = await self._when_available(
             lambda: open_pool(dsn, min_size=2, max_size=self.options.concurrency + 4, name="tenure-worker")
@@ -253,8 +255,10 @@ class Worker:
         supervisor = Supervisor()
         for service in background:
             supervisor.start(service)
-        if handle_signals:
+        owned = contextlib.ExitStack()
+        if handle_signals:  # the worker owns this process: its signals and its collector
             self._install_signal_handlers()
+            owned.enter_context(young_generation_widened())
         log.info(
             "worker %s started: queues=%s concurrency=%s lease=%ss event loop=%s",
             services.owner,
@@ -272,6 +276,7 @@ class Worker:
             await supervisor.close()
             threads.shutdown(wait=False, cancel_futures=True)
             await services.close()
+            owned.close()
         if self.failure:
             log.error("worker %s stopped: %s", services.owner, self.failure)
         log.info("worker %s stopped: %s", services.owner, services.stats.as_dict())

@@ -6,7 +6,10 @@ PgQueuer: the asyncpg driver, `batch_size` swept by the benchmark (its best stan
 size alone sets how many of its jobs a process holds.
 Procrastinate: async tasks, LISTEN/NOTIFY, and a pool sized for the worker's concurrency: its
 docs ("Mind the size of your PostgreSQL pool") say that the shorter the jobs, the more the pool
-needs as many connections as the concurrency, plus one; the listening connection is apart."""
+needs as many connections as the concurrency, plus one; the listening connection is apart.
+Both run with the garbage collector's setting a Tenure worker process runs with
+(tenure.worker.collector), as they would run on uvloop if Tenure's did: a setting of the process,
+which any program can make, is not counted as Tenure's advantage."""
 
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from psycopg import conninfo
 from tenure.lab.bench import probe
 from tenure.lab.bench.procs import process_dsn
 from tenure.lab.bench.tenure_worker import QUEUE
+from tenure.worker.collector import young_generation_widened
 from tenure.worker.event_loop import run_on
 
 PEERS = ("pgqueuer", "procrastinate")
@@ -193,7 +197,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=100)
     parser.add_argument("--batch", type=int, default=20)
     args = parser.parse_args()
-    run_on(None, WORKERS[args.peer](args.dsn, args.concurrency, args.batch))
+    with young_generation_widened():
+        run_on(None, WORKERS[args.peer](args.dsn, args.concurrency, args.batch))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@
 `python -m tenure.lab.bench.raw_worker --dsn ... --batch N --loops K` runs K loops, each on its own
 connection: claim N with SKIP LOCKED, then complete them in one fenced unnest update. No executor,
 no heartbeat. K loops keep as many batches in flight as a Tenure worker's slots hold
-(concurrency / claim batch), so commits overlap and share WAL flushes the same way."""
+(concurrency / claim batch), so commits overlap and share WAL flushes the same way. It runs with the
+garbage collector's setting a Tenure worker process runs with (tenure.worker.collector), as the
+peers do."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from tenure.lab.bench.procs import process_dsn
 from tenure.lab.bench.queries import bench_queries
 from tenure.lab.bench.server import SCHEMA
 from tenure.lab.bench.tenure_worker import QUEUE
+from tenure.worker.collector import young_generation_widened
 from tenure.worker.event_loop import run_on
 
 
@@ -63,7 +66,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=20)
     parser.add_argument("--loops", type=int, default=1)
     args = parser.parse_args()
-    run_on(None, run(args.dsn, args.batch, args.loops))
+    with young_generation_widened():
+        run_on(None, run(args.dsn, args.batch, args.loops))
 
 
 if __name__ == "__main__":
