@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tenure import JobSpec, ValidationError
-from tenure.model.secrets import credential_paths, has_plain_credentials
+from tenure.model.secrets import credential_paths, has_plain_credentials, has_secret_refs, is_secret_ref
 from tenure.model.validation import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_PAYLOAD_DEPTH,
@@ -230,3 +230,22 @@ def test_the_quick_credential_check_finds_what_the_path_listing_finds(payload: d
     """Every enqueue asks whether a payload holds a plain credential without listing paths; the
     answer is the listing's, so a warning or refusal is never skipped nor invented."""
     assert has_plain_credentials(payload) == bool(credential_paths(payload))
+
+
+def _any_secret_ref(value: Any) -> bool:
+    if is_secret_ref(value):
+        return True
+    children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    return any(_any_secret_ref(child) for child in children)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_CREDENTIAL_KEYS, _CREDENTIAL_VALUES, max_size=4))
+def test_the_worker_s_secret_reference_check_finds_every_reference_and_nothing_else(
+    payload: dict[str, Any],
+) -> None:
+    """The worker asks of every job whether its payload holds a secret reference (a one-key dict
+    naming a secret, at any depth); the answer is the plain recursive one's, look-alikes aside."""
+    assert has_secret_refs(payload) == _any_secret_ref(payload)
+    assert has_secret_refs({"a": [1, {"b": {"$secret": "db-password"}}]})
+    assert not has_secret_refs({"a": {"$secret": 1}, "b": {"$secret": "x", "extra": 1}})
