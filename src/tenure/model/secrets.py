@@ -171,12 +171,12 @@ async def resolve_secrets(payload: dict[str, Any], resolver: SecretResolver | No
 
 def has_secret_refs(payload: object) -> bool:
     """Whether any value inside `payload` is a secret reference. Asked for every job a worker runs,
-    so the test of is_secret_ref is written out here: a call less for every dict inside."""
+    so only a dict is asked whether it is one: a scalar or a list never can be."""
     stack = [payload]
     while stack:
         value = stack.pop()
         if isinstance(value, dict):
-            if len(value) == 1 and isinstance(value.get(SECRET_KEY), str):
+            if is_secret_ref(value):
                 return True
             stack.extend(value.values())
         elif isinstance(value, list):

@@ -273,10 +273,10 @@ class Worker:
             await supervisor.finish(claimer)
             await self._shutdown(executor, completer)
         finally:
+            owned.close()  # first: nothing below may keep the program's collector changed
             await supervisor.close()
             threads.shutdown(wait=False, cancel_futures=True)
             await services.close()
-            owned.close()
         if self.failure:
             log.error("worker %s stopped: %s", services.owner, self.failure)
         log.info("worker %s stopped: %s", services.owner, services.stats.as_dict())
