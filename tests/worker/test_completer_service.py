@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -63,8 +62,8 @@ async def test_one_pass_writes_every_queued_completion_and_each_caller_learns_it
     three succeed, the stale token is refused by the fence (lost) and its job stays running."""
     jobs = await claimed(db, queries, 4)
     waiting = [hand_over(completer, job, 30) for job in jobs[:3]]
-    stale_lease = replace(jobs[3].lease, token=jobs[3].lease.token - 1)
-    waiting.append(hand_over(completer, replace(jobs[3], lease=stale_lease), 30))
+    stale_lease = jobs[3].lease._replace(token=jobs[3].lease.token - 1)
+    waiting.append(hand_over(completer, jobs[3]._replace(lease=stale_lease), 30))
     await asyncio.sleep(0)
     assert await completer.run_once() == 4
     assert await asyncio.gather(*waiting) == ["done", "done", "done", "lost"]

@@ -155,12 +155,17 @@ def _check_claim_columns(description: Sequence[Any] | None) -> None:
         raise RuntimeError(f"the claim returned columns {[c.name for c in description]}, not {CLAIM_COLUMNS}")
 
 
+#: Makes a named tuple from its fields without the Python frame of its generated constructor.
+_new_tuple = tuple.__new__
+
+
 def _claimed_job(row: Sequence[Any], owner: str) -> ClaimedJob:
     """A claimed row (CLAIM_COLUMNS) as the job a worker runs: the lease's three columns become
     its `lease`; the columns after them fill ClaimedJob's fields after `lease`, in order."""
     job_id, queue, task, payload, priority, attempt, max_attempts, token, expires_at, deadline, *rest = row
-    lease = Lease(job_id, owner, token, expires_at, deadline)
-    return ClaimedJob(job_id, queue, task, payload, priority, attempt, max_attempts, lease, *rest)
+    lease = _new_tuple(Lease, (job_id, owner, token, expires_at, deadline))
+    fields = (job_id, queue, task, payload, priority, attempt, max_attempts, lease, *rest)
+    return _new_tuple(ClaimedJob, fields)
 
 
 @functools.lru_cache(maxsize=64)
