@@ -174,7 +174,11 @@ class Executor:
         execution.slot_freed = on_done
         execution.on_end = on_end
         self.busy += 1
-        self._run_in_task(execution, self._run(execution) if traced else self._attempt(execution))
+        # Untraced, the attempt is the task's whole work and ends the execution itself: a
+        # coroutine less for every job than wrapping it in _ending.
+        self._run_in_task(
+            execution, self._ending(execution, self._run(execution)) if traced else self._attempt(execution)
+        )
         return execution
 
     def _run_in_task(
@@ -183,7 +187,8 @@ class Executor:
         work: Coroutine[Any, Any, None],
         context: contextvars.Context | None = None,
     ) -> None:
-        """Runs `work` as the execution's task, which ends the execution once `work` is done.
+        """Runs `work` as the execution's task. `work` ends the execution's work when it returns or
+        raises: _attempt does so itself, any other work is wrapped in _ending.
 
         On Python 3.12 and later the task starts eagerly: its first step runs as it is made, inside
         it (the handler's `asyncio.current_task()` is its own), and a job whose handler returns
@@ -194,13 +199,11 @@ class Executor:
         interrupted = execution.cancel_reason
         loop, name = asyncio.get_running_loop(), f"tenure-job-{execution.job.id}"
         if sys.version_info >= (3, 12):  # EAGER_TASKS, written out for the type checker
-            task = asyncio.Task(
-                self._ending(execution, work), loop=loop, name=name, context=context, eager_start=True
-            )
+            task = asyncio.Task(work, loop=loop, name=name, context=context, eager_start=True)
         else:
             # The loop's own create_task takes the name as it makes the task: asyncio.create_task
             # names it a second time, after the default name (half a microsecond a job).
-            task = loop.create_task(self._ending(execution, work), name=name, context=context)
+            task = loop.create_task(work, name=name, context=context)
         execution.task = task
         if execution.cancel_reason != interrupted:
             self._cancel(execution)  # interrupted in its first step, before there was a task to cancel
@@ -336,79 +339,85 @@ class Executor:
             await self._attempt(execution)
 
     async def _attempt(self, execution: Execution) -> None:
-        job, ctx = execution.job, execution.ctx
-        bind_job(job, self.services.owner)  # this task's context: every log line names the job
-        task = self.registry.get(job.task)
-        if task is None:
-            await self._fail(
-                execution,
-                None,
-                "UNKNOWN_TASK",
-                f"no task named {job.task!r} is registered in worker {self.services.owner}",
-                FailureClass.TRANSIENT,
-            )
-            return
-        # Arguments only: annotations were checked at enqueue, and a stored job is not failed
-        # for a handler's annotation changed since.
-        mismatch = task.accepts(job.payload, check_types=False)
-        if mismatch:
-            await self._fail(
-                execution,
-                task,
-                "BAD_PAYLOAD",
-                f"payload does not fit {job.task}: {mismatch}",
-                FailureClass.PERMANENT,
-            )
-            return
-        payload, secrets = job.payload, []
-        if has_secret_refs(payload):
-            # Resolved values live in this attempt's memory only; every error text Tenure writes
-            # for the attempt has them redacted.
-            try:
-                payload = await resolve_secrets(payload, self.registry.secret_resolver)
-            except JobFailure as exc:
-                await self._fail(execution, task, exc.code, str(exc), FailureClass.PERMANENT)
-                return
-            secrets = resolved_values(payload)
-        if task.codec is not None:
-            # The handler's datetimes, Decimals, dataclasses... from their JSON form.
-            try:
-                payload = task.codec.decode(payload)
-            except ValidationError as exc:
-                why = f"payload does not fit {job.task}: {exc}"
-                await self._fail(execution, task, "BAD_PAYLOAD", why, FailureClass.PERMANENT)
-                return
-        error: Exception | None = None
-        value: Any = None
+        """Runs the job's handler and settles its outcome, then ends the execution's work (it is
+        its task's whole work, or _run's inside a span). A task cancelled before it began never
+        gets here: _cancel covers that one."""
         try:
-            if task.is_async:
-                value = await task(ctx, **payload)
-            else:
-                call = functools.partial(task, ctx, **payload)
-                if _thread_hooks:
-                    call = functools.partial(_within_hooks, tuple(_thread_hooks), call)
-                execution.thread = asyncio.get_running_loop().run_in_executor(self.threads, call)
-                # Shielded: cancelling this task must not forget the thread, which runs on.
-                value = await asyncio.shield(execution.thread)
-        except asyncio.CancelledError:
-            if execution.cancel_reason is None:
-                raise
-        except WaitStarted:
-            pass  # the job is waiting: ctx.waiting_on says for what
-        except Exception as exc:
-            error = exc
-        record_outcome(
-            execution.span,
-            execution.cancel_reason or ("raised" if error is not None else "returned"),
-            error,
-        )
-        if execution.thread is None or execution.thread.done():
-            self._code_stopped(execution)
-        writing = self._settle(execution, task, error, secrets, value)
-        if writing is not None:
-            await writing
-        if execution.thread is not None:
-            await self._until_code_stops(execution)
+            job, ctx = execution.job, execution.ctx
+            bind_job(job, self.services.owner)  # this task's context: every log line names the job
+            task = self.registry.get(job.task)
+            if task is None:
+                await self._fail(
+                    execution,
+                    None,
+                    "UNKNOWN_TASK",
+                    f"no task named {job.task!r} is registered in worker {self.services.owner}",
+                    FailureClass.TRANSIENT,
+                )
+                return
+            # Arguments only: annotations were checked at enqueue, and a stored job is not failed
+            # for a handler's annotation changed since.
+            mismatch = task.accepts(job.payload, check_types=False)
+            if mismatch:
+                await self._fail(
+                    execution,
+                    task,
+                    "BAD_PAYLOAD",
+                    f"payload does not fit {job.task}: {mismatch}",
+                    FailureClass.PERMANENT,
+                )
+                return
+            payload, secrets = job.payload, []
+            if has_secret_refs(payload):
+                # Resolved values live in this attempt's memory only; every error text Tenure writes
+                # for the attempt has them redacted.
+                try:
+                    payload = await resolve_secrets(payload, self.registry.secret_resolver)
+                except JobFailure as exc:
+                    await self._fail(execution, task, exc.code, str(exc), FailureClass.PERMANENT)
+                    return
+                secrets = resolved_values(payload)
+            if task.codec is not None:
+                # The handler's datetimes, Decimals, dataclasses... from their JSON form.
+                try:
+                    payload = task.codec.decode(payload)
+                except ValidationError as exc:
+                    why = f"payload does not fit {job.task}: {exc}"
+                    await self._fail(execution, task, "BAD_PAYLOAD", why, FailureClass.PERMANENT)
+                    return
+            error: Exception | None = None
+            value: Any = None
+            try:
+                if task.is_async:
+                    value = await task(ctx, **payload)
+                else:
+                    call = functools.partial(task, ctx, **payload)
+                    if _thread_hooks:
+                        call = functools.partial(_within_hooks, tuple(_thread_hooks), call)
+                    execution.thread = asyncio.get_running_loop().run_in_executor(self.threads, call)
+                    # Shielded: cancelling this task must not forget the thread, which runs on.
+                    value = await asyncio.shield(execution.thread)
+            except asyncio.CancelledError:
+                if execution.cancel_reason is None:
+                    raise
+            except WaitStarted:
+                pass  # the job is waiting: ctx.waiting_on says for what
+            except Exception as exc:
+                error = exc
+            record_outcome(
+                execution.span,
+                execution.cancel_reason or ("raised" if error is not None else "returned"),
+                error,
+            )
+            if execution.thread is None or execution.thread.done():
+                self._code_stopped(execution)
+            writing = self._settle(execution, task, error, secrets, value)
+            if writing is not None:
+                await writing
+            if execution.thread is not None:
+                await self._until_code_stops(execution)
+        finally:
+            self._work_done(execution)
 
     async def _until_code_stops(self, execution: Execution) -> None:
         """Keeps the slot until a thread handler returns, however long it runs on."""
@@ -519,6 +528,11 @@ class Executor:
     ) -> None:
         """The completer's word on a success handed to it."""
         execution.outcome_pending = False
+        if outcome == CompletionOutcome.DONE:  # the usual word, settled here without a call a step
+            self.services.stats.succeeded += 1
+            self._finished(execution, Outcome.SUCCEEDED, None)
+            self._end_if_done(execution)
+            return
         if rejected is not None:
             # The same completion would fail again: the job fails now, with the database's word,
             # in a task of its own that the execution now waits for.
@@ -527,7 +541,7 @@ class Executor:
             )
             context = contextvars.copy_context()  # the completer's: the job is bound in the copy
             context.run(bind_job, execution.job, self.services.owner)
-            self._run_in_task(execution, failing, context)
+            self._run_in_task(execution, self._ending(execution, failing), context)
             return
         self._record_completion(execution, outcome)
         self._end_if_done(execution)
@@ -719,4 +733,6 @@ class Executor:
             await asyncio.sleep(pause)
 
     def _finished(self, execution: Execution, outcome: Outcome, code: str | None) -> None:
-        self.services.events.job_finished(execution.job, outcome, code, time.monotonic() - execution.started)
+        events = self.services.events
+        if events.sinks:  # with no subscriber (metrics off), no clock read and no call a job
+            events.job_finished(execution.job, outcome, code, time.monotonic() - execution.started)
