@@ -326,8 +326,9 @@ class Claimer(Service):
         services.events.claimed(queue, jobs, time.perf_counter() - claim_started)
         services.stats.claimed += len(jobs)
         traced = span is not None  # a span is made exactly when a tracer would record it
+        start, slot_freed, written = self.executor.start, self._slot_freed, self._completion_written
         for job in jobs:
-            self.executor.start(job, self._slot_freed, sent_at, traced, self._completion_written)
+            start(job, slot_freed, sent_at, traced, written)
         return jobs
 
     def _resting(self, queue: str, now: float) -> bool:

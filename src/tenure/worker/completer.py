@@ -69,6 +69,7 @@ Settled = Callable[[str, "CompletionRejected | None"], None]
 @dataclass(slots=True)
 class _Pending:
     job: ClaimedJob
+    lease: tuple[int, int]  # (job id, token): what the batch's write is told, and answers by
     expires: float  # local monotonic estimate of the lease's end: past it, writing is pointless
     settled: Settled
     result: Any = None  # the job's result, checked JSON; None stores none
@@ -117,7 +118,7 @@ class Completer(Service):
         estimate of the lease's end, `result` the job's result to store with it (checked JSON,
         or None). The worker's executor hands its jobs over this way: a future and a task woken
         per job to learn the outcome cost a no-op job a tenth of its worker CPU."""
-        self._queued.append(_Pending(job, expires, settled, result))
+        self._queued.append(_Pending(job, (job.id, job.lease.token), expires, settled, result))
         self._arrived.set()
 
     async def complete(self, job: ClaimedJob, expires: float, result: Any = None) -> str:
@@ -205,10 +206,8 @@ class Completer(Service):
                     result = await services.queries.job_complete_many(
                         conn,
                         owner=services.owner,
-                        leases=[(p.job.id, p.job.lease.token) for p in batch],
-                        results={
-                            (p.job.id, p.job.lease.token): p.result for p in batch if p.result is not None
-                        },
+                        leases=[p.lease for p in batch],
+                        results={p.lease: p.result for p in batch if p.result is not None},
                     )
         except Exception as exc:
             if _may_be_one_rows(exc):
@@ -221,7 +220,7 @@ class Completer(Service):
                 self._again(pending, delay, final)
             raise
         for pending in batch:
-            outcome = result.get((pending.job.id, pending.job.lease.token), CompletionOutcome.LOST)
+            outcome = result.get(pending.lease, CompletionOutcome.LOST)
             if outcome == CompletionOutcome.DONE and not ack.replicated:
                 outcome = CompletionOutcome.NOT_REPLICATED
             if outcome == "busy":

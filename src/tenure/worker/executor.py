@@ -158,19 +158,21 @@ class Executor:
         once per claim by the caller, not once per job). `on_done` is told when its slot frees,
         `on_end` when it ends, its outcome written (and its place among the completions waiting
         free)."""
-        key = (job.id, job.lease.token)
-        if key in self.running:
-            return self._claimed_again(self.running[key], job, sent_at)
+        job_id, lease, db_now = job.id, job.lease, job.db_now
+        key = (job_id, lease.token)
+        running = self.running
+        if key in running:
+            return self._claimed_again(running[key], job, sent_at)
         execution = Execution(job, JobContext(job, self.services))
-        execution.set_expiry(job.lease.expires_at, job.db_now, sent_at)
-        execution.local_deadline = sent_at + (job.lease.deadline - job.db_now).total_seconds()
-        older = self._latest_token.get(job.id)
-        if older is not None and older != job.lease.token and (job.id, older) in self.running:
+        execution.set_expiry(lease.expires_at, db_now, sent_at)
+        execution.local_deadline = sent_at + (lease.deadline - db_now).total_seconds()
+        older = self._latest_token.get(job_id)
+        if older is not None and older != lease.token and (job_id, older) in running:
             # A newer token proves the older lease is gone: stop that attempt now rather than at
             # the watchdog's next tick, so one worker never runs a job twice at once.
-            self.lose(self.running[(job.id, older)], "lease lost: the job was claimed again", "RECLAIMED")
-        self._latest_token[job.id] = job.lease.token
-        self.running[key] = execution
+            self.lose(running[(job_id, older)], "lease lost: the job was claimed again", "RECLAIMED")
+        self._latest_token[job_id] = lease.token
+        running[key] = execution
         execution.slot_freed = on_done
         execution.on_end = on_end
         self.busy += 1
