@@ -118,8 +118,10 @@ class Completer(Service):
         estimate of the lease's end, `result` the job's result to store with it (checked JSON,
         or None). The worker's executor hands its jobs over this way: a future and a task woken
         per job to learn the outcome cost a no-op job a tenth of its worker CPU."""
-        self._queued.append(_Pending(job, (job.id, job.lease.token), expires, settled, result))
-        self._arrived.set()
+        queued = self._queued
+        if not queued:  # while any wait, the event is set already (_take_queued clears it)
+            self._arrived.set()
+        queued.append(_Pending(job, (job.id, job.lease.token), expires, settled, result))
 
     async def complete(self, job: ClaimedJob, expires: float, result: Any = None) -> str:
         """`complete_soon`, waited for: the CompletionOutcome, or CompletionRejected raised."""
@@ -219,9 +221,10 @@ class Completer(Service):
             for pending in batch:
                 self._again(pending, delay, final)
             raise
+        replicated = ack.replicated
         for pending in batch:
             outcome = result.get(pending.lease, CompletionOutcome.LOST)
-            if outcome == CompletionOutcome.DONE and not ack.replicated:
+            if outcome == CompletionOutcome.DONE and not replicated:
                 outcome = CompletionOutcome.NOT_REPLICATED
             if outcome == "busy":
                 pending.busy_tries += 1
