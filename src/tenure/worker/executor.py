@@ -406,11 +406,12 @@ class Executor:
                 pass  # the job is waiting: ctx.waiting_on says for what
             except Exception as exc:
                 error = exc
-            record_outcome(
-                execution.span,
-                execution.cancel_reason or ("raised" if error is not None else "returned"),
-                error,
-            )
+            if execution.span is not None:  # traced: no call a job otherwise
+                record_outcome(
+                    execution.span,
+                    execution.cancel_reason or ("raised" if error is not None else "returned"),
+                    error,
+                )
             if execution.thread is None or execution.thread.done():
                 self._code_stopped(execution)
             writing = self._settle(execution, task, error, secrets, value)
