@@ -18,6 +18,7 @@ from typing import Any
 from psycopg import AsyncConnection, AsyncCursor
 from psycopg.types.json import Jsonb
 
+from tenure.db.adapters import decode_jsonb
 from tenure.db.arrays import bigint_array, float8_array, text_array
 from tenure.db.fetch import fetch, fetch_as
 from tenure.db.handler_queries import HandlerQueries
@@ -29,6 +30,7 @@ from tenure.model.jobs import (
     JobState,
     Lease,
 )
+from tenure.model.secrets import SECRET_KEY, has_secret_refs
 
 log = logging.getLogger("tenure.worker")
 
@@ -159,12 +161,23 @@ def _check_claim_columns(description: Sequence[Any] | None) -> None:
 _new_tuple = tuple.__new__
 
 
+#: How a secret reference's key shows in jsonb's text: jsonb escapes neither `$` nor letters, so
+#: a payload whose text lacks it holds no reference, and is not walked to find one.
+_SECRET_KEY_TEXT = json.dumps(SECRET_KEY)
+
+
 def _claimed_job(row: Sequence[Any], owner: str) -> ClaimedJob:
-    """A claimed row (CLAIM_COLUMNS) as the job a worker runs: the lease's three columns become
-    its `lease`; the columns after them fill ClaimedJob's fields after `lease`, in order."""
-    job_id, queue, task, payload, priority, attempt, max_attempts, token, expires_at, deadline, *rest = row
+    """A claimed row (CLAIM_COLUMNS) as the job a worker runs: the payload decoded from its text,
+    the lease's three columns become its `lease`; the columns after them fill ClaimedJob's
+    fields after `lease`, in order, and `secret_refs` is found last. Raises one of UNREADABLE
+    for a payload this client cannot decode."""
+    job_id, queue, task, text, priority, attempt, max_attempts, token, expires_at, deadline, *rest = row
+    payload = decode_jsonb(text)
+    # The text is searched in C; the decoded value is walked in Python only when its text names
+    # the key (for a payload of a few hundred values, the walk cost more than the decoding).
+    secret_refs = _SECRET_KEY_TEXT in text and has_secret_refs(payload)
     lease = _new_tuple(Lease, (job_id, owner, token, expires_at, deadline))
-    fields = (job_id, queue, task, payload, priority, attempt, max_attempts, lease, *rest)
+    fields = (job_id, queue, task, payload, priority, attempt, max_attempts, lease, *rest, secret_refs)
     return _new_tuple(ClaimedJob, fields)
 
 
@@ -280,12 +293,18 @@ class Queries(ProducerQueries, HandlerQueries):
         else:
             async with conn.cursor() as cur:
                 rows, unreadable = await self._claim_rows(cur, plain_claim, params)
-        if unreadable:
-            await self._set_aside(conn, owner, unreadable)
         # Tuples in CLAIM_COLUMNS order: the claim is on every job's path, and a dict per row
         # costs more than the positions.
         rows.sort(key=itemgetter(0))
-        return [_claimed_job(row, owner) for row in rows]
+        jobs = []
+        for row in rows:
+            try:
+                jobs.append(_claimed_job(row, owner))
+            except UNREADABLE as exc:  # its payload alone: the rest of the batch runs
+                unreadable.append((row[0], row[7], f"{type(exc).__name__}: {exc}"[:500]))
+        if unreadable:
+            await self._set_aside(conn, owner, unreadable)
+        return jobs
 
     async def _claim_rows(
         self, cur: AsyncCursor[Any], name: str, params: dict[str, Any]

@@ -82,6 +82,9 @@ class ClaimedJob(NamedTuple):
     """How many times the job snoozed before this attempt."""
     trace_context: dict[str, str] | None = None
     """The W3C trace context of the span that enqueued the job (tenure.telemetry.tracing), if any."""
+    secret_refs: bool | None = None
+    """Whether the payload holds secret references (`tenure.secret`), which the worker resolves
+    before the handler runs; None when not known, and the worker looks."""
 
 
 @dataclass(frozen=True, slots=True)

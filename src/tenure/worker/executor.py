@@ -370,7 +370,7 @@ class Executor:
                 )
                 return
             payload, secrets = job.payload, []
-            if has_secret_refs(payload):
+            if job.secret_refs or (job.secret_refs is None and has_secret_refs(payload)):
                 # Resolved values live in this attempt's memory only; every error text Tenure writes
                 # for the attempt has them redacted.
                 try:

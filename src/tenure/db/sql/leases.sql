@@ -95,8 +95,11 @@ clock AS (
 )
 
 -- part: claimed_columns
--- What a claim returns of each job it took, in the order CLAIM_COLUMNS (queries.py) names.
-j.id, j.queue, j.task, j.payload, j.priority, j.attempt_count, j.max_attempts,
+-- What a claim returns of each job it took, in the order CLAIM_COLUMNS (queries.py) names. The
+-- payload comes as its text, the same text jsonb's output is: the worker decodes it itself, and
+-- looks there for a secret reference's key before walking the decoded value (_claimed_job). A
+-- cast keeps its column's name (no alias: job_claim_limited is near psycopg's query cache limit).
+j.id, j.queue, j.task, j.payload::text, j.priority, j.attempt_count, j.max_attempts,
 j.lease_token, j.lease_expires_at, j.lease_deadline, j.progress, j.idempotency_key,
 j.available_at, j.created_at, clock.now AS db_now, j.result_wanted, j.snoozes, j.trace_context
 
