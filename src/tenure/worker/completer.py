@@ -69,7 +69,6 @@ Settled = Callable[[str, "CompletionRejected | None"], None]
 @dataclass(slots=True)
 class _Pending:
     job: ClaimedJob
-    lease: tuple[int, int]  # (job id, token): what the batch's write is told, and answers by
     expires: float  # local monotonic estimate of the lease's end: past it, writing is pointless
     settled: Settled
     result: Any = None  # the job's result, checked JSON; None stores none
@@ -121,7 +120,7 @@ class Completer(Service):
         queued = self._queued
         if not queued:  # while any wait, the event is set already (_take_queued clears it)
             self._arrived.set()
-        queued.append(_Pending(job, (job.id, job.lease.token), expires, settled, result))
+        queued.append(_Pending(job, expires, settled, result))
 
     async def complete(self, job: ClaimedJob, expires: float, result: Any = None) -> str:
         """`complete_soon`, waited for: the CompletionOutcome, or CompletionRejected raised."""
@@ -208,8 +207,10 @@ class Completer(Service):
                     result = await services.queries.job_complete_many(
                         conn,
                         owner=services.owner,
-                        leases=[p.lease for p in batch],
-                        results={p.lease: p.result for p in batch if p.result is not None},
+                        leases=[(p.job.id, p.job.lease.token) for p in batch],
+                        results={
+                            (p.job.id, p.job.lease.token): p.result for p in batch if p.result is not None
+                        },
                     )
         except Exception as exc:
             if _may_be_one_rows(exc):
@@ -223,7 +224,7 @@ class Completer(Service):
             raise
         replicated = ack.replicated
         for pending in batch:
-            outcome = result.get(pending.lease, CompletionOutcome.LOST)
+            outcome = result.get((pending.job.id, pending.job.lease.token), CompletionOutcome.LOST)
             if outcome == CompletionOutcome.DONE and not replicated:
                 outcome = CompletionOutcome.NOT_REPLICATED
             if outcome == "busy":
