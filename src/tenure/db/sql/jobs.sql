@@ -71,36 +71,30 @@ ORDER BY inserted.id;
 -- no JSON document to take apart, no ordering locks or conflict arbiters, nothing to sort, so
 -- the server spends a fifth to a third less on it (docs/performance.md, third round). Notifies as
 -- job_insert_many does when %(notify)s, else says whether the job went in scheduled.
-WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
-), timed AS (
-    SELECT coalesce(%(run_at)s::timestamptz,
-                    clock.now + make_interval(secs => coalesce(%(delay)s::float8, 0))) AS at,
-           clock.now
-    FROM clock
-), inserted AS (
-    INSERT INTO __schema__.jobs (queue, task, payload, priority, available_at, state, max_attempts,
-                                 created_at, idempotency_key, result_wanted, trace_context)
-    SELECT %(queue)s::text, %(task)s::text, %(payload)s::jsonb, %(priority)s::smallint, t.at,
-           CASE WHEN t.at > t.now THEN 'scheduled' ELSE 'pending' END::__schema__.job_state,
-           %(max_attempts)s::integer, t.now, %(idempotency_key)s::uuid, %(result_wanted)s::boolean,
-           %(trace_context)s::jsonb
-    FROM timed t
-    -- The producer role may read back only these two columns (not state).
-    RETURNING id, available_at
-), notified AS (
-    -- The clock's expression again (now() is the transaction's time: the same value), so that
-    -- each CTE is referenced once and folded into the plan.
-    SELECT count(pg_notify(%(channel)s,
-                           CASE WHEN i.available_at > coalesce(%(now)s::timestamptz, now())
-                                THEN %(scheduled_prefix)s || extract(epoch FROM i.available_at)::text
-                                ELSE %(queue)s::text END)) AS n
-    FROM inserted i
-    WHERE %(notify)s::boolean
-)
-SELECT inserted.id, inserted.available_at,
-       inserted.available_at > coalesce(%(now)s::timestamptz, now()) AS scheduled
-FROM inserted CROSS JOIN notified;
+-- One INSERT with no CTE: each CTE and its scan is a plan node more for the server to set up and
+-- tear down at every run, which an idle queue's enqueue pays on its way to a worker (0.02-0.03 ms
+-- of server CPU, docs/performance.md, twenty-first round). The clock's expression is written at
+-- each use: now() is the transaction's time, the same value at each. The notification goes out
+-- from the returned row, so it names the run time the row holds.
+INSERT INTO __schema__.jobs (queue, task, payload, priority, available_at, state, max_attempts,
+                             created_at, idempotency_key, result_wanted, trace_context)
+VALUES (%(queue)s::text, %(task)s::text, %(payload)s::jsonb, %(priority)s::smallint,
+        coalesce(%(run_at)s::timestamptz,
+                 coalesce(%(now)s::timestamptz, now()) + make_interval(secs => coalesce(%(delay)s::float8, 0))),
+        CASE WHEN coalesce(%(run_at)s::timestamptz,
+                           coalesce(%(now)s::timestamptz, now()) + make_interval(secs => coalesce(%(delay)s::float8, 0)))
+                  > coalesce(%(now)s::timestamptz, now())
+             THEN 'scheduled' ELSE 'pending' END::__schema__.job_state,
+        %(max_attempts)s::integer, coalesce(%(now)s::timestamptz, now()), %(idempotency_key)s::uuid,
+        %(result_wanted)s::boolean, %(trace_context)s::jsonb)
+-- The producer role may read back only id and available_at (not state).
+RETURNING id, available_at, available_at > coalesce(%(now)s::timestamptz, now()) AS scheduled,
+          CASE WHEN %(notify)s::boolean
+               THEN pg_notify(%(channel)s,
+                              CASE WHEN available_at > coalesce(%(now)s::timestamptz, now())
+                                   THEN %(scheduled_prefix)s || extract(epoch FROM available_at)::text
+                                   ELSE %(queue)s::text END) IS NULL
+          END AS notified;
 
 -- name: job_find_holder
 -- The stored job that kept one job out of job_insert_many: the one with its idempotency key,
