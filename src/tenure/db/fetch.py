@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from psycopg import AsyncConnection
-from psycopg.rows import class_row, dict_row
+from psycopg.rows import class_row, dict_row, tuple_row
 
 ASYNC = True
 
@@ -20,6 +20,17 @@ async def fetch(conn: AsyncConnection[Any], query: str, params: dict[str, Any]) 
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(query, params)
         return await cur.fetchall() if cur.description else []
+
+
+async def fetch_first(
+    conn: AsyncConnection[Any], query: str, params: dict[str, Any]
+) -> tuple[Any, ...] | None:
+    """The first row `query` gives for `params`, as a tuple in its columns' order (None: no row).
+    For a statement on every enqueue's path: a dict row's column names are made anew for each
+    result, about 10 us of the client's CPU an enqueue."""
+    async with conn.cursor(row_factory=tuple_row) as cur:
+        await cur.execute(query, params)
+        return await cur.fetchone()
 
 
 async def fetch_as(

@@ -17,7 +17,7 @@ from psycopg.types.json import Jsonb
 from psycopg.types.string import TextLoader
 
 from tenure.db.channels import SCHEDULED_PREFIX, notify_channel, results_channel
-from tenure.db.fetch import Row, fetch
+from tenure.db.fetch import Row, fetch, fetch_first
 from tenure.db.job_rows import (
     INSERT_RACE,
     INSERT_ROUNDS,
@@ -145,8 +145,10 @@ class ProducerQueries:
             rows = await fetch(conn, self._sql["job_enqueue_call"], self._call_params(specs, keys, wakeups))
             return self._called(rows, specs, keys, wakeups)
         if lone := self._lone_insert(specs, now, wakeups, payload_text):
-            rows = await fetch(conn, self._sql["job_insert_one"], lone[1])
-            return [self._inserted(rows[0], lone[0], specs[0], wakeups)]
+            inserted = await fetch_first(conn, self._sql["job_insert_one"], lone[1])
+            assert inserted is not None  # an insert without a conflict arbiter returns its row
+            job_id, available_at, scheduled, _notified = inserted
+            return [self._inserted(job_id, available_at, scheduled, lone[0], specs[0], wakeups)]
         out: list[EnqueuedJob | None] = [None] * len(specs)
         plain = [i for i, s in enumerate(specs) if not is_keyed(s)]
         if plain:
@@ -154,7 +156,9 @@ class ProducerQueries:
             params = self._insert_params([specs[i] for i in plain], keys, now, wakeups)
             rows = await fetch(conn, self._sql["job_insert_many"], params)
             for i, row, key in zip(plain, rows, keys, strict=True):
-                out[i] = self._inserted(row, key, specs[i], wakeups)
+                out[i] = self._inserted(
+                    row["id"], row["available_at"], row["scheduled"], key, specs[i], wakeups
+                )
         for i, spec in enumerate(specs):
             if out[i] is None:
                 out[i] = await self._insert_keyed(conn, spec, now, wakeups)
@@ -197,11 +201,19 @@ class ProducerQueries:
 
     @staticmethod
     def _inserted(
-        row: Row, key: uuid.UUID, spec: JobSpec, wakeups: Wakeups | None, unique_key: str | None = None
+        job_id: int,
+        available_at: datetime,
+        scheduled: bool,
+        key: uuid.UUID,
+        spec: JobSpec,
+        wakeups: Wakeups | None,
+        unique_key: str | None = None,
     ) -> EnqueuedJob:
+        """The job an insert stored (its id, run time and whether it went in scheduled), and what
+        its commit must notify added to `wakeups`."""
         if wakeups is not None:
-            wakeups.add(spec.queue or "default", row["available_at"], row["scheduled"])
-        return EnqueuedJob(row["id"], key, row["available_at"], False, unique_key)
+            wakeups.add(spec.queue or "default", available_at, scheduled)
+        return EnqueuedJob(job_id, key, available_at, False, unique_key)
 
     async def _insert_keyed(
         self, conn: AsyncConnection[Any], spec: JobSpec, now: datetime | None, wakeups: Wakeups | None
@@ -211,7 +223,10 @@ class ProducerQueries:
         for _ in range(INSERT_ROUNDS):
             rows = await fetch(conn, self._sql["job_insert_many"], params)
             if rows:
-                return self._inserted(rows[0], key, spec, wakeups, held_unique_key(params))
+                first, held = rows[0], held_unique_key(params)
+                return self._inserted(
+                    first["id"], first["available_at"], first["scheduled"], key, spec, wakeups, held
+                )
             holder = await fetch(conn, self._sql["job_find_holder"], holder_params(params, key))
             if holder:
                 return existing_job(holder[0], key, held_unique_key(params))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from psycopg import Connection
-from psycopg.rows import class_row, dict_row
+from psycopg.rows import class_row, dict_row, tuple_row
 
 Row = dict[str, Any]
 RowType = TypeVar("RowType")
@@ -21,6 +21,15 @@ def fetch(conn: Connection[Any], query: str, params: dict[str, Any]) -> list[Row
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(query, params)
         return cur.fetchall() if cur.description else []
+
+
+def fetch_first(conn: Connection[Any], query: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+    """The first row `query` gives for `params`, as a tuple in its columns' order (None: no row).
+    For a statement on every enqueue's path: a dict row's column names are made anew for each
+    result, about 10 us of the client's CPU an enqueue."""
+    with conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query, params)
+        return cur.fetchone()
 
 
 def fetch_as(conn: Connection[Any], row: type[RowType], query: str, params: dict[str, Any]) -> list[RowType]:

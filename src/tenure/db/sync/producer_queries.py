@@ -40,7 +40,7 @@ from tenure.db.job_rows import (
     unique_params,
 )
 from tenure.db.sqlfiles import named_queries
-from tenure.db.sync.fetch import Row, fetch
+from tenure.db.sync.fetch import Row, fetch, fetch_first
 from tenure.db.wakeups import Wakeups
 from tenure.model.jobs import EnqueuedJob, Job, JobEvent, JobSpec
 from tenure.model.unique import unique_from
@@ -146,8 +146,10 @@ class ProducerQueries:
             rows = fetch(conn, self._sql["job_enqueue_call"], self._call_params(specs, keys, wakeups))
             return self._called(rows, specs, keys, wakeups)
         if lone := self._lone_insert(specs, now, wakeups, payload_text):
-            rows = fetch(conn, self._sql["job_insert_one"], lone[1])
-            return [self._inserted(rows[0], lone[0], specs[0], wakeups)]
+            inserted = fetch_first(conn, self._sql["job_insert_one"], lone[1])
+            assert inserted is not None  # an insert without a conflict arbiter returns its row
+            job_id, available_at, scheduled, _notified = inserted
+            return [self._inserted(job_id, available_at, scheduled, lone[0], specs[0], wakeups)]
         out: list[EnqueuedJob | None] = [None] * len(specs)
         plain = [i for i, s in enumerate(specs) if not is_keyed(s)]
         if plain:
@@ -155,7 +157,9 @@ class ProducerQueries:
             params = self._insert_params([specs[i] for i in plain], keys, now, wakeups)
             rows = fetch(conn, self._sql["job_insert_many"], params)
             for i, row, key in zip(plain, rows, keys, strict=True):
-                out[i] = self._inserted(row, key, specs[i], wakeups)
+                out[i] = self._inserted(
+                    row["id"], row["available_at"], row["scheduled"], key, specs[i], wakeups
+                )
         for i, spec in enumerate(specs):
             if out[i] is None:
                 out[i] = self._insert_keyed(conn, spec, now, wakeups)
@@ -198,11 +202,19 @@ class ProducerQueries:
 
     @staticmethod
     def _inserted(
-        row: Row, key: uuid.UUID, spec: JobSpec, wakeups: Wakeups | None, unique_key: str | None = None
+        job_id: int,
+        available_at: datetime,
+        scheduled: bool,
+        key: uuid.UUID,
+        spec: JobSpec,
+        wakeups: Wakeups | None,
+        unique_key: str | None = None,
     ) -> EnqueuedJob:
+        """The job an insert stored (its id, run time and whether it went in scheduled), and what
+        its commit must notify added to `wakeups`."""
         if wakeups is not None:
-            wakeups.add(spec.queue or "default", row["available_at"], row["scheduled"])
-        return EnqueuedJob(row["id"], key, row["available_at"], False, unique_key)
+            wakeups.add(spec.queue or "default", available_at, scheduled)
+        return EnqueuedJob(job_id, key, available_at, False, unique_key)
 
     def _insert_keyed(
         self, conn: Connection[Any], spec: JobSpec, now: datetime | None, wakeups: Wakeups | None
@@ -212,7 +224,10 @@ class ProducerQueries:
         for _ in range(INSERT_ROUNDS):
             rows = fetch(conn, self._sql["job_insert_many"], params)
             if rows:
-                return self._inserted(rows[0], key, spec, wakeups, held_unique_key(params))
+                first, held = rows[0], held_unique_key(params)
+                return self._inserted(
+                    first["id"], first["available_at"], first["scheduled"], key, spec, wakeups, held
+                )
             holder = fetch(conn, self._sql["job_find_holder"], holder_params(params, key))
             if holder:
                 return existing_job(holder[0], key, held_unique_key(params))
