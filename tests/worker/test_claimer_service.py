@@ -7,6 +7,7 @@ ran still gives its slot back."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import warnings
 from collections.abc import AsyncIterator
@@ -41,6 +42,20 @@ class Stepped:
 
 @pytest.fixture
 async def stepped(dsn: str, queries: Queries) -> AsyncIterator[Stepped]:
+    async with stepped_claimer(dsn, queries, SLOTS) as made:
+        yield made
+
+
+@pytest.fixture
+async def wide(dsn: str, queries: Queries) -> AsyncIterator[Stepped]:
+    """A claimer with more slots than oldest_every (10): a claim of all of them asks for an
+    oldest share."""
+    async with stepped_claimer(dsn, queries, 20) as made:
+        yield made
+
+
+@contextlib.asynccontextmanager
+async def stepped_claimer(dsn: str, queries: Queries, slots: int) -> AsyncIterator[Stepped]:
     release = asyncio.Event()
 
     async def held(ctx: JobContext) -> None:
@@ -49,7 +64,7 @@ async def stepped(dsn: str, queries: Queries) -> AsyncIterator[Stepped]:
     registry = TaskRegistry()
     registry.register(held, name="held")
     pool = await open_pool(dsn, min_size=1, max_size=4)
-    options = WorkerOptions(worker_id="claimer-test", concurrency=SLOTS, claim_batch=SLOTS)
+    options = WorkerOptions(worker_id="claimer-test", concurrency=slots, claim_batch=slots)
     services = WorkerServices(pool=pool, queries=queries, options=options, dsn=dsn)
     threads = ThreadPoolExecutor(max_workers=1)
     completer = Completer(services)
@@ -237,3 +252,44 @@ async def test_a_notification_s_claim_waits_its_turn_and_none_runs_once_the_clai
     assert claimer.notified() is None
     assert await claimer.run_once() == 0  # stopped: no pass claims any more
     assert await running(db) == 1
+
+
+async def test_an_idle_worker_claims_what_arrives_with_one_lane_and_keeps_the_oldest_share(
+    wide: Stepped, db: AsyncConnection[Any], queries: Queries, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that found its queue empty claims what arrives next for at most the jobs before
+    its next oldest one: a claim that asks for no oldest share (the by-priority lane alone),
+    where a claim of its free slots would ask for two. Every job keeps its place in the count:
+    the claim that reaches the tenth job takes the queue's oldest, a low-priority job that eight
+    higher ones passed."""
+    claimer = wide.claimer
+    claims: list[tuple[int, int, int]] = []  # (jobs asked for, oldest share asked for, jobs taken)
+    claim = queries.job_claim
+
+    async def recorded(*args: Any, **kwargs: Any) -> Any:
+        jobs = await claim(*args, **kwargs)
+        claims.append((kwargs["limit"], kwargs["oldest"], len(jobs)))
+        return jobs
+
+    monkeypatch.setattr(queries, "job_claim", recorded)
+    assert await claimer.run_once() == 0
+    await queries.job_insert_many(db, [JobSpec(task="held")])
+    assert await claimer.run_once() == 1
+    await queries.job_insert_many(db, [JobSpec(task="held", priority=-5)])
+    (oldest,) = [
+        r[0]
+        for r in await (await db.execute("SELECT id FROM tenure.jobs WHERE state = 'pending'")).fetchall()
+    ]
+    await queries.job_insert_many(db, [JobSpec(task="held", priority=5) for _ in range(20)])
+    assert await claimer.run_once() == 8
+    assert await job_state(db, oldest) == "pending"  # passed by the eight, within the share
+    assert await claimer.run_once() == 11
+    assert await job_state(db, oldest) == "running"  # the tenth job claimed is the oldest
+    assert claims == [(20, 2, 0), (9, 0, 1), (8, 0, 8), (11, 2, 11)]
+    assert claimer.oldest_share.claimed["default"] == 20
+
+
+async def job_state(db: AsyncConnection[Any], job_id: int) -> str:
+    row = await (await db.execute("SELECT state::text FROM tenure.jobs WHERE id = %s", (job_id,))).fetchone()
+    assert row is not None
+    return str(row[0])

@@ -133,6 +133,9 @@ class Claimer(Service):
         self.limited: set[str] = set()
         self._limits_read_at = -LIMITS_REFRESH
         self.oldest_share = OldestShare(services.options.oldest_every)
+        #: Queues this worker found empty at its last claim, or has claimed since only the few
+        #: jobs that arrived one by one (_claim_size).
+        self._emptied: set[str] = set()
         #: Queues whose last claims failed: (failures in a row, monotonic time to try again).
         self.failing_queues: dict[str, tuple[int, float]] = {}
         self.terms = ClaimTerms.of(executor.registry, services.options, services.owner)
@@ -274,7 +277,7 @@ class Claimer(Service):
                 break
             if self._resting(queue, started):
                 continue
-            want = min(free, options.claim_batch, room)
+            want = self._claim_size(queue, min(free, options.claim_batch, room))
             tried += 1
             try:
                 jobs = await self._claim_queue(queue, want)
@@ -285,6 +288,10 @@ class Claimer(Service):
                 self._queue_failed(queue, exc)
                 continue
             self.failing_queues.pop(queue, None)
+            if not jobs or (len(jobs) < want and queue in self._emptied):
+                self._emptied.add(queue)  # it found nothing, or took every job it could again
+            else:
+                self._emptied.discard(queue)
             claimed += len(jobs)
             saturated_queue = saturated_queue or len(jobs) == want
         if failure is not None and failed == tried:
@@ -299,6 +306,19 @@ class Claimer(Service):
             # found nothing) still claims at once.
             self._paced_until = started + options.trickle_gap
         return claimed
+
+    def _claim_size(self, queue: str, want: int) -> int:
+        """How many jobs to claim from `queue` for `want` free slots. A queue found empty (an idle
+        worker, notified of a job) is claimed for the jobs before its next oldest one, when there
+        are any: that claim asks for no oldest share and runs the by-priority lane alone
+        (job_claim_by_priority), where a claim of `want` asks for one whenever `want` reaches
+        oldest_every, and runs both lanes for the one job it finds (docs/performance.md,
+        twenty-first round). Every claimed job keeps its place in the count, so the oldest share
+        is the same. A claim that comes back full is a saturated one: the next follows at once.
+        Limited queues are claimed one claim at a time, in full."""
+        if queue not in self._emptied or queue in self.limited:
+            return want
+        return self.oldest_share.before_next(queue, want) or want
 
     async def _warm(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Claims of no jobs, one of each form the plain claim takes (with an oldest share due and

@@ -21,6 +21,14 @@ class OldestShare:
         done = self.claimed.get(queue, 0)
         return (done + want) // self.every - done // self.every
 
+    def before_next(self, queue: str, want: int) -> int:
+        """How many of the next `want` jobs claimed from `queue` come before the next one due to
+        be its oldest: a claim of that many asks for no oldest share (`want` itself when no share
+        is kept)."""
+        if self.every is None:
+            return want
+        return min(want, self.every - 1 - self.claimed.get(queue, 0) % self.every)
+
     def record(self, queue: str, claimed: int) -> None:
         """Counts what a claim returned, not what it asked for: a claim that got fewer jobs than it
         asked for took every claimable one, the oldest among them."""
