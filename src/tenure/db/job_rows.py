@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import psycopg
 
 from tenure.db.fetch import Row
+from tenure.db.wakeups import Wakeups
 from tenure.model.jobs import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_PRIORITY,
@@ -139,6 +141,22 @@ def held_unique_key(insert: dict[str, Any]) -> str | None:
     window number, which the database's clock decides, is stored after it as '@N')."""
     key: str | None = insert["unique_keys"][0]
     return key
+
+
+def inserted_job(
+    job_id: int,
+    available_at: datetime,
+    scheduled: bool,
+    key: uuid.UUID,
+    spec: JobSpec,
+    wakeups: Wakeups | None,
+    unique_key: str | None = None,
+) -> EnqueuedJob:
+    """The job an insert stored (its id, run time and whether it went in scheduled), with what
+    its commit must notify added to `wakeups`."""
+    if wakeups is not None:
+        wakeups.add(spec.queue or "default", available_at, scheduled)
+    return EnqueuedJob(job_id, key, available_at, False, unique_key)
 
 
 def existing_job(row: Row, key: uuid.UUID, unique_key: str | None) -> EnqueuedJob:

@@ -32,6 +32,7 @@ from tenure.db.job_rows import (
     idempotency_key_of,
     indexed_key_of,
     insert_columns,
+    inserted_job,
     is_keyed,
     is_lone,
     job_from_row,
@@ -149,7 +150,7 @@ class ProducerQueries:
             inserted = fetch_first(conn, self._sql["job_insert_one"], lone[1])
             assert inserted is not None  # an insert without a conflict arbiter returns its row
             job_id, available_at, scheduled, _notified = inserted
-            return [self._inserted(job_id, available_at, scheduled, lone[0], specs[0], wakeups)]
+            return [inserted_job(job_id, available_at, scheduled, lone[0], specs[0], wakeups)]
         out: list[EnqueuedJob | None] = [None] * len(specs)
         plain = [i for i, s in enumerate(specs) if not is_keyed(s)]
         if plain:
@@ -157,7 +158,7 @@ class ProducerQueries:
             params = self._insert_params([specs[i] for i in plain], keys, now, wakeups)
             rows = fetch(conn, self._sql["job_insert_many"], params)
             for i, row, key in zip(plain, rows, keys, strict=True):
-                out[i] = self._inserted(
+                out[i] = inserted_job(
                     row["id"], row["available_at"], row["scheduled"], key, specs[i], wakeups
                 )
         for i, spec in enumerate(specs):
@@ -200,22 +201,6 @@ class ProducerQueries:
             )
         return out
 
-    @staticmethod
-    def _inserted(
-        job_id: int,
-        available_at: datetime,
-        scheduled: bool,
-        key: uuid.UUID,
-        spec: JobSpec,
-        wakeups: Wakeups | None,
-        unique_key: str | None = None,
-    ) -> EnqueuedJob:
-        """The job an insert stored (its id, run time and whether it went in scheduled), and what
-        its commit must notify added to `wakeups`."""
-        if wakeups is not None:
-            wakeups.add(spec.queue or "default", available_at, scheduled)
-        return EnqueuedJob(job_id, key, available_at, False, unique_key)
-
     def _insert_keyed(
         self, conn: Connection[Any], spec: JobSpec, now: datetime | None, wakeups: Wakeups | None
     ) -> EnqueuedJob:
@@ -225,7 +210,7 @@ class ProducerQueries:
             rows = fetch(conn, self._sql["job_insert_many"], params)
             if rows:
                 first, held = rows[0], held_unique_key(params)
-                return self._inserted(
+                return inserted_job(
                     first["id"], first["available_at"], first["scheduled"], key, spec, wakeups, held
                 )
             holder = fetch(conn, self._sql["job_find_holder"], holder_params(params, key))
