@@ -315,16 +315,19 @@ async def test_a_send_that_raced_a_wait_unseen_is_delivered_by_the_recovery_pass
     async with await psycopg.AsyncConnection.connect(dsn) as sender:
         await app.signal("approve:13", "late", conn=sender)  # uncommitted: no waiter sees it
         job = await app.enqueue("t.order", {"order_id": 13})
-        async with running(app) as worker:
+        # The wait commits under a worker that is then stopped, so that no recovery pass of its
+        # own (which would deliver the signal too, as it should) runs between the two commits.
+        async with running(app):
             await wait_state(db, job.id, "waiting")
-            await sender.commit()
-            await asyncio.sleep(0.2)
-            assert (await job_row(db, job.id))["state"] == "waiting"
-            swept_before = worker.stats.signals_swept
-            async with worker_passes(dsn, "tenure", name="test-sweep") as passes:
-                await passes.recovery.sweep_signals()
-            row = await wait_state(db, job.id, "succeeded")
-            assert worker.stats.signals_swept == swept_before
+        await sender.commit()
+        await asyncio.sleep(0.2)
+        assert (await job_row(db, job.id))["state"] == "waiting"
+        async with worker_passes(dsn, "tenure", name="test-sweep") as passes:
+            await passes.recovery.sweep_signals()
+        assert (await job_row(db, job.id))["state"] == "pending"
+    async with running(approval_app(dsn, runs)) as worker:
+        row = await wait_state(db, job.id, "succeeded")
+        assert worker.stats.signals_swept == 0
     assert row["result"] == {"outcome": "signalled", "payload": "late"}
 
 
