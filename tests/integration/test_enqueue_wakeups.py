@@ -117,7 +117,9 @@ async def _second_job_runs_without_a_notification(dsn: str, enqueue: Any) -> Non
 
     listener = await listen(dsn)
     try:
-        async with running(app, poll_interval=60.0, concurrency=4) as worker:
+        # Without hand-off: the first job notifies its queue, rather than going to the idle
+        # worker's offer (tests/integration/test_hand_off.py has the same with it).
+        async with running(app, poll_interval=60.0, concurrency=4, hand_off=False) as worker:
             await asyncio.sleep(0.2)  # the worker's listener is up
             first_sent = time.monotonic()
             await enqueue(0)

@@ -142,7 +142,6 @@ async def test_a_revoked_update_grant_stops_claims_then_the_worker_with_a_reason
     await wait_state(db, doomed.id, "running")
     await db.execute(f'REVOKE UPDATE ON tenure.jobs FROM "{worker_role}"')
     gate.set()  # the handler returns; its completion is refused
-    waiting = await admin.enqueue("gated")
 
     async def registry_failing() -> Any:
         cur = await db.execute(
@@ -158,6 +157,8 @@ async def test_a_revoked_update_grant_stops_claims_then_the_worker_with_a_reason
         await asyncio.sleep(0.1)
     assert failing is not None and "completer" in failing, failing
     assert "InsufficientPrivilege" in failing["completer"]["error"]
+    # Enqueued once the completions are known to fail: neither claimed nor taken from an offer.
+    waiting = await admin.enqueue("gated")
 
     stats = await asyncio.wait_for(run, 20)
     assert worker.failure is not None and "completer" in worker.failure

@@ -40,7 +40,7 @@ SPECS = [
 ]
 
 
-async def _stored(db: AsyncConnection[Any], ids: list[int]) -> list[tuple[Any, ...]]:
+async def stored(db: AsyncConnection[Any], ids: list[int]) -> list[tuple[Any, ...]]:
     rows = await (
         await db.execute(f"SELECT {STORED} FROM tenure.jobs WHERE id = ANY(%s) ORDER BY id", [ids])
     ).fetchall()
@@ -65,7 +65,7 @@ async def test_a_lone_job_is_stored_as_the_batch_statement_stores_it(
                 )
                 if now is not None:
                     assert one[0].available_at == many[0].available_at, spec
-                stored_one, stored_many = await _stored(db, [one[0].id]), await _stored(db, [many[0].id])
+                stored_one, stored_many = await stored(db, [one[0].id]), await stored(db, [many[0].id])
                 if now is None and spec.run_at is not None:
                     # A fixed run time less each statement's own clock: only an injected one is equal.
                     stored_one, stored_many = [r[:-1] for r in stored_one], [r[:-1] for r in stored_many]

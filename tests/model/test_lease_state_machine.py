@@ -34,6 +34,7 @@ from psycopg.rows import dict_row
 from tenure.db.control_queries import ControlQueries
 from tenure.db.control_rows import CancelFilter, SkippedJob
 from tenure.db.effects_queries import EffectQueries
+from tenure.db.offer_queries import OfferQueries
 from tenure.db.ops_queries import OpsQueries
 from tenure.db.ops_rows import DeadFilter
 from tenure.db.ordering_queries import OrderingQueries
@@ -116,6 +117,16 @@ class ModelJob:
         )
 
 
+@dataclass
+class ModelOffer:
+    """A worker's standing offer of a slot (docs/hand-off.md)."""
+
+    tasks: tuple[str, ...]
+    lease: float
+    until: datetime
+    slots: int = 1
+
+
 def _released(job: ModelJob, **changes: Any) -> ModelJob:
     return replace(job, owner=None, expires_at=None, deadline=None, **changes)
 
@@ -148,6 +159,8 @@ class LeaseMachine(RuleBasedStateMachine):
         self.control = ControlQueries(SCHEMA)
         self.ops = OpsQueries(SCHEMA)
         self.ledger = EffectQueries(SCHEMA)
+        self.offer_q = OfferQueries(SCHEMA)
+        self.offers: dict[str, ModelOffer] = {}
         self.now = EPOCH
         self.jobs: dict[int, ModelJob] = {}
         self.max_token_seen: dict[int, int] = {}
@@ -294,6 +307,7 @@ class LeaseMachine(RuleBasedStateMachine):
         claimer=st.sampled_from([None, *WORKERS]),
         lease=st.sampled_from([3.0, 30.0]),
         dead=st.booleans(),
+        offerer=st.sampled_from([None, *WORKERS]),
     )
     def seed(
         self,
@@ -302,10 +316,14 @@ class LeaseMachine(RuleBasedStateMachine):
         claimer: str | None,
         lease: float,
         dead: bool,
+        offerer: str | None,
     ) -> None:
         """Every run starts with some jobs, maybe some already claimed, so that its steps go to the
-        lease rather than to waiting for one; and maybe one already dead, since the operator's
-        commands on dead jobs otherwise rarely find one."""
+        lease rather than to waiting for one; maybe one already dead, since the operator's
+        commands on dead jobs otherwise rarely find one; and maybe a worker's standing offer, which
+        lone jobs take once nothing waits before them."""
+        if offerer is not None:
+            self.offer(offerer, TASKS, lease, 30.0)
         for batch in batches:
             self.enqueue(*batch)
         if claimer is not None:
@@ -1262,7 +1280,86 @@ class LeaseMachine(RuleBasedStateMachine):
             self.events = sorted(self.events + txn.events)
         self.txns[name] = Transaction(txn.conn)
 
+    # -- hand-off -------------------------------------------------------------------------------
+
+    @rule(
+        worker=st.sampled_from(WORKERS),
+        tasks=st.sampled_from([TASKS[:1], TASKS]),
+        lease=st.sampled_from([3.0, 30.0]),
+        stands_for=st.sampled_from([1.0, 30.0]),
+    )
+    def offer(self, worker: str, tasks: tuple[str, ...], lease: float, stands_for: float) -> None:
+        """A worker offers a slot to the next lone job, or offers it again (one slot, whatever
+        it had)."""
+        self.run(
+            self.offer_q.make(
+                self.conn,
+                worker=worker,
+                channel=f"model.{worker}",
+                queues=[QUEUE],
+                tasks=list(tasks),
+                lease_seconds=lease,
+                runtime_seconds=RUNTIME,
+                stands_for=stands_for,
+                now=self.now,
+            )
+        )
+        self.offers[worker] = ModelOffer(tasks, lease, self.now + timedelta(seconds=stands_for))
+
+    @precondition(lambda self: bool(self.offers))
+    @rule(data=st.data())
+    def withdraw_offer(self, data: st.DataObject) -> None:
+        """A worker takes its offer back, and learns whether a job took it."""
+        worker = data.draw(st.sampled_from(sorted(self.offers)))
+        slots = self.run(self.offer_q.withdraw(self.conn, worker=worker))
+        assert slots == self.offers.pop(worker).slots
+
+    @rule(max_attempts=st.integers(1, 4), priority=st.sampled_from([0, 5]), task=st.sampled_from(TASKS))
+    def enqueue_lone(self, max_attempts: int, priority: int, task: str) -> None:
+        """A lone job due now, committed on its own, whose queue was at rest: it takes a standing
+        offer of its task when no due job of the queue is pending, and goes in running under
+        that worker's lease (attempt 1, token 1); else it goes in pending."""
+        spec = JobSpec(task=task, queue=QUEUE, max_attempts=max_attempts, priority=priority)
+        [job] = self.run(self.q.job_insert_many(self.conn, [spec], now=self.now, hand_off=True))
+        takers = [w for w, o in self.offers.items() if o.slots > 0 and o.until > self.now and task in o.tasks]
+        waits = any(j.state == "pending" and j.available_at <= self.now for j in self.jobs.values())
+        cur = self.run(self.conn.execute(f"SELECT lease_owner FROM {SCHEMA}.jobs WHERE id = %s", [job.id]))
+        (owner,) = self.run(cur.fetchone())
+        if not takers or waits:
+            event("lone enqueue: " + ("a job waits" if takers else "no offer to take"))
+            assert owner is None, f"job {job.id} was handed to {owner} past the rules"
+            self.jobs[job.id] = ModelJob(
+                max_attempts=max_attempts, available_at=self.now, priority=priority, task=task
+            )
+            return
+        event("lone enqueue: handed")
+        assert owner in takers, f"job {job.id} went to {owner}, not one of {takers}"
+        offer = self.offers[owner]
+        offer.slots -= 1
+        self.jobs[job.id] = ModelJob(
+            state="running",
+            attempts=1,
+            max_attempts=max_attempts,
+            token=1,
+            owner=owner,
+            last_owner=owner,
+            available_at=self.now,
+            expires_at=self.now + timedelta(seconds=min(offer.lease, RUNTIME)),
+            deadline=self.now + timedelta(seconds=RUNTIME),
+            priority=priority,
+            task=task,
+            claims=1,
+        )
+
     # -- after every step ----------------------------------------------------------------------
+
+    @invariant()
+    def offers_match_the_model(self) -> None:
+        """The standing offers and their slots are the model's: a job took one exactly when the
+        model says it did."""
+        cur = self.run(self.conn.execute(f"SELECT worker, slots, until FROM {SCHEMA}.worker_offers"))
+        offers = {w: (slots, until) for w, slots, until in self.run(cur.fetchall())}
+        assert offers == {w: (o.slots, o.until) for w, o in self.offers.items()}
 
     @invariant()
     def database_matches_the_model(self) -> None:
@@ -1348,7 +1445,8 @@ def test_lease_state_machine_matches_model(dsn: str) -> None:
     """Hundreds of random operation sequences on the real SQL, with row locks and interleaved
     transactions on other connections, agree with the model at every step: one live lease per job,
     growing tokens, inert stale, busy and revoked writes, sticky terminal states, bounded attempts,
-    uncounted releases and requeues, ordered keys, effects performed once, nothing lost."""
+    uncounted releases and requeues, ordered keys, effects performed once, lone jobs handed to
+    standing offers exactly when nothing waits before them, nothing lost."""
     loop = asyncio.new_event_loop()
 
     async def connect(autocommit: bool, lock_timeout: str) -> psycopg.AsyncConnection[Any]:

@@ -15,7 +15,8 @@ def test_soak_survives_every_fault_with_nothing_lost_or_doubled() -> None:
     load, the worst rows the database accepts, forged requests to the dashboard, thread handlers'
     own connections killed, poison completions (a fan-in over its input bound, a held step row),
     and skewed clocks, with async and thread handlers, loses no job, applies no transfer twice,
-    keeps the money; its workers vacuum the jobs table themselves meanwhile."""
+    keeps the money; its workers vacuum the jobs table themselves meanwhile, and lone jobs go to
+    idle workers' offers through it all."""
     report = run_soak("--duration", "100", "--fault-gap", "1", "--rate", "15", "--drain-timeout", "90",
                       timeout=420)  # fmt: skip
     assert report["jobs"]["enqueued"] > 500
@@ -24,6 +25,9 @@ def test_soak_survives_every_fault_with_nothing_lost_or_doubled() -> None:
         report["fault_counts"]
     )
     assert report["leases"]["lease_expirations"] > 0
+    # Lone jobs took idle workers' offers in their enqueue, under the same faults (docs/hand-off.md).
+    assert report["jobs"]["handed_to_an_offer"] > 0, report["jobs"]
+    print("\njobs handed to an offer:", report["jobs"]["handed_to_an_offer"])
     # The soak's server is the embedded default's PostgreSQL 18: its worker role may MAINTAIN jobs,
     # so the workers vacuum it themselves through the faults.
     assert report["vacuums"]["by_workers"] > 0, report["vacuums"]

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tenure.db.job_rows import UNREADABLE
-from tenure.db.queries import CLAIM_COLUMNS, _claimed_job
+from tenure.db.queries import CLAIM_COLUMNS, claimed_job
 from tenure.model.jobs import ClaimedJob, Lease
 from tenure.model.secrets import has_secret_refs
 
@@ -29,7 +29,7 @@ def test_claimed_row_fills_every_field_of_the_job_and_its_lease_by_name() -> Non
     """Each claimed column lands in the field of its name (the payload decoded from its text), the
     lease's three in the lease."""
     row = dict(zip(CLAIM_COLUMNS, _row(), strict=True))
-    job = _claimed_job(_row(), "worker-1")
+    job = claimed_job(_row(), "worker-1")
     expected = ClaimedJob(
         id=7,
         queue="mail",
@@ -56,7 +56,7 @@ def test_claimed_row_fills_every_field_of_the_job_and_its_lease_by_name() -> Non
 
 def test_claimed_job_and_its_lease_cannot_be_changed() -> None:
     """A handler cannot rewrite the job it was given, nor the lease its writes are fenced by."""
-    job = _claimed_job(_row(), "worker-1")
+    job = claimed_job(_row(), "worker-1")
     with pytest.raises(AttributeError):
         job.lease.token = 10  # type: ignore[misc]
     with pytest.raises(AttributeError):
@@ -78,7 +78,7 @@ def test_claimed_job_and_its_lease_cannot_be_changed() -> None:
 def test_claimed_job_says_whether_its_payload_holds_secret_references(payload: str, refs: bool) -> None:
     """A claimed job knows whether its payload holds a secret reference, the same answer a walk of
     the decoded payload gives, so the worker resolves exactly those."""
-    job = _claimed_job(_row(payload), "worker-1")
+    job = claimed_job(_row(payload), "worker-1")
     assert job.secret_refs is refs
     assert has_secret_refs(job.payload) is refs
 
@@ -86,4 +86,4 @@ def test_claimed_job_says_whether_its_payload_holds_secret_references(payload: s
 def test_unreadable_payload_raises_for_its_row_alone() -> None:
     """A payload this client cannot decode raises from its own row, which the claim sets aside."""
     with pytest.raises(UNREADABLE):
-        _claimed_job(_row("[" * 100_000 + "]" * 100_000), "worker-1")
+        claimed_job(_row("[" * 100_000 + "]" * 100_000), "worker-1")

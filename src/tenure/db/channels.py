@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime
 
 
@@ -39,6 +40,13 @@ def scheduled_hint(payload: str) -> datetime | None:
         return datetime.fromtimestamp(float(payload[len(SCHEDULED_PREFIX) :]), tz=UTC)
     except (ValueError, OverflowError, OSError):
         return None
+
+
+def offer_channel(schema: str, worker: str) -> str:
+    """The channel a worker's offer is answered on (handoff.sql): a job that took the offer, as
+    JSON. Its own, so that no other worker hears the job."""
+    digest = hashlib.blake2s(f"{schema}\0{worker}".encode(), digest_size=10).hexdigest()
+    return f"tenure.offer:{digest}"
 
 
 def results_channel(schema: str) -> str:

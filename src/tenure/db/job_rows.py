@@ -151,12 +151,13 @@ def inserted_job(
     spec: JobSpec,
     wakeups: Wakeups | None,
     unique_key: str | None = None,
+    handed: bool = False,
 ) -> EnqueuedJob:
-    """The job an insert stored (its id, run time and whether it went in scheduled), with what
-    its commit must notify added to `wakeups`."""
+    """The job an insert stored (its id, run time, whether it went in scheduled, and whether it
+    took a worker's offer), with what its commit must notify added to `wakeups`."""
     if wakeups is not None:
         wakeups.add(spec.queue or "default", available_at, scheduled)
-    return EnqueuedJob(job_id, key, available_at, False, unique_key)
+    return EnqueuedJob(job_id, key, available_at, False, unique_key, handed)
 
 
 def existing_job(row: Row, key: uuid.UUID, unique_key: str | None) -> EnqueuedJob:

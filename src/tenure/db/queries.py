@@ -166,7 +166,7 @@ _new_tuple = tuple.__new__
 _SECRET_KEY_TEXT = json.dumps(SECRET_KEY)
 
 
-def _claimed_job(row: Sequence[Any], owner: str) -> ClaimedJob:
+def claimed_job(row: Sequence[Any], owner: str) -> ClaimedJob:
     """A claimed row (CLAIM_COLUMNS) as the job a worker runs: the payload decoded from its text,
     the lease's three columns become its `lease`; the columns after them fill ClaimedJob's
     fields after `lease`, in order, and `secret_refs` is found last. Raises one of UNREADABLE
@@ -296,14 +296,34 @@ class Queries(ProducerQueries, HandlerQueries):
         # Tuples in CLAIM_COLUMNS order: the claim is on every job's path, and a dict per row
         # costs more than the positions.
         rows.sort(key=itemgetter(0))
+        return await self._claimed(conn, owner, rows, unreadable)
+
+    async def jobs_handed_unheard(
+        self, conn: AsyncConnection[Any], *, owner: str, known: Sequence[int]
+    ) -> list[ClaimedJob]:
+        """Jobs handed to `owner` (handoff.sql) whose notification it did not hear: running under
+        its lease at their first token, other than `known` (the ones it runs). As a claim gives them."""
+        async with conn.cursor() as cur:
+            params = {"owner": owner, "known": bigint_array(known)}
+            rows, unreadable = await self._claim_rows(cur, "jobs_handed_unheard", params)
+        return await self._claimed(conn, owner, rows, unreadable)
+
+    async def _claimed(
+        self,
+        conn: AsyncConnection[Any],
+        owner: str,
+        rows: Sequence[Sequence[Any]],
+        unreadable: list[tuple[int, int, str]],
+    ) -> list[ClaimedJob]:
+        """The jobs of claimed rows; those whose payload this client cannot read set aside."""
         jobs = []
         for row in rows:
             try:
-                jobs.append(_claimed_job(row, owner))
+                jobs.append(claimed_job(row, owner))
             except UNREADABLE as exc:  # its payload alone: the rest of the batch runs
                 unreadable.append((row[0], row[7], f"{type(exc).__name__}: {exc}"[:500]))
         if unreadable:
-            await self._set_aside(conn, owner, unreadable)
+            await self.set_aside(conn, owner, unreadable)
         return jobs
 
     async def _claim_rows(
@@ -334,7 +354,7 @@ class Queries(ProducerQueries, HandlerQueries):
                 unreadable.append((job_id, token, f"{type(exc).__name__}: {exc}"[:500] or str(first)))
         return rows, unreadable
 
-    async def _set_aside(
+    async def set_aside(
         self, conn: AsyncConnection[Any], owner: str, unreadable: Sequence[tuple[int, int, str]]
     ) -> None:
         """Claimed jobs whose rows this client cannot read go dead alone, fenced like any failure."""
@@ -453,9 +473,12 @@ class Queries(ProducerQueries, HandlerQueries):
         *,
         owner: str,
         leases: Sequence[tuple[int, int]],
+        reason: str = "SHUTDOWN",
         now: datetime | None = None,
     ) -> list[int]:
-        params = {**self._complete_params(owner, leases, now), "channel": self.channel}
+        """Gives the jobs back, pending at once with their attempt not counted; `reason` is the
+        error code their 'released' events carry."""
+        params = {**self._complete_params(owner, leases, now), "channel": self.channel, "reason": reason}
         return [r["id"] for r in await fetch(conn, self._sql["lease_release_many"], params)]
 
     async def fencing_lost_record(

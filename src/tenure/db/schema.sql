@@ -1936,3 +1936,16 @@ CREATE INDEX published_values_job_idx ON __schema__.published_values (job_id)
     WHERE job_id IS NOT NULL;
 CREATE INDEX published_values_workflow_idx ON __schema__.published_values (workflow_id)
     WHERE workflow_id IS NOT NULL;
+
+-- An idle worker's offer to take a lone job in its enqueue's own statement (0030,
+-- docs/hand-off.md): updated in place, never an indexed column, so it stays a page or two.
+CREATE TABLE __schema__.worker_offers (
+    worker          text PRIMARY KEY,
+    channel         text NOT NULL,
+    queues          text[] NOT NULL,
+    tasks           text[] NOT NULL,
+    lease_seconds   float8 NOT NULL,
+    runtime_seconds float8 NOT NULL,
+    slots           integer NOT NULL,
+    until           timestamptz NOT NULL
+) WITH (fillfactor = 50);

@@ -150,6 +150,9 @@ class EnqueuedJob:
     """True when no job was added: this is the job that already had the idempotency key, or
     that holds the unique key."""
     unique_key: str | None = None
+    handed: bool = False
+    """True when the job went straight to an idle worker's offer in its enqueue (docs/hand-off.md):
+    it was stored running, already that worker's."""
 
 
 #: What `priority` and `max_attempts` left as None become for a task the client does not know.

@@ -259,15 +259,18 @@ class Client:
                 wakeups = Wakeups() if own and inline is None else None
                 async with self.replication.acknowledged(c, strict=self.require_sync_replication) as ack:
                     if len(traced) == 1:
+                        # A lone job the limiter admits now may go to an idle worker's offer.
                         jobs = await self.queries.job_insert_many(
-                            c, traced, wakeups=wakeups, payload_text=payload_text
+                            c, traced, wakeups=wakeups, payload_text=payload_text, hand_off=inline is not None
                         )
                     else:
                         async with c.transaction():  # several statements when keyed jobs are among them
                             jobs = await self.queries.job_insert_many(c, traced, wakeups=wakeups)
                     ack.job_ids = [j.id for j in jobs]
-                if inline is not None:
-                    self._notify_limiter.sent(inline)  # committed, so delivered
+                if inline is not None and not jobs[0].handed:
+                    # Committed, so delivered. A handed job notified its worker, not its queue:
+                    # the next job is not left without a wake-up for it.
+                    self._notify_limiter.sent(inline)
                 if not ASYNC:
                     self._wake(c, wakeups)
             if ASYNC:

@@ -234,15 +234,18 @@ class SyncClient:
                 wakeups = Wakeups() if own and inline is None else None
                 with self.replication.acknowledged(c, strict=self.require_sync_replication) as ack:
                     if len(traced) == 1:
+                        # A lone job the limiter admits now may go to an idle worker's offer.
                         jobs = self.queries.job_insert_many(
-                            c, traced, wakeups=wakeups, payload_text=payload_text
+                            c, traced, wakeups=wakeups, payload_text=payload_text, hand_off=inline is not None
                         )
                     else:
                         with c.transaction():  # several statements when keyed jobs are among them
                             jobs = self.queries.job_insert_many(c, traced, wakeups=wakeups)
                     ack.job_ids = [j.id for j in jobs]
-                if inline is not None:
-                    self._notify_limiter.sent(inline)  # committed, so delivered
+                if inline is not None and not jobs[0].handed:
+                    # Committed, so delivered. A handed job notified its worker, not its queue:
+                    # the next job is not left without a wake-up for it.
+                    self._notify_limiter.sent(inline)
                 self._wake(c, wakeups)
             # After the wake-up: the jobs are committed on this primary, and run if it stays one.
             ack.raise_if_not_replicated()

@@ -41,6 +41,10 @@ class EventSink(Protocol):
     def claimed(self, queue: str, jobs: Sequence[ClaimedJob], claim_seconds: float) -> None:
         """One claim query ran on `queue`, took `claim_seconds`, and returned `jobs`."""
 
+    def handed(self, job: ClaimedJob) -> None:
+        """`job` took this worker's offer in its enqueue (docs/hand-off.md): claimed with no claim
+        query. Optional: a sink without this method is not told."""
+
     def job_finished(
         self, job: ClaimedJob, outcome: Outcome, error_code: str | None, run_seconds: float
     ) -> None:
@@ -73,6 +77,16 @@ class Events:
         for sink in self.sinks:
             try:
                 sink.claimed(queue, jobs, claim_seconds)
+            except Exception:
+                log.exception("event sink %r failed", sink)
+
+    def handed(self, job: ClaimedJob) -> None:
+        for sink in self.sinks:
+            told = getattr(sink, "handed", None)  # added after the others: a sink may lack it
+            if told is None:
+                continue
+            try:
+                told(job)
             except Exception:
                 log.exception("event sink %r failed", sink)
 

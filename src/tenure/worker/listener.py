@@ -50,6 +50,9 @@ class Listener(Service):
         poll_interval: float = 1.0,
         scheduled: Callable[[datetime], None] = lambda due: None,
         revoked: Callable[[int, int], None] = lambda job_id, token: None,
+        offer_channel: str | None = None,
+        handed: Callable[[str], None] = lambda payload: None,
+        listening_again: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.dsn = dsn
         self.channel = notify_channel(schema)
@@ -63,10 +66,23 @@ class Listener(Service):
         self.poll_interval = poll_interval
         self.scheduled = scheduled  # told the due time of jobs enqueued as scheduled, any queue
         self.revoked = revoked  # told (job id, token) of a running job an operator revoked
+        #: The worker's own channel, where a job that took its offer comes (tenure.worker.offer);
+        #: each such job is given to `handed`, and `listening_again` runs at every (re)connect,
+        #: for the jobs handed while the listener did not listen.
+        self.offer_channel = offer_channel
+        self.handed = handed
+        self.listening_again = listening_again
         self.connected = asyncio.Event()
         self.probe_arrived = asyncio.Event()
         self._probe_payload = f"probe:{uuid.uuid4().hex}"
         self._warned = False
+
+    def hears(self) -> bool:
+        """Whether notifications reach this listener now: it is connected, and its probe, sent
+        through the worker's pool, came back (behind a transaction pooler it never does). A
+        worker offers its slot to enqueues only then, since the job that takes it comes by
+        notification (tenure.worker.offer)."""
+        return self.connected.is_set() and self.probe_arrived.is_set()
 
     def next_delay(self, result: None) -> float:
         return self.health.backoff()  # the notifications ended: connect again
@@ -78,6 +94,7 @@ class Listener(Service):
 
     async def run_once(self) -> None:
         """Connects, LISTENs and hands on every notification until the connection is lost."""
+        self.probe_arrived.clear()  # it proves this connection anew
         async with await psycopg.AsyncConnection.connect(
             self.dsn,
             autocommit=True,
@@ -85,16 +102,24 @@ class Listener(Service):
             **application_name(self.dsn, "tenure-listen"),
         ) as conn:
             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+            if self.offer_channel is not None:
+                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.offer_channel)))
             self.connected.set()
             self.health.succeeded()
             await self._woken()  # anything committed while we were not listening
+            if self.listening_again is not None:
+                await self.listening_again()
             probe = asyncio.create_task(self._probe()) if self.send_probe is not None else None
             try:
                 async for note in conn.notifies():
-                    if note.payload in self.queues:
+                    if note.channel == self.offer_channel:
+                        self.handed(note.payload)
+                    elif note.payload in self.queues:
                         await self._woken()
                     elif note.payload == self._probe_payload:
                         self.probe_arrived.set()
+                        if self.offer_channel is not None:
+                            await self._woken()  # an idle worker offers its slot now it hears
                     elif (due := scheduled_hint(note.payload)) is not None:
                         self.scheduled(due)
                     elif (lease := revoke_hint(note.payload)) is not None:

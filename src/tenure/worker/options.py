@@ -86,6 +86,9 @@ class WorkerOptions:
         vacuum_check_every: how often (seconds) the worker checks whether the jobs table holds
             more dead row versions than autovacuum's trigger for it, and vacuums it itself when it
             does (docs/operations.md, "Retention and bloat"); None leaves it to autovacuum.
+        hand_off: whether an idle worker offers a slot to the next lone job enqueued into its
+            queues, which that job takes inside its own INSERT and reaches the worker already
+            claimed, without a claim's round trip (docs/hand-off.md). Needs LISTEN.
     """
 
     queues: list[str] | None = None
@@ -112,6 +115,7 @@ class WorkerOptions:
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
     require_sync_replication: bool | None = None
     vacuum_check_every: float | None = 5.0
+    hand_off: bool = True
     # Removed: priority aging rewrote every waiting job; oldest_every bounds starvation instead.
     priority_aging_seconds: InitVar[float | None] = None
     priority_aging_max: InitVar[int | None] = None

@@ -10,6 +10,7 @@ from typing import Any
 @dataclass
 class WorkerStats:
     claimed: int = 0
+    handed: int = 0  # of those claimed, jobs that took this worker's offer in their enqueue
     succeeded: int = 0
     retried: int = 0
     dead: int = 0

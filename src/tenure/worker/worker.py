@@ -15,9 +15,11 @@ import psycopg
 from psycopg import AsyncConnection, conninfo
 from psycopg_pool import AsyncConnectionPool
 
+from tenure.db.channels import offer_channel
 from tenure.db.connect import resolve_dsn
 from tenure.db.control_queries import ControlQueries
 from tenure.db.migrate import WORKER_SCHEMA_FLOOR, require_current_schema
+from tenure.db.offer_queries import OfferQueries
 from tenure.db.pool import open_pool
 from tenure.db.queries import Queries
 from tenure.model.errors import DatabaseUnavailable
@@ -32,6 +34,7 @@ from tenure.worker.health import describe_error
 from tenure.worker.heartbeat import Heartbeat, Watchdog
 from tenure.worker.listener import Listener
 from tenure.worker.maintenance import JobsVacuum, RetentionPass, RetentionPolicy, WorkerPresence
+from tenure.worker.offer import Offer
 from tenure.worker.options import WorkerOptions
 from tenure.worker.promoter import Promoter
 from tenure.worker.recovery import Recovery
@@ -240,6 +243,7 @@ class Worker:
             self.scheduler = Scheduler(services, schedules, wake_claimer=claimer.wake)
             background.append(self.scheduler)
         if self.options.listen:
+            offer = self._offer(services, claimer)
             self.listener = Listener(
                 self.options.listen_dsn or dsn,
                 self.schema,
@@ -250,7 +254,13 @@ class Worker:
                 poll_interval=self.options.poll_interval,
                 scheduled=promoter.expect,
                 revoked=revocations.notice,
+                offer_channel=None if offer is None else offer.channel,
+                handed=claimer.handed,
+                listening_again=claimer.handed_unheard,
             )
+            if offer is not None:
+                offer.listening = self.listener.hears
+                claimer.offer = offer
             background.append(self.listener)
         supervisor = Supervisor()
         for service in background:
@@ -281,6 +291,25 @@ class Worker:
             log.error("worker %s stopped: %s", services.owner, self.failure)
         log.info("worker %s stopped: %s", services.owner, services.stats.as_dict())
         return services.stats
+
+    def _offer(self, services: WorkerServices, claimer: Claimer) -> Offer | None:
+        """The worker's offer of a slot to the next lone job (tenure.worker.offer), made for the
+        tasks it runs on its default lease and runtime; None when it makes none."""
+        options = self.options
+        if not options.hand_off:
+            return None
+        own_policies = {p.task for p in claimer.terms.policies}
+        return Offer(
+            OfferQueries(self.schema),
+            worker=services.owner,
+            channel=offer_channel(self.schema, services.owner),
+            queues=self.queues,
+            tasks=[t for t in claimer.terms.tasks if t not in own_policies],
+            lease_seconds=options.lease_seconds,
+            runtime_seconds=options.max_runtime_seconds,
+            poll_interval=options.poll_interval,
+            listening=lambda: False,
+        )
 
     @staticmethod
     async def _notify(services: WorkerServices, payload: str) -> None:

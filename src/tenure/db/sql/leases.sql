@@ -97,7 +97,7 @@ clock AS (
 -- part: claimed_columns
 -- What a claim returns of each job it took, in the order CLAIM_COLUMNS (queries.py) names. The
 -- payload comes as its text, the same text jsonb's output is: the worker decodes it itself, and
--- looks there for a secret reference's key before walking the decoded value (_claimed_job). A
+-- looks there for a secret reference's key before walking the decoded value (claimed_job). A
 -- cast keeps its column's name (no alias: job_claim_limited is near psycopg's query cache limit).
 j.id, j.queue, j.task, j.payload::text, j.priority, j.attempt_count, j.max_attempts,
 j.lease_token, j.lease_expires_at, j.lease_deadline, j.progress, j.idempotency_key,
@@ -454,7 +454,8 @@ WHERE j.id = l.id
 RETURNING j.id, j.lease_token, j.lease_expires_at, clock.now AS db_now;
 
 -- name: lease_release_many
--- Graceful shutdown: give unfinished jobs back at once; the interrupted attempt is not counted.
+-- Give jobs back at once, the attempt not counted: a graceful shutdown's unfinished jobs
+-- (%(reason)s SHUTDOWN), a job handed to a worker with no slot for it (NO_SLOT, handoff.sql).
 -- A row locked elsewhere is skipped: its lease expires and recovery gives it back instead.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
@@ -483,7 +484,7 @@ WITH clock AS (
     RETURNING j.id, j.lease_token, j.queue
 ), logged AS (
     INSERT INTO __schema__.job_events (job_id, event, from_state, to_state, token, worker, error_code, at)
-    SELECT r.id, 'released', 'running', 'pending', r.lease_token, %(owner)s, 'SHUTDOWN', clock.now
+    SELECT r.id, 'released', 'running', 'pending', r.lease_token, %(owner)s, %(reason)s, clock.now
     FROM released r CROSS JOIN clock
 ), notified AS (
     SELECT count(pg_notify(%(channel)s, q.queue)) AS n FROM (SELECT DISTINCT queue FROM released) q

@@ -8,13 +8,14 @@ reading a job and its history. Written once, async; tools/async_to_sync.py write
 from __future__ import annotations
 
 import json
+import time
 import uuid
 import weakref
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from psycopg import Connection
+from psycopg import Connection, errors
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg.types.string import TextLoader
@@ -46,6 +47,10 @@ from tenure.db.wakeups import Wakeups
 from tenure.model.jobs import EnqueuedJob, Job, JobEvent, JobSpec
 from tenure.model.unique import unique_from
 
+#: After a schema or a role without hand-offs was met, how long lone jobs go in without asking
+#: again (seconds).
+OFFERS_ASKED_AGAIN = 10.0
+
 
 class ProducerQueries:
     """Typed access to the producer's named queries of one Tenure schema."""
@@ -57,6 +62,10 @@ class ProducerQueries:
         self._sql = named_queries(schema)
         #: Per connection: whether its role may insert jobs itself, asked once.
         self._insert_allowed: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+        #: Until when (monotonic) lone jobs go in without looking for an offer: a schema before
+        #: hand-offs, or a role that may not write a running job, was met (asked again after
+        #: OFFERS_ASKED_AGAIN, as a migration or a GRANT may come meanwhile).
+        self._no_offers_until = 0.0
 
     def _lone_insert(
         self,
@@ -129,6 +138,7 @@ class ProducerQueries:
         now: datetime | None = None,
         wakeups: Wakeups | None = None,
         payload_text: str | None = None,
+        hand_off: bool = False,
     ) -> list[EnqueuedJob]:
         """Stores the jobs, in order. A job whose idempotency key is stored already, or whose
         unique key another job holds, comes back as that job (`existing`) and is not stored.
@@ -141,16 +151,31 @@ class ProducerQueries:
         database's enqueue() instead, which checks and completes each job (docs/sql.md).
 
         `payload_text`: one job's payload as the client's checks encoded it (compact JSON), sent
-        as it is rather than encoded again."""
+        as it is rather than encoded again.
+
+        `hand_off`: a lone job due now, committed on its own, whose queue was at rest, may be
+        handed to an idle worker's standing offer in its insert (job_hand_off, docs/hand-off.md)."""
         if not self.may_insert(conn):
             keys = [indexed_key_of(s) for s in specs]
             rows = fetch(conn, self._sql["job_enqueue_call"], self._call_params(specs, keys, wakeups))
             return self._called(rows, specs, keys, wakeups)
         if lone := self._lone_insert(specs, now, wakeups, payload_text):
-            inserted = fetch_first(conn, self._sql["job_insert_one"], lone[1])
-            assert inserted is not None  # an insert without a conflict arbiter returns its row
-            job_id, available_at, scheduled, _notified = inserted
-            return [inserted_job(job_id, available_at, scheduled, lone[0], specs[0], wakeups)]
+            inserted = None
+            if hand_off and time.monotonic() >= self._no_offers_until:
+                try:
+                    inserted = fetch_first(conn, self._sql["job_hand_off"], lone[1])
+                except (errors.UndefinedTable, errors.InsufficientPrivilege):
+                    # A schema before hand-offs (0030), or a role that may not write a running
+                    # job: its jobs are claimed, as before.
+                    self._no_offers_until = time.monotonic() + OFFERS_ASKED_AGAIN
+            handed = False
+            if inserted is None:
+                inserted = fetch_first(conn, self._sql["job_insert_one"], lone[1])
+                assert inserted is not None  # an insert without a conflict arbiter returns its row
+            else:
+                handed = bool(inserted[4])
+            job_id, available_at, scheduled = inserted[:3]
+            return [inserted_job(job_id, available_at, scheduled, lone[0], specs[0], wakeups, handed=handed)]
         out: list[EnqueuedJob | None] = [None] * len(specs)
         plain = [i for i, s in enumerate(specs) if not is_keyed(s)]
         if plain:

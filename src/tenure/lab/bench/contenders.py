@@ -14,6 +14,18 @@ from tenure.lab.bench.server import SCHEMA
 RAW_REFERENCE_BATCH = 100
 
 
+#: What both of a lone job's insert statements write, in their text.
+LONE = "(queue, task, payload, priority, available_at, state, max_attempts,"
+
+
+def _shared_fragment(queries: dict[str, str], names: tuple[str, ...], fragment: str) -> str:
+    """`fragment`, checked to be in the text of each of the statements `names`."""
+    missing = [name for name in names if fragment not in queries[name]]
+    if missing:
+        raise RuntimeError(f"statements {missing} no longer hold {fragment!r}: the gate misses them")
+    return fragment
+
+
 def _first_line(sql: str) -> str:
     return sql.strip().splitlines()[0]
 
@@ -94,7 +106,9 @@ class Contenders:
         # A producer is ready once its first enqueue waits at the gate. PgQueuer's statement text is
         # its own, but its producers run nothing else on the queue table that the gate locks.
         markers = {
-            "tenure": _first_line(named_queries(SCHEMA)["job_insert_one"]),  # a lone job's enqueue
+            # A lone job's enqueue: job_insert_one's, or job_hand_off's when its queue is at rest
+            # (docs/hand-off.md), as a producer's first job is: the column list both insert.
+            "tenure": _shared_fragment(named_queries(SCHEMA), ("job_insert_one", "job_hand_off"), LONE),
             "raw": _first_line(bench_queries(SCHEMA)["bench_raw_insert"]),
         }
         return ProcessGroup(argv, processes, label=f"{kind}producer", claim_marker=markers.get(kind))

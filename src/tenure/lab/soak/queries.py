@@ -42,6 +42,10 @@ class SoakQueries:
     async def outcomes(self, conn: AsyncConnection[Any]) -> list[Row]:
         return await self._rows(conn, "soak_outcomes", {"injected": INJECTED_TASK})
 
+    async def handed(self, conn: AsyncConnection[Any]) -> int:
+        """The workload's jobs whose last attempt came from a worker's offer (soak_handed)."""
+        return int((await self._rows(conn, "soak_handed", {"injected": INJECTED_TASK}))[0]["jobs"])
+
     async def missing(self, conn: AsyncConnection[Any], ids: Sequence[int]) -> list[int]:
         """The acknowledged jobs among `ids` that are not stored."""
         return [int(r["id"]) for r in await self._rows(conn, "soak_missing", {"ids": list(ids)})]

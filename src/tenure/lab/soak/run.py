@@ -562,6 +562,7 @@ async def _read_report(
     leases = await queries.leases_outstanding(conn)
     held = await read_bank(conn, bank, Kind.TRANSFER.value)
     codes = await queries.error_codes(conn)
+    handed = await queries.handed(conn)
 
     states: Counter[str] = Counter()
     unexpected: Counter[str] = Counter()
@@ -588,6 +589,8 @@ async def _read_report(
             "missing_acknowledged_ids": missing_ids[:100],
             "unfinished": unfinished,
             "unexpected_outcomes": dict(unexpected),
+            # Started from a worker's offer in their enqueue, with no claim (docs/hand-off.md).
+            "handed_to_an_offer": handed,
         },
         leases={
             "lease_expirations": event_counts["lease_expired"],

@@ -83,6 +83,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         poll_interval=args.poll_interval,
         shutdown_grace=args.grace,
         listen=not args.no_listen,
+        hand_off=not args.no_hand_off,
         listen_dsn=args.listen_dsn or os.environ.get(LISTEN_DSN_ENV) or None,
         statement_timeout=args.statement_timeout,
         service_failure_limit=args.service_failure_limit,
@@ -152,6 +153,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--poll-interval", type=float, default=1.0)
     p.add_argument("--grace", type=float, default=10.0, help="seconds running jobs get at shutdown")
     p.add_argument("--no-listen", action="store_true", help="poll only, no LISTEN/NOTIFY")
+    p.add_argument(
+        "--no-hand-off",
+        action="store_true",
+        help="make no offer of an idle slot to lone jobs' enqueues: every job is claimed (docs/hand-off.md)",
+    )
     p.add_argument(
         "--listen-dsn",
         default=None,

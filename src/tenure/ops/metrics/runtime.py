@@ -38,6 +38,11 @@ class RuntimeMetrics:
 
         self.claims = counter("tenure_claims", "Claim queries run, by queue", "queue")
         self.jobs_claimed = counter("tenure_jobs_claimed", "Jobs claimed, by queue", "queue")
+        self.jobs_handed = counter(
+            "tenure_jobs_handed",
+            "Jobs that took this worker's offer in their enqueue (counted among those claimed), by queue",
+            "queue",
+        )
         self.claim_query = histogram(
             "tenure_claim_query_seconds",
             "Duration of one claim query (round trip), by queue",
@@ -113,6 +118,12 @@ class RuntimeMetrics:
             latency = self.claim_latency.labels(queue)
             for job in jobs:
                 latency.observe(max(0.0, (job.db_now - job.available_at).total_seconds()))
+
+    def handed(self, job: ClaimedJob) -> None:
+        self.jobs_handed.labels(job.queue).inc()
+        self.jobs_claimed.labels(job.queue).inc()
+        latency = (job.db_now - job.available_at).total_seconds()
+        self.claim_latency.labels(job.queue).observe(max(0.0, latency))
 
     def job_finished(
         self, job: ClaimedJob, outcome: Outcome, error_code: str | None, run_seconds: float

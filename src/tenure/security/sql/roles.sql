@@ -53,6 +53,11 @@ GRANT SELECT, INSERT, UPDATE ON {schema}.job_effects TO {role};
 -- A handler's published values (ctx.publish): written under its job's fence, read back by the app.
 GRANT SELECT, INSERT, UPDATE ON {schema}.published_values TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.workers TO {role};
+-- Its offer of a slot to the next lone job (docs/hand-off.md): made, renewed and withdrawn by the
+-- worker itself. Taking one is an INSERT of a running job, which only a role that inserts jobs
+-- with every column (the application's own, the admin) does; the producer role's enqueue() does
+-- not, and its jobs are claimed.
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.worker_offers TO {role};
 -- Reads queue pauses (the claim honours them) but may not write them: pausing, and cancelling
 -- (which the jobs_cancel_guard trigger allows only to a role that may pause), are the admin's.
 GRANT SELECT ON {schema}.queue_pauses TO {role};

@@ -37,6 +37,14 @@ WHERE task <> %(injected)s
 GROUP BY 1, 2, 3
 ORDER BY 1, 2, 3;
 
+-- name: soak_handed
+-- The workload's jobs whose last attempt was the one a worker's offer gave them in their enqueue
+-- (docs/hand-off.md): a claim runs after the insert's statement, a hand-off in it, so only a
+-- handed attempt began at the job's creation. (A handed job retried since counts no more.)
+SELECT count(*) AS jobs
+FROM __schema__.jobs
+WHERE task <> %(injected)s AND attempted_at = created_at;
+
 -- name: soak_missing
 -- Acknowledged enqueues whose job is not stored: a lost job.
 SELECT acked.id
