@@ -18,6 +18,7 @@ from psycopg import AsyncConnection
 from test_single_job_insert import SPECS, stored
 
 from tenure import JobContext, Tenure
+from tenure.db import producer_queries
 from tenure.db.channels import notify_channel, offer_channel
 from tenure.db.offer_queries import OfferQueries
 from tenure.db.queries import Queries
@@ -229,10 +230,11 @@ async def test_a_worker_without_hand_off_makes_no_offer(dsn: str, db: AsyncConne
 
 
 async def test_without_an_offer_the_hand_off_insert_is_the_lone_insert(
-    dsn: str, db: AsyncConnection[Any], queries: Queries
+    dsn: str, db: AsyncConnection[Any], queries: Queries, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """For every due shape of plain job, with no offer standing, job_hand_off stores the row
     job_insert_one stores, says it was not handed, and notifies the job's queue in its commit."""
+    monkeypatch.setattr(producer_queries, "NO_OFFER_REST", 0.0)  # every job looks for an offer
     due = [s for s in SPECS if s.run_at is None and not s.delay]
     async with (
         await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn,
@@ -320,3 +322,19 @@ async def test_a_worker_that_claims_jobs_takes_its_offer_back(dsn: str, db: Asyn
         gate.set()
         await wait_state(db, late.id, "succeeded")
         assert worker.stats.handed == 0
+
+
+async def test_a_queue_that_found_no_offer_rests_before_looking_again(
+    dsn: str, db: AsyncConnection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lone job that found no offer spares its queue's next ones the look for NO_OFFER_REST
+    (the look costs the insert server time): an offer made meanwhile is taken once it is over."""
+    monkeypatch.setattr(producer_queries, "NO_OFFER_REST", 0.3)
+    app = app_of(dsn, [])
+    assert not (await app.enqueue("t.note", {"n": 1})).handed  # no offer: the queue rests
+    await ghost_offer(db, "ghost")
+    assert not (await app.enqueue("t.note", {"n": 2})).handed  # resting: not looked for
+    await db.execute("DELETE FROM tenure.jobs")  # nothing waits before the next one
+    await asyncio.sleep(0.35)
+    assert (await app.enqueue("t.note", {"n": 3})).handed
+    await app.close()

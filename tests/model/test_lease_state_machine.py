@@ -31,6 +31,7 @@ from hypothesis.stateful import (
 )
 from psycopg.rows import dict_row
 
+from tenure.db import producer_queries
 from tenure.db.control_queries import ControlQueries
 from tenure.db.control_rows import CancelFilter, SkippedJob
 from tenure.db.effects_queries import EffectQueries
@@ -1441,12 +1442,14 @@ class LeaseMachine(RuleBasedStateMachine):
 
 
 @pytest.mark.slow
-def test_lease_state_machine_matches_model(dsn: str) -> None:
+def test_lease_state_machine_matches_model(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Hundreds of random operation sequences on the real SQL, with row locks and interleaved
     transactions on other connections, agree with the model at every step: one live lease per job,
     growing tokens, inert stale, busy and revoked writes, sticky terminal states, bounded attempts,
     uncounted releases and requeues, ordered keys, effects performed once, lone jobs handed to
     standing offers exactly when nothing waits before them, nothing lost."""
+    # Every lone enqueue looks for an offer: the model says which one it takes, whatever came before.
+    monkeypatch.setattr(producer_queries, "NO_OFFER_REST", 0.0)
     loop = asyncio.new_event_loop()
 
     async def connect(autocommit: bool, lock_timeout: str) -> psycopg.AsyncConnection[Any]:

@@ -48,6 +48,10 @@ ASYNC = True
 #: After a schema or a role without hand-offs was met, how long lone jobs go in without asking
 #: again (seconds).
 OFFERS_ASKED_AGAIN = 10.0
+#: After a lone job of a queue found no offer to take, how long that queue's lone jobs go in
+#: without looking for one (seconds): the look costs the insert about 0.13 ms of the server's time
+#: (docs/performance.md), and workers busy a moment ago are seldom idle a moment later.
+NO_OFFER_REST = 0.25
 
 
 class ProducerQueries:
@@ -64,6 +68,8 @@ class ProducerQueries:
         #: hand-offs, or a role that may not write a running job, was met (asked again after
         #: OFFERS_ASKED_AGAIN, as a migration or a GRANT may come meanwhile).
         self._no_offers_until = 0.0
+        #: Per queue, until when its lone jobs go in without looking for an offer (NO_OFFER_REST).
+        self._no_offer_in: dict[str, float] = {}
 
     def _lone_insert(
         self,
@@ -158,20 +164,11 @@ class ProducerQueries:
             rows = await fetch(conn, self._sql["job_enqueue_call"], self._call_params(specs, keys, wakeups))
             return self._called(rows, specs, keys, wakeups)
         if lone := self._lone_insert(specs, now, wakeups, payload_text):
-            inserted = None
-            if hand_off and time.monotonic() >= self._no_offers_until:
-                try:
-                    inserted = await fetch_first(conn, self._sql["job_hand_off"], lone[1])
-                except (errors.UndefinedTable, errors.InsufficientPrivilege):
-                    # A schema before hand-offs (0030), or a role that may not write a running
-                    # job: its jobs are claimed, as before.
-                    self._no_offers_until = time.monotonic() + OFFERS_ASKED_AGAIN
-            handed = False
+            inserted = await self._hand_off(conn, lone[1]) if hand_off else None
+            handed = inserted is not None and bool(inserted[4])
             if inserted is None:
                 inserted = await fetch_first(conn, self._sql["job_insert_one"], lone[1])
                 assert inserted is not None  # an insert without a conflict arbiter returns its row
-            else:
-                handed = bool(inserted[4])
             job_id, available_at, scheduled = inserted[:3]
             return [inserted_job(job_id, available_at, scheduled, lone[0], specs[0], wakeups, handed=handed)]
         out: list[EnqueuedJob | None] = [None] * len(specs)
@@ -188,6 +185,27 @@ class ProducerQueries:
             if out[i] is None:
                 out[i] = await self._insert_keyed(conn, spec, now, wakeups)
         return [job for job in out if job is not None]
+
+    async def _hand_off(self, conn: AsyncConnection[Any], params: dict[str, Any]) -> tuple[Any, ...] | None:
+        """job_hand_off's row for a lone job (`params`: job_insert_one's); None when this client
+        does not look for an offer now: the schema or role has none, or the job's queue found none
+        a moment ago (NO_OFFER_REST)."""
+        queue, now = params["queue"], time.monotonic()
+        if now < self._no_offers_until or now < self._no_offer_in.get(queue, 0.0):
+            return None
+        try:
+            inserted = await fetch_first(conn, self._sql["job_hand_off"], params)
+        except (errors.UndefinedTable, errors.InsufficientPrivilege):
+            # A schema before hand-offs (0030), or a role that may not write a running job: its
+            # jobs are claimed, as before.
+            self._no_offers_until = time.monotonic() + OFFERS_ASKED_AGAIN
+            return None
+        assert inserted is not None  # an insert without a conflict arbiter returns its row
+        if inserted[4]:
+            self._no_offer_in.pop(queue, None)
+        else:
+            self._no_offer_in[queue] = time.monotonic() + NO_OFFER_REST
+        return inserted
 
     async def may_insert(self, conn: AsyncConnection[Any]) -> bool:
         """Whether `conn`'s role may insert jobs itself (else it enqueues through enqueue())."""
