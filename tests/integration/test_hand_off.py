@@ -300,9 +300,11 @@ async def test_a_job_claimed_but_not_yet_started_is_never_taken_for_an_unheard_h
     assert (row["state"], row["lease_owner"], row["lease_token"]) == ("running", "claims-first", 1)
 
 
-async def test_a_worker_that_claims_jobs_takes_its_offer_back(dsn: str, db: AsyncConnection[Any]) -> None:
-    """An offer stands only while its worker is idle: the claim that makes it busy takes the
-    offer back, so that the next lone job goes to an idle worker or its queue, not to full slots."""
+async def test_a_worker_whose_claims_fill_its_slots_takes_its_offer_back(
+    dsn: str, db: AsyncConnection[Any]
+) -> None:
+    """The claim that fills a worker's slots takes its offer back, so that the next lone job goes
+    to an idle worker or its queue, not to full slots."""
     ran: list[int] = []
     gate = asyncio.Event()
     app = app_of(dsn, ran, gate=gate)

@@ -13,14 +13,13 @@ import psycopg
 
 from tenure.db import wakeups
 from tenure.db.control_queries import ControlQueries
-from tenure.db.job_rows import UNREADABLE
-from tenure.db.offer_queries import handed_row
 from tenure.db.producer_queries import OFFERS_ASKED_AGAIN
-from tenure.db.queries import Queries, TaskLeasePolicy, claimed_job
+from tenure.db.queries import Queries, TaskLeasePolicy
 from tenure.model.jobs import ClaimedJob
 from tenure.tasks import TaskRegistry
 from tenure.telemetry.tracing import batch_span, set_batch_size
 from tenure.worker.executor import EAGER_TASKS, Executor
+from tenure.worker.handed import HandedJobs
 from tenure.worker.health import describe_error
 from tenure.worker.kept_connection import KeptConnection
 from tenure.worker.offer import Offer
@@ -38,11 +37,6 @@ LIMITS_REFRESH = 2.0
 #: After one queue's claim failed n times in a row, that queue is left out of claim passes for
 #: min(QUEUE_BACKOFF_CAP, 0.1 * 2**n) seconds; the other queues go on being claimed meanwhile.
 QUEUE_BACKOFF_CAP = 5.0
-#: A handed job's lease is counted from its notification less this share of the lease, at most
-#: HANDED_LEASE_MARGIN seconds: the lease began at the enqueue's statement, before that statement's
-#: commit and the notification's delivery (milliseconds, unless the commit's flush stalled).
-HANDED_LEASE_SHARE = 0.1
-HANDED_LEASE_MARGIN = 1.0
 
 
 def claim_terms(registry: TaskRegistry, options: WorkerOptions) -> tuple[list[str], list[TaskLeasePolicy]]:
@@ -152,13 +146,12 @@ class Claimer(Service):
         self.connection = KeptConnection(
             services.pool, services.options.statement_bound, self._warm, services.queries.jobs_pages
         )
-        #: This worker's offer of a slot to the next lone job (offer.py), when it makes them.
+        #: This worker's offer of a slot to the next lone job (offer.py), when it makes them, and
+        #: what it does with the jobs that take it (handed.py).
         self.offer: Offer | None = None
+        self.handed: HandedJobs | None = None
         #: Until when (monotonic) it makes none: the schema or its role had no offers.
         self._no_offers_until = 0.0
-        #: (id, token) of the jobs the last handed_unheard found: a job committed between the
-        #: listener's LISTEN and that look is both found and heard, and must start once.
-        self._found_unheard: set[tuple[int, int]] = set()
 
     def wake(self) -> None:
         self._wake.set()
@@ -314,7 +307,7 @@ class Claimer(Service):
             raise failure  # every queue it tried failed: the claimer itself is failing
         if tried and not claimed and failure is None:
             await self._offer_stands()  # it found its queues empty: the worker is idle
-        elif claimed:
+        elif claimed and self.free_slots() <= 0:
             await self._offer_falls()
         if saturated_queue:  # there is more where that came from
             self._refill_soon()
@@ -363,7 +356,7 @@ class Claimer(Service):
             )
 
     async def _offer_falls(self) -> None:
-        """The worker claimed jobs: it is busy, and takes back an offer it made while idle, so that
+        """The worker's claims filled its slots: it takes back an offer it made while idle, so that
         a lone job goes to an idle worker, or to the queue, rather than to this one's full slots.
         A job that took the offer meanwhile is on its way, and runs here if a slot is free. Its
         failure costs only the offer: it lapses on its own."""
@@ -375,50 +368,6 @@ class Claimer(Service):
                 await offer.withdraw(conn)
         except Exception as exc:
             log.debug("the offer was not taken back (it lapses on its own): %s", describe_error(exc))
-
-    def handed(self, payload: str) -> None:
-        """A job took this worker's offer (its notification, heard on the worker's channel): it
-        starts as a claimed job does. A job the worker would not have claimed now (it stops, claims
-        filled its slots since it made the offer, or its completions fail) is given back, pending
-        at once with its attempt not counted."""
-        heard_at = time.monotonic()
-        offer = self.offer
-        if offer is not None:
-            offer.heard()
-        try:
-            row = handed_row(payload)
-        except ValueError as exc:
-            log.warning("a hand-off notification could not be read, and is left to its lease: %s", exc)
-            return
-        if (row[0], row[7]) in self.executor.running or (row[0], row[7]) in self._found_unheard:
-            return  # found already by handed_unheard, as the listener connected
-        owner = self.services.owner
-        try:
-            job = claimed_job(row, owner)
-        except UNREADABLE as exc:
-            why = f"{type(exc).__name__}: {exc}"[:500]
-            self.services.in_background(self._set_aside(row[0], row[7], why))
-            return
-        if self._closed or self.stopping.is_set() or not self.may_claim():
-            # It stops, its slots are full, or its completions fail (it would run the job and
-            # lose its outcome): given back, as a claim would not have taken it.
-            self.services.in_background(self._give_back([job]))
-            return
-        self._start_handed([job], heard_at)
-
-    def _start_handed(self, jobs: list[ClaimedJob], heard_at: float) -> None:
-        """Starts jobs that took the offer, heard at `heard_at` (the process clock)."""
-        services = self.services
-        services.stats.claimed += len(jobs)
-        services.stats.handed += len(jobs)
-        start, slot_freed, written = self.executor.start, self._slot_freed, self._completion_written
-        for job in jobs:
-            services.events.handed(job)
-            with batch_span("claim", job.queue) as span:  # a claim with no query: its span
-                set_batch_size(span, 1)
-            lease = (job.lease.expires_at - job.db_now).total_seconds()
-            sent_at = heard_at - min(HANDED_LEASE_MARGIN, HANDED_LEASE_SHARE * lease)
-            start(job, slot_freed, sent_at, span is not None, written)
 
     def _idle(self) -> bool:
         """The worker runs nothing (no handler, not even a thread past its lease, which keeps its
@@ -435,80 +384,15 @@ class Claimer(Service):
             if not self._closed and not self.stopping.is_set():
                 await self._offer_stands()
 
-    async def _give_back(self, jobs: list[ClaimedJob]) -> None:
-        services = self.services
-        try:
-            async with services.connection() as conn:
-                await services.queries.lease_release_many(
-                    conn, owner=services.owner, leases=[(j.id, j.lease.token) for j in jobs], reason="NO_SLOT"
-                )
-            services.stats.released += len(jobs)
-        except Exception as exc:
-            log.warning(
-                "could not give back %s handed jobs this worker had no slot for (%s): their leases "
-                "expire and recovery gives them back",
-                len(jobs),
-                describe_error(exc),
-            )
+    def start_held(self, job: ClaimedJob, sent_at: float, traced: bool) -> None:
+        """Runs a job this worker holds the lease of without having claimed it (a hand-off,
+        tenure.worker.handed), as its claims' jobs run."""
+        self.executor.start(job, self._slot_freed, sent_at, traced, self._completion_written)
 
-    async def _set_aside(self, job_id: int, token: int, why: str) -> None:
-        try:
-            async with self.services.connection() as conn:
-                await self.services.queries.set_aside(conn, self.services.owner, [(job_id, token, why)])
-        except Exception as exc:
-            log.warning(
-                "handed job %s, unreadable here, was not set aside (%s): its lease expires",
-                job_id,
-                describe_error(exc),
-            )
-
-    async def handed_unheard(self) -> None:
-        """Starts the jobs that took this worker's offer while its listener did not hear them (it
-        was reconnecting): what the listener runs once it listens again."""
-        if self.offer is None:
-            return
-        services = self.services
-        try:
-            async with services.connection() as conn:
-                jobs = await services.queries.jobs_handed_unheard(
-                    conn, owner=services.owner, known=[job_id for job_id, _ in self.executor.running]
-                )
-        except Exception as exc:
-            log.warning(
-                "could not look for jobs handed to this worker unheard (%s): their leases expire",
-                describe_error(exc),
-            )
-            return
-        self._found_unheard = {(job.id, job.lease.token) for job in jobs}
-        if not jobs:
-            return
-        self.offer.heard()
-        room = max(0, self.free_slots())
-        if self._closed or self.stopping.is_set():
-            room = 0
-        self._start_handed(jobs[:room], time.monotonic())
-        if jobs[room:]:
-            await self._give_back(jobs[room:])
-
-    async def _withdraw_offer(self) -> None:
-        """The worker stops: its offer is taken back, and a job that took it but was not heard is
-        given back."""
-        offer, self.offer = self.offer, None
-        if offer is None:
-            return
-        services = self.services
-        try:
-            async with services.connection() as conn:
-                if not await offer.withdraw(conn):
-                    return
-                unheard = await services.queries.jobs_handed_unheard(
-                    conn, owner=services.owner, known=[job_id for job_id, _ in self.executor.running]
-                )
-        except Exception as exc:
-            log.warning("this worker's offer was not withdrawn (%s): it lapses", describe_error(exc))
-            return
-        if unheard:
-            await self._give_back(unheard)
+    def may_take(self) -> bool:
+        """Whether the worker would claim a job now: it does not stop, has a free slot, and its
+        completions land."""
+        return not self._closed and not self.stopping.is_set() and self.may_claim()
 
     async def _warm(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Claims of no jobs, one of each form the plain claim takes (with an oldest share due and
@@ -572,7 +456,7 @@ class Claimer(Service):
         # had filled up (the bound of free_slots that binds), so only then is it worth a look.
         if not self._wake.is_set() and self._completion_room() <= self._idle_slots():
             self._refill_soon()
-        if self.offer is not None and not self._closed and self._idle():
+        if self.offer is not None and self.offer.due() and not self._closed and self._idle():
             # The last job's outcome is written: the worker is idle, and offers its slot for the
             # next lone job (offer.py) without waiting for its next poll.
             self.services.in_background(self._offer_again())
@@ -622,7 +506,9 @@ class Claimer(Service):
         # claims after: jobs are claimed only while the worker will start them.
         async with self._passing:
             self._closed = True
-        await self._withdraw_offer()
+        if self.handed is not None:
+            self.offer = None
+            await self.handed.withdraw()
         await self.connection.release()
 
     async def wait(self, delay: float) -> None:

@@ -51,7 +51,7 @@ class Listener(Service):
         scheduled: Callable[[datetime], None] = lambda due: None,
         revoked: Callable[[int, int], None] = lambda job_id, token: None,
         offer_channel: str | None = None,
-        handed: Callable[[str], None] = lambda payload: None,
+        handed: Callable[[str], None] | None = None,
         listening_again: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.dsn = dsn
@@ -112,7 +112,7 @@ class Listener(Service):
             probe = asyncio.create_task(self._probe()) if self.send_probe is not None else None
             try:
                 async for note in conn.notifies():
-                    if note.channel == self.offer_channel:
+                    if note.channel == self.offer_channel and self.handed is not None:
                         self.handed(note.payload)
                     elif note.payload in self.queues:
                         await self._woken()

@@ -5,13 +5,15 @@ claimed, in its commit's notification, with no claim's round trip between the tw
 The worker makes the offer only when it is idle: it runs nothing (no handler, no outcome still to
 be written), its completions land, and its claims found its queues empty. It makes it when a claim
 pass finds its queues empty or its last job's outcome has been written, renews it at the idle
-passes that follow, and takes it back with the claim that makes it busy. An offer of a worker
-that stopped renewing it (paused, killed, cut off) lapses on its own in two polls. A worker whose completions
-fail makes none, as it claims none: a job it took could not be finished.
+passes that follow, and takes it back with the claim that fills its slots. An offer of a worker
+that stopped renewing it (busy, paused, killed, cut off) lapses on its own in two polls. A worker
+whose completions fail makes none, as it claims none: a job it took could not be finished.
 
 The offered slot is not held back from claims: a job that took the offer after claims filled the
-worker's slots is given back, pending at once with its attempt not counted, which costs that job
-a round trip and no one any capacity.
+worker's slots (in the moment before the offer was taken back) is given back, pending at once with
+its attempt not counted, which costs that job a round trip and no one any capacity. A worker only
+busy for a moment (jobs arriving under load) keeps its offer standing, to be renewed, rather than
+taking it back and making it again at every turn.
 A job handed to a worker that died runs again once its lease expires, as a claimed job of a worker
 that died does.
 """
@@ -73,6 +75,10 @@ class Offer:
         if self._standing and self.clock.monotonic() > self._lapses_at:
             self._standing = False
         return self._standing
+
+    def due(self) -> bool:
+        """Whether the offer is to be made (none stands) or renewed (half its time has gone)."""
+        return not self.standing() or self.clock.monotonic() >= self._renew_at
 
     def may_make(self, idle: bool) -> bool:
         """Whether an offer may be made or renewed now: the worker is `idle` (it runs nothing,

@@ -30,6 +30,7 @@ from tenure.worker.collector import young_generation_widened
 from tenure.worker.completer import Completer
 from tenure.worker.events import Events
 from tenure.worker.executor import Executor
+from tenure.worker.handed import HandedJobs
 from tenure.worker.health import describe_error
 from tenure.worker.heartbeat import Heartbeat, Watchdog
 from tenure.worker.listener import Listener
@@ -244,6 +245,16 @@ class Worker:
             background.append(self.scheduler)
         if self.options.listen:
             offer = self._offer(services, claimer)
+            if offer is not None:
+                claimer.offer = offer
+                claimer.handed = HandedJobs(
+                    services,
+                    offer,
+                    start=claimer.start_held,
+                    may_take=claimer.may_take,
+                    running=lambda: executor.running,
+                    room=claimer.free_slots,
+                )
             self.listener = Listener(
                 self.options.listen_dsn or dsn,
                 self.schema,
@@ -255,12 +266,11 @@ class Worker:
                 scheduled=promoter.expect,
                 revoked=revocations.notice,
                 offer_channel=None if offer is None else offer.channel,
-                handed=claimer.handed,
-                listening_again=claimer.handed_unheard,
+                handed=None if claimer.handed is None else claimer.handed.heard,
+                listening_again=None if claimer.handed is None else claimer.handed.unheard,
             )
             if offer is not None:
                 offer.listening = self.listener.hears
-                claimer.offer = offer
             background.append(self.listener)
         supervisor = Supervisor()
         for service in background:
