@@ -31,6 +31,15 @@ async def offer_standing(db: psycopg.AsyncConnection[Any], worker: str) -> None:
     await wait_until(stands, timeout=20, what=f"{worker}'s offer")
 
 
+async def succeeded(db: psycopg.AsyncConnection[Any], job_id: int, what: str) -> dict[str, Any]:
+    async def done() -> dict[str, Any] | None:
+        row = await job_row(db, job_id)
+        return row if row["state"] == "succeeded" else None
+
+    row: dict[str, Any] = await wait_until(done, timeout=30, what=what)
+    return row
+
+
 @pytest.mark.crash
 @pytest.mark.slow
 async def test_x17_a_job_handed_to_a_killed_worker_runs_elsewhere_after_its_lease(
@@ -49,11 +58,7 @@ async def test_x17_a_job_handed_to_a_killed_worker_runs_elsewhere_after_its_leas
     worker_a.crash()
     worker_b = spawn_worker("worker-b", lease=1.0)
 
-    async def done() -> dict[str, Any] | None:
-        row = await job_row(db, job.id)
-        return row if row["state"] == "succeeded" else None
-
-    final = await wait_until(done, timeout=30, what="the handed job to be recovered and run")
+    final = await succeeded(db, job.id, "the handed job to be recovered and run")
     assert (final["lease_token"], final["attempt_count"]) == (2, 2)
     assert marker(marker_dir, "started-1") is None, "the killed worker never started it"
     second = marker(marker_dir, "started-2")
@@ -83,11 +88,7 @@ async def test_x17_a_frozen_worker_that_resumes_runs_the_job_handed_to_it(
     assert started["pid"] == worker_a.pid
     (marker_dir / "release-1").write_text("")
 
-    async def done() -> dict[str, Any] | None:
-        row = await job_row(db, job.id)
-        return row if row["state"] == "succeeded" else None
-
-    final = await wait_until(done, timeout=20, what="the handed job to finish")
+    final = await succeeded(db, job.id, "the handed job to finish")
     assert (final["lease_token"], final["attempt_count"]) == (1, 1)
     stats = worker_a.stop()
     assert (stats["handed"], stats["succeeded"], stats["fencing_losses"]) == (1, 1, 0)
