@@ -17,7 +17,7 @@ from _inprocess import job_row, running, wait_state
 from psycopg import AsyncConnection
 from test_single_job_insert import SPECS, stored
 
-from tenure import JobContext, Tenure
+from tenure import Client, JobContext, Tenure
 from tenure.db import producer_queries
 from tenure.db.channels import notify_channel, offer_channel
 from tenure.db.offer_queries import OfferQueries
@@ -340,3 +340,17 @@ async def test_a_queue_that_found_no_offer_rests_before_looking_again(
     await asyncio.sleep(0.35)
     assert (await app.enqueue("t.note", {"n": 3})).handed
     await app.close()
+
+
+async def test_a_job_too_large_for_its_notification_is_claimed_not_handed(
+    dsn: str, db: AsyncConnection[Any]
+) -> None:
+    """A handed job travels in its notification, which PostgreSQL bounds at 8000 bytes: a payload
+    past the room for it is not handed (nor does its enqueue fail), and the offer still stands."""
+    await ghost_offer(db, "ghost")
+    async with Client(dsn) as client:  # no registry: the payload is not checked against the task
+        job = await client.enqueue("t.note", {"n": 1, "blob": "x" * 7000}, queue="default")
+    assert not job.handed
+    assert (await job_row(db, job.id))["state"] == "pending"
+    cur = await db.execute("SELECT slots FROM tenure.worker_offers WHERE worker = 'ghost'")
+    assert await cur.fetchone() == (1,)

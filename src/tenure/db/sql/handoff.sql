@@ -84,6 +84,9 @@ WITH clock AS (
         SELECT f.worker FROM __schema__.worker_offers f
         WHERE f.slots > 0
           AND f.until > clock.now
+          -- The job's notification must fit pg_notify's 8000 bytes with its other columns.
+          AND octet_length(%(payload)s::text)
+              + coalesce(octet_length(%(trace_context)s::jsonb::text), 0) <= %(notify_room)s::integer
           AND %(queue)s::text = ANY(f.queues)
           AND %(task)s::text = ANY(f.tasks)
           AND NOT EXISTS (

@@ -54,6 +54,10 @@ OFFERS_ASKED_AGAIN = 10.0
 #: without looking for one (seconds): the look costs the insert about 0.13 ms of the server's time
 #: (docs/performance.md), and workers busy a moment ago are seldom idle a moment later.
 NO_OFFER_REST = 0.25
+#: The most bytes of payload and trace context a handed job carries in its notification, whose
+#: limit is PostgreSQL's 8000 bytes: the claim's other columns take well under a thousand. A job
+#: past it is not handed (it is claimed).
+HANDED_PAYLOAD_ROOM = 6000
 
 
 class ProducerQueries:
@@ -196,7 +200,8 @@ class ProducerQueries:
         if now < self._no_offers_until or now < self._no_offer_in.get(queue, 0.0):
             return None
         try:
-            inserted = fetch_first(conn, self._sql["job_hand_off"], params)
+            room = {"notify_room": HANDED_PAYLOAD_ROOM}
+            inserted = fetch_first(conn, self._sql["job_hand_off"], {**params, **room})
         except (errors.UndefinedTable, errors.InsufficientPrivilege):
             # A schema before hand-offs (0030), or a role that may not write a running job: its
             # jobs are claimed, as before.
