@@ -84,7 +84,7 @@ class HandedJobs:
         try:
             async with services.connection() as conn:
                 jobs = await services.queries.jobs_handed_unheard(
-                    conn, owner=services.owner, known=[job_id for job_id, _ in self.running()]
+                    conn, owner=services.owner, known=self._known()
                 )
         except Exception as exc:
             log.warning(
@@ -109,13 +109,17 @@ class HandedJobs:
                 if not await self.offer.withdraw(conn):
                     return
                 unheard = await services.queries.jobs_handed_unheard(
-                    conn, owner=services.owner, known=[job_id for job_id, _ in self.running()]
+                    conn, owner=services.owner, known=self._known()
                 )
         except Exception as exc:
             log.warning("this worker's offer was not withdrawn (%s): it lapses", describe_error(exc))
             return
         if unheard:
             await self._give_back(unheard)
+
+    def _known(self) -> list[int]:
+        """The ids of the jobs the worker runs: a look for unheard ones leaves them out."""
+        return [job_id for job_id, _ in self.running()]
 
     def _start(self, jobs: list[ClaimedJob], heard_at: float) -> None:
         services = self.services
