@@ -81,18 +81,41 @@ def test_wakeups_keep_the_earliest_scheduled_time_and_only_due_queues() -> None:
     assert w.queues == {"now"} and w.first_scheduled == now + timedelta(minutes=1)
 
 
-def test_a_longer_quiet_is_asked_of_a_queue_before_an_insert_notifies_inside_its_commit(clock: Clock) -> None:
-    """`quiet_for` (INLINE_QUIET, for a notification inside the insert's own commit) admits a
-    queue only once it has gone that long without a confirmed notification, though the cooldown
-    alone would admit it sooner; a queue never notified is admitted at once."""
+def test_a_lone_insert_notifies_in_its_commit_only_once_the_queue_has_rested(clock: Clock) -> None:
+    """admit_at_rest admits a queue never seen at once, then only after INLINE_QUIET without a
+    confirmed notification of it, though the cooldown alone would admit it sooner."""
     limiter = NotifyLimiter()
     quiet = wakeups.INLINE_QUIET
     assert quiet > wakeups.NOTIFY_COOLDOWN
-    first = limiter.admit(Wakeups({"a"}), quiet_for=quiet)
-    assert first.wakeups.queues == {"a"}
+    first = limiter.admit_at_rest("a")
+    assert first is not None and first.wakeups.queues == {"a"}
     limiter.sent(first)
+    clock.now += quiet
+    limiter.sent(limiter.admit(Wakeups({"a"})))  # a commit's notification after it, confirmed
     clock.now += wakeups.NOTIFY_COOLDOWN * 1.5
     assert limiter.admit(Wakeups({"a"})).wakeups.queues == {"a"}
-    assert limiter.admit(Wakeups({"a"}), quiet_for=quiet).wakeups.queues == set()
-    clock.now += quiet
-    assert limiter.admit(Wakeups({"a"}), quiet_for=quiet).wakeups.queues == {"a"}
+    assert limiter.admit_at_rest("a") is None
+    clock.now += quiet * 1.01  # a step past it: the clock is a float
+    assert limiter.admit_at_rest("a") is not None
+
+
+def test_of_enqueues_that_begin_together_only_the_first_notifies_in_its_commit(clock: Clock) -> None:
+    """Concurrent lone enqueues after a quiet spell: the first is admitted, the others (asked
+    before its notification was confirmed) are not, nor is another queue held back by them."""
+    limiter = NotifyLimiter()
+    assert limiter.admit_at_rest("a") is not None
+    assert [limiter.admit_at_rest("a") for _ in range(9)] == [None] * 9
+    assert limiter.admit_at_rest("b") is not None
+
+
+def test_a_steady_flow_never_rests_though_its_notifications_confirm_late(clock: Clock) -> None:
+    """Enqueues closer together than INLINE_QUIET keep their queue from resting, whatever the
+    notifications did: under load no insert notifies inside its commit (each would hold
+    PostgreSQL's notify lock through its flush)."""
+    limiter = NotifyLimiter()
+    assert limiter.admit_at_rest("a") is not None
+    for _ in range(20):
+        clock.now += wakeups.INLINE_QUIET / 2
+        assert limiter.admit_at_rest("a") is None
+    clock.now += wakeups.INLINE_QUIET * 1.01
+    assert limiter.admit_at_rest("a") is not None

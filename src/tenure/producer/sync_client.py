@@ -33,7 +33,7 @@ from tenure.db.sync.published_queries import PublishedQueries
 from tenure.db.sync.replication_queries import ReplicationQueries
 from tenure.db.sync.wait_queries import WaitQueries
 from tenure.db.sync.workflow_queries import WorkflowQueries
-from tenure.db.wakeups import INLINE_QUIET, Admitted, NotifyLimiter, Wakeups, owns_commit
+from tenure.db.wakeups import Admitted, NotifyLimiter, Wakeups, owns_commit
 from tenure.model.actor import default_actor
 from tenure.model.errors import ValidationError
 from tenure.model.jobs import EnqueuedJob, Job, JobEvent, JobSpec
@@ -253,7 +253,7 @@ class SyncClient:
 
     def _admit_inline(self, checked: list[JobSpec]) -> Admitted | None:
         """What a lone job due now, committed on its own, notifies inside that commit: its queue,
-        when this client has not notified it for INLINE_QUIET (a queue at rest). The notification
+        when it is at rest for this client (NotifyLimiter.admit_at_rest). The notification
         then reaches the workers at the commit instead of a round trip after it (the idle
         enqueue's latency). Such a commit holds PostgreSQL's notify lock through its WAL flush, so
         a queue under load is notified after its commits instead (tenure.db.wakeups)."""
@@ -262,8 +262,7 @@ class SyncClient:
         spec = checked[0]
         if spec.run_at is not None or spec.delay:
             return None  # may go in scheduled: its hint names its run time, after the commit
-        admitted = self._notify_limiter.admit(Wakeups({spec.queue or "default"}), quiet_for=INLINE_QUIET)
-        return admitted if admitted.wakeups.queues else None
+        return self._notify_limiter.admit_at_rest(spec.queue or "default")
 
     def _wake(self, conn: Connection[Any] | None, wakeups: Wakeups | None) -> None:
         """Notifies for committed jobs, as far as the limiter admits (tenure.db.wakeups).
