@@ -163,7 +163,7 @@ async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
                 procs,
                 sizes.producer_connections,
                 raw_batch,
-                sizes.repeats,
+                sizes.end_to_end_repeats,
                 pgqueuer,
             )
             if pgqueuer_skipped:

@@ -64,6 +64,10 @@ class Sizes:
     #: Worker processes of the contention section's drains (Tenure, and the raw loop claiming 100).
     contention_processes: int = 8
     end_to_end_jobs: int = 20_000  # jobs enqueued one per transaction while workers drain
+    #: End-to-end runs per contender, interleaved; the median is reported. More than the drains':
+    #: every enqueue is a durable commit, so its rate follows the disk's flush time, which moves
+    #: by half within minutes on a shared machine (docs/performance.md, twenty-third round).
+    end_to_end_repeats: int = 5
     producer_connections: int = 10  # connections per producer process, each one job at a time
     workflow_steps: int = 20_000  # plain jobs, and steps of chains, claimed and completed each
     fan_in: int = 10_000  # parallel steps before one fan-in step
@@ -98,6 +102,7 @@ SIZES = {
         tenure_claim_batches=(50,),
         contention_processes=3,  # one more than the run's 2: a worker process takes ~1 s to start
         end_to_end_jobs=300,
+        end_to_end_repeats=1,
         producer_connections=4,
         workflow_steps=500,
         fan_in=10_000,
