@@ -114,6 +114,11 @@ SELECT count(*) AS n FROM procrastinate_jobs WHERE status IN ('todo', 'doing');
 -- name: bench_vacuum
 VACUUM (ANALYZE) __schema__.jobs;
 
+-- name: bench_checkpoint
+-- Writes out what a bulk load dirtied, so that the writeback does not run under the timings that
+-- follow it (superuser or pg_checkpoint).
+CHECKPOINT;
+
 -- name: bench_drain_state
 -- Polled throughout a drain, so cheap at any backlog: probes of the partial indexes, no count
 -- (counting 50k unfinished jobs took 15 ms, which every 20 ms is most of a core).
