@@ -241,7 +241,11 @@ async def run(options: BenchOptions, log: Any = print) -> dict[str, Any]:
         if "scheduled" in options.sections:
             log(f"scheduled: claim time with {sizes.not_yet_due} jobs not yet due, then their promotion")
             out["scheduled"] = await waiting.not_yet_due(
-                dsn, options.claim_batch, sizes.not_yet_due, sizes.claim_samples
+                dsn,
+                await dbs.create("due_only", migrated=True),
+                options.claim_batch,
+                sizes.not_yet_due,
+                sizes.claim_samples,
             )
 
         if "fairness" in options.sections:

@@ -3,6 +3,7 @@ waiting job to keep starvation bounded, over a simulated hour."""
 
 from __future__ import annotations
 
+import statistics
 import time
 from datetime import timedelta
 from typing import Any
@@ -22,6 +23,8 @@ from tenure.lab.passes import worker_passes
 AGING_BYTES_PER_ROW_PER_STEP = 443
 AGING_STEP_SECONDS = 60.0
 HOUR = 3600.0
+#: Rounds of the not-yet-due section, each timing the claim on both databases in turn.
+SIDE_BY_SIDE_ROUNDS = 5
 #: Not-yet-due jobs promoted to measure the promotion rate (all of them below this many).
 PROMOTION_SAMPLE = 100_000
 
@@ -32,11 +35,9 @@ async def _vacuum(dsn: str) -> None:
 
 
 async def _settled(dsn: str) -> bool:
-    """Vacuumed, then checkpointed: a claim timed next does not share the disk with the writeback
-    of a million rows just loaded, which a claim timed before the load never met (it made the
-    not-yet-due ratio read 1.09x-1.35x on a slow disk where the two claims, timed side by side on
-    two databases, differed by 1.07x). Whether the checkpoint ran: a role without the right to
-    one (superuser or pg_checkpoint) times without it."""
+    """Vacuumed, then checkpointed: the claims timed next do not share the disk with the writeback
+    of the rows just loaded. Whether the checkpoint ran: a role without the right to one
+    (superuser or pg_checkpoint) times without it."""
     await _vacuum(dsn)
     async with await connect(dsn) as conn:
         try:
@@ -46,20 +47,33 @@ async def _settled(dsn: str) -> bool:
     return True
 
 
-async def not_yet_due(dsn: str, claim_batch: int, future: int, samples: int) -> dict[str, Any]:
-    """Claim time with only due jobs in the queue, then with `future` more jobs due in an hour at a
-    higher priority in the same queue; then the rate at which they are promoted once due."""
-    await reset(dsn)
+async def not_yet_due(
+    dsn: str, due_only_dsn: str, claim_batch: int, future: int, samples: int
+) -> dict[str, Any]:
+    """Claim time with `future` jobs due in an hour, at a higher priority, in the same queue as the
+    due ones (on `dsn`), against the same claim with the due jobs only (on `due_only_dsn`, a
+    second database of the same server); then the rate at which they are promoted once due.
+
+    The two claims are timed side by side, round by round, each database loaded and settled
+    first: timed one after the other, before and after the load, the claim after it met the
+    writeback of a million rows and whatever else the disk did meanwhile, and the ratio read
+    1.09x-1.35x in runs where the two side by side differed by 1.07x (docs/performance.md,
+    twenty-third round)."""
     due = claim_batch * 5
-    await load(dsn, due)
-    checkpointed = await _settled(dsn)
-    alone = await claim_time_ms(dsn, claim_batch, samples)
     later = JobSpec(task=NOOP.task, queue=NOOP.queue, priority=10, delay=HOUR)
+    for database in (due_only_dsn, dsn):
+        await reset(database)
+        await load(database, due)
     async with Client(dsn, schema=SCHEMA) as client:
         for start in range(0, future, 100_000):
             await client.enqueue_copy([later] * min(100_000, future - start))
-    checkpointed = await _settled(dsn) and checkpointed
-    with_future = await claim_time_ms(dsn, claim_batch, samples)
+    checkpointed = [await _settled(due_only_dsn), await _settled(dsn)] == [True, True]
+    alone: list[float] = []
+    with_future: list[float] = []
+    for _ in range(SIDE_BY_SIDE_ROUNDS):
+        alone.append(await claim_time_ms(due_only_dsn, claim_batch, samples))
+        with_future.append(await claim_time_ms(dsn, claim_batch, samples))
+    await reset(due_only_dsn)
     statements = TenureStatements()
     promoted, target = 0, min(future, PROMOTION_SAMPLE)
     async with await connect(dsn) as conn:
@@ -75,8 +89,9 @@ async def not_yet_due(dsn: str, claim_batch: int, future: int, samples: int) -> 
     return {
         "due": due,
         "not_yet_due": future,
-        "claim_ms_due_only": alone,
-        "claim_ms_with_not_yet_due": with_future,
+        "claim_ms_due_only": statistics.median(alone),
+        "claim_ms_with_not_yet_due": statistics.median(with_future),
+        "claim_ms_rounds": {"due_only": alone, "with_not_yet_due": with_future},
         "checkpointed_before_timing": checkpointed,
         "promoted": promoted,
         "promotion_jobs_per_second": round(promoted / promote_seconds) if promote_seconds else None,
