@@ -198,8 +198,8 @@ class ProducerQueries:
         if now < self._no_offers_until or now < self._no_offer_in.get(queue, 0.0):
             return None
         try:
-            room = {"notify_room": HANDED_PAYLOAD_ROOM}
-            inserted = await fetch_first(conn, self._sql["job_hand_off"], {**params, **room})
+            params = {**params, "notify_room": HANDED_PAYLOAD_ROOM}
+            inserted = await fetch_first(conn, self._sql["job_hand_off"], params)
         except (errors.UndefinedTable, errors.InsufficientPrivilege):
             # A schema before hand-offs (0030), or a role that may not write a running job: its
             # jobs are claimed, as before.

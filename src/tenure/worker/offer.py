@@ -90,9 +90,9 @@ class Offer:
         """After a claim pass that found the queues empty: makes the offer, or renews the
         standing one once half its time has gone. A renewal that finds it taken (its job not yet
         heard) only makes it stand longer: its job is on its way."""
-        if self.standing():
-            if self.clock.monotonic() < self._renew_at:
-                return
+        if not self.due():
+            return
+        if self._standing:  # due() just asked standing(): it stands, and is due for renewal
             slots = await self.queries.renew(conn, worker=self.worker, stands_for=self.stands_for)
             if slots is not None:
                 self._stood()
